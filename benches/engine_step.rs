@@ -1,0 +1,101 @@
+//! One engine step, end to end in-process: a `complete` run whose single route answers at once
+//! (store, pre-flight closures read from Redis, attempt counted, events, finish). Measures the
+//! engine's own overhead per step; the provider is an in-process fake. Needs REDIS_URL.
+//!
+//! `REDIS_URL=redis://127.0.0.1:6379 cargo bench -p freeway --bench engine_step`
+
+use async_trait::async_trait;
+use criterion::{Criterion, criterion_group, criterion_main};
+use freeway::budget::Kind;
+use freeway::clock::{Clock, SystemClock};
+use freeway::engine::{Engine, EnvTargets, WhenResting};
+use freeway::events::{Event, EventError, EventSink};
+use freeway::job::{RunJob, RunRequest};
+use freeway::provider::{ApiKey, CallError, ChatProvider, ChatRequest, Completion, Target};
+use freeway::rest::Rests;
+use freeway::route::RouteSpec;
+use freeway::store::MemoryStore;
+use freeway::tools::ToolRunner;
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedSender;
+
+struct Instant;
+
+#[async_trait]
+impl ChatProvider for Instant {
+    async fn call(
+        &self,
+        _t: &Target,
+        _r: &ChatRequest,
+        deltas: &UnboundedSender<String>,
+    ) -> Result<Completion, CallError> {
+        let _ = deltas.send("ok".into());
+        Ok(Completion {
+            text: "ok".into(),
+            finish_reason: Some("stop".into()),
+            ..Default::default()
+        })
+    }
+}
+
+struct Discard;
+
+#[async_trait]
+impl EventSink for Discard {
+    async fn publish(&self, _run_id: &str, _event: &Event) -> Result<(), EventError> {
+        Ok(())
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let conn = rt
+        .block_on(freeway::connect::redis(&url))
+        .expect("the bench needs Redis (REDIS_URL)");
+    let engine = Engine {
+        provider: Arc::new(Instant),
+        store: Arc::new(MemoryStore::default()),
+        events: Arc::new(Discard),
+        rests: Rests::new(conn, "bench-engine"),
+        clock: Arc::new(SystemClock),
+        targets: Arc::new(EnvTargets {
+            openrouter_base_url: "http://127.0.0.1:9".into(),
+            platform_key: Some(ApiKey::new("k")),
+        }),
+        tools: ToolRunner::new(None).expect("client"),
+        summary: false,
+        worker: "bench".into(),
+    };
+    let request = RunRequest {
+        user_id: "u".into(),
+        conversation_id: None,
+        kind: Kind::Complete,
+        input: Some("hi".into()),
+        routes: vec![RouteSpec {
+            model: "vendor/m:free".into(),
+            connection: None,
+            provider: None,
+        }],
+        tools: vec![],
+        system: None,
+        deadline_s: None,
+        on_rest: Default::default(),
+        regenerate: false,
+        idempotency_key: None,
+    };
+    c.bench_function("engine: one-step run (fake provider, real Redis)", |b| {
+        b.iter(|| {
+            let job = RunJob::new(request.clone(), SystemClock.now_ms());
+            let routes = job.check().expect("valid");
+            rt.block_on(engine.execute(&job, &routes, WhenResting::Refuse))
+                .expect("run")
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

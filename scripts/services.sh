@@ -1,0 +1,92 @@
+# Shared by scripts/test.sh and the demo: install and start the servers freeway needs, on free
+# loopback ports, and stop them on exit. Source it; it defines functions only.
+
+# Install Debian packages that are missing (needs root; says what to do otherwise).
+ensure_packages() {
+    local missing=()
+    for pair in "$@"; do
+        local cmd=${pair%%:*} pkg=${pair##*:}
+        command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    install_packages "${missing[@]}"
+}
+
+install_packages() {
+    if [ "$(id -u)" != 0 ]; then
+        echo "missing: $*; install them with: sudo apt-get install -y $*" >&2
+        return 1
+    fi
+    echo "installing $* ..." >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# Start a throwaway redis-server on a free loopback port; exports REDIS_URL.
+start_redis() {
+    ensure_packages redis-server:redis-server || return 1
+    SERVICES_DIR=${SERVICES_DIR:-$(mktemp -d)}
+    REDIS_PORT=$(free_port)
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$SERVICES_DIR" --daemonize yes --pidfile "$SERVICES_DIR/redis.pid" \
+        --logfile "$SERVICES_DIR/redis.log" >/dev/null
+    for _ in $(seq 1 100); do
+        redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+        sleep 0.05
+    done
+    redis-cli -p "$REDIS_PORT" ping >/dev/null || { echo "redis did not start" >&2; return 1; }
+    export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+}
+
+# The directory of PostgreSQL's server binaries (initdb, pg_ctl). Debian keeps them out of PATH in
+# /usr/lib/postgresql/<version>/bin; the newest version wins.
+pg_bindir() {
+    local pg_ctl dir
+    if pg_ctl=$(command -v pg_ctl) && command -v initdb >/dev/null 2>&1; then
+        dirname "$(readlink -f "$pg_ctl")"
+        return 0
+    fi
+    for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+        [ -x "$dir/pg_ctl" ] && [ -x "$dir/initdb" ] && { echo "$dir"; return 0; }
+    done
+    return 1
+}
+
+# Start a throwaway PostgreSQL on a free loopback port, its cluster in a temporary directory, and
+# create a database for the tests; exports PG_URL. PostgreSQL refuses to run as root, so as root
+# the server runs as the `postgres` user the Debian package creates.
+start_postgres() {
+    PG_BIN=$(pg_bindir) || { install_packages postgresql && PG_BIN=$(pg_bindir); } || {
+        echo "PostgreSQL server binaries (initdb, pg_ctl) not found" >&2
+        return 1
+    }
+    PG_AS=()
+    PG_DIR=$(mktemp -d)
+    if [ "$(id -u)" = 0 ]; then
+        id -u postgres >/dev/null 2>&1 || { echo "as root, PostgreSQL needs the postgres user" >&2; return 1; }
+        chown postgres "$PG_DIR"
+        PG_AS=(runuser -u postgres --)
+    fi
+    PG_PORT=$(free_port)
+    "${PG_AS[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U freeway --auth=trust -E UTF8 --no-locale \
+        >"$PG_DIR/initdb.log" 2>&1 || { echo "initdb failed: see $PG_DIR/initdb.log" >&2; return 1; }
+    "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/postgres.log" -w -t 60 \
+        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DIR" start >/dev/null ||
+        { echo "postgres did not start: see $PG_DIR/postgres.log" >&2; return 1; }
+    "${PG_AS[@]}" "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U freeway freeway_test ||
+        { echo "cannot create the test database" >&2; return 1; }
+    export PG_URL="postgres://freeway@127.0.0.1:$PG_PORT/freeway_test"
+}
+
+stop_services() {
+    [ -n "${REDIS_PORT:-}" ] && redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1
+    if [ -n "${PG_DIR:-}" ]; then
+        "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate stop >/dev/null 2>&1
+        rm -rf "$PG_DIR"
+    fi
+    [ -n "${SERVICES_DIR:-}" ] && rm -rf "$SERVICES_DIR"
+    return 0
+}

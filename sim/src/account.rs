@@ -1,0 +1,166 @@
+//! Quota counters: the shared OpenRouter free-model account and Groq's per-model limits.
+//!
+//! OpenRouter: every `:free` model (and `openrouter/free`) on one key shares one fixed window of
+//! `window_s` and one UTC-day counter (notes §4.1). A refused request still counts, as observed
+//! on the real `/key` endpoint (`used` > `limit`, notes §4.1, §8.10). Paid models are not counted.
+//! Groq: requests and tokens per (key, model) per window, refused requests not counted (the
+//! captured message reports `Used` equal to `Limit`, notes §5).
+
+use std::collections::HashMap;
+
+use crate::clock::{DAY_MS, next_midnight, window_start};
+use crate::config::SimConfig;
+
+/// Tokens-per-minute limit reported by Groq mode; token use is reported, never enforced.
+pub(crate) const GROQ_TPM: u64 = 12_000;
+
+/// Whether a model spends the shared free quota.
+pub(crate) fn is_free_model(model: &str) -> bool {
+    model.ends_with(":free") || model == "openrouter/free"
+}
+
+/// Why the free-model account refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    PerMinute {
+        limit: u32,
+        reset_ms: u64,
+    },
+    PerDay {
+        limit: u32,
+        reset_ms: u64,
+        high_balance: bool,
+    },
+}
+
+/// The Groq limiter's view of one request, enough to write all six headers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroqVerdict {
+    pub refused: bool,
+    pub limit_requests: u32,
+    /// Requests counted in the window, this one included when admitted.
+    pub used_requests: u32,
+    pub remaining_tokens: u64,
+    /// Milliseconds until the window ends.
+    pub reset_in_ms: u64,
+}
+
+impl GroqVerdict {
+    pub(crate) fn remaining_requests(&self) -> u32 {
+        self.limit_requests.saturating_sub(self.used_requests)
+    }
+}
+
+#[derive(Debug, Default)]
+struct FreeCounters {
+    window_start_ms: u64,
+    in_window: u32,
+    day_start_ms: u64,
+    in_day: u32,
+}
+
+#[derive(Debug, Default)]
+struct GroqCounters {
+    window_start_ms: u64,
+    requests: u32,
+    tokens: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Accounts {
+    free: HashMap<String, FreeCounters>,
+    // Keyed by API key, then model.
+    groq: HashMap<String, HashMap<String, GroqCounters>>,
+}
+
+impl Accounts {
+    pub(crate) fn clear(&mut self) {
+        self.free.clear();
+        self.groq.clear();
+    }
+
+    /// Counts one free-model request and says whether the account refuses it.
+    /// The daily limit wins over the per-minute one: it is the longer wait.
+    pub(crate) fn count_free(
+        &mut self,
+        key: &str,
+        now_ms: u64,
+        cfg: &SimConfig,
+    ) -> Option<Refusal> {
+        let c = entry(&mut self.free, key);
+        let window_ms = cfg.window_s * 1000;
+        let win = window_start(now_ms, window_ms);
+        if c.window_start_ms != win {
+            c.window_start_ms = win;
+            c.in_window = 0;
+        }
+        let day = window_start(now_ms, DAY_MS);
+        if c.day_start_ms != day {
+            c.day_start_ms = day;
+            c.in_day = 0;
+        }
+        c.in_window = c.in_window.saturating_add(1);
+        c.in_day = c.in_day.saturating_add(1);
+
+        let daily = cfg.free_daily_limit();
+        if c.in_day > daily {
+            Some(Refusal::PerDay {
+                limit: daily,
+                reset_ms: next_midnight(now_ms),
+                high_balance: cfg.high_balance,
+            })
+        } else if c.in_window > cfg.rpm {
+            Some(Refusal::PerMinute {
+                limit: cfg.rpm,
+                reset_ms: win + window_ms,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Free-model requests counted today for `key`, refused ones included.
+    pub(crate) fn free_used_today(&self, key: &str, now_ms: u64) -> u32 {
+        match self.free.get(key) {
+            Some(c) if c.day_start_ms == window_start(now_ms, DAY_MS) => c.in_day,
+            _ => 0,
+        }
+    }
+
+    /// Counts one Groq request of `tokens` tokens unless the (key, model) window is full.
+    pub(crate) fn count_groq(
+        &mut self,
+        key: &str,
+        model: &str,
+        tokens: u64,
+        now_ms: u64,
+        cfg: &SimConfig,
+    ) -> GroqVerdict {
+        let per_key = entry(&mut self.groq, key);
+        let c = entry(per_key, model);
+        let window_ms = cfg.window_s * 1000;
+        let win = window_start(now_ms, window_ms);
+        if c.window_start_ms != win {
+            *c = GroqCounters {
+                window_start_ms: win,
+                ..GroqCounters::default()
+            };
+        }
+        let refused = c.requests >= cfg.rpm;
+        if !refused {
+            c.requests += 1;
+            c.tokens = c.tokens.saturating_add(tokens);
+        }
+        GroqVerdict {
+            refused,
+            limit_requests: cfg.rpm,
+            used_requests: c.requests,
+            remaining_tokens: GROQ_TPM.saturating_sub(c.tokens),
+            reset_in_ms: win + window_ms - now_ms,
+        }
+    }
+}
+
+fn entry<'m, V: Default>(map: &'m mut HashMap<String, V>, key: &str) -> &'m mut V {
+    map.entry(key.to_owned()).or_default()
+}

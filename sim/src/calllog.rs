@@ -1,0 +1,110 @@
+//! The call log: one record per chat request, for tests and benchmarks to assert on.
+//!
+//! A ring buffer bounded by `log_cap`, so a long benchmark cannot grow the simulator without
+//! limit; the oldest records go first.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+/// One chat request as the simulator served it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// Sim time of arrival, epoch milliseconds.
+    pub t_ms: u64,
+    /// The model as requested (empty for requests refused with 401 or 400).
+    pub model: String,
+    /// The bearer key as sent (empty when missing).
+    pub key: String,
+    pub status: u16,
+    /// What was served: `ok`, `free_per_min`, `free_per_day`, `free_per_day_high_balance`,
+    /// `groq_rpm`, a fault kind, `missing_auth` (401) or `invalid_request` (400).
+    pub variant: String,
+    pub stream: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    t_ms: u64,
+    model: String,
+    key: String,
+    status: u16,
+    variant: &'static str,
+    stream: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct CallLog {
+    entries: VecDeque<Entry>,
+    cap: usize,
+}
+
+impl CallLog {
+    pub(crate) fn new(cap: usize) -> CallLog {
+        CallLog {
+            entries: VecDeque::new(),
+            cap,
+        }
+    }
+
+    pub(crate) fn push(
+        &mut self,
+        t_ms: u64,
+        model: &str,
+        key: &str,
+        status: u16,
+        variant: &'static str,
+        stream: bool,
+    ) {
+        if self.cap == 0 {
+            return;
+        }
+        if self.entries.len() == self.cap {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(Entry {
+            t_ms,
+            model: model.to_owned(),
+            key: key.to_owned(),
+            status,
+            variant,
+            stream,
+        });
+    }
+
+    /// Records at or after `since_ms`, oldest first.
+    pub(crate) fn since(&self, since_ms: u64) -> Vec<CallRecord> {
+        self.entries
+            .iter()
+            .filter(|e| e.t_ms >= since_ms)
+            .map(|e| CallRecord {
+                t_ms: e.t_ms,
+                model: e.model.clone(),
+                key: e.key.clone(),
+                status: e.status,
+                variant: e.variant.to_owned(),
+                stream: e.stream,
+            })
+            .collect()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oldest_records_are_dropped_at_capacity() {
+        let mut log = CallLog::new(2);
+        for t in 1..=3 {
+            log.push(t, "m", "k", 200, "ok", false);
+        }
+        let kept: Vec<u64> = log.since(0).iter().map(|r| r.t_ms).collect();
+        assert_eq!(kept, [2, 3]);
+        assert_eq!(log.since(3).len(), 1);
+    }
+}

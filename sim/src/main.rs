@@ -1,0 +1,176 @@
+//! The `sim` binary: the simulator as a process, for the demo and for scripts.
+//!
+//! Prints `sim listening on http://ADDR` once bound (scripts wait for that line), logs to
+//! stderr, stops gracefully on SIGINT/SIGTERM. A bad setting is one line on stderr and exit 2.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+use sim::{Mode, Shape, SimConfig};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sim",
+    version,
+    about = "A local OpenRouter-compatible simulator: shared free quota, faults, call log",
+    after_help = sim::USAGE
+)]
+struct Cli {
+    /// Address to listen on (port 0 picks a free port)
+    #[arg(long, env = "SIM_ADDR", default_value = "127.0.0.1:8090")]
+    addr: SocketAddr,
+    /// Free-model requests per window and per key
+    #[arg(long, env = "SIM_RPM", default_value_t = 20, value_name = "N")]
+    rpm: u32,
+    /// Free-model requests per UTC day and per key (without --high-balance)
+    #[arg(long, env = "SIM_RPD", default_value_t = 50, value_name = "N")]
+    rpd: u32,
+    /// Length of the per-minute window in seconds (1..=86400)
+    #[arg(long, env = "SIM_WINDOW_S", default_value_t = 60, value_name = "S")]
+    window_s: u64,
+    /// Delay before the response headers of every served chat request
+    #[arg(long, env = "SIM_LATENCY_MS", default_value_t = 0, value_name = "MS")]
+    latency_ms: u64,
+    /// Streamed chunks per second (0 = all at once)
+    #[arg(long, env = "SIM_TOKEN_RATE", default_value_t = 0, value_name = "N")]
+    token_rate: u32,
+    /// Error body generation: 2025 (no limit_source/remedy_hint) or 2026
+    #[arg(
+        long,
+        env = "SIM_SHAPE",
+        default_value = "2026",
+        value_name = "2025|2026"
+    )]
+    shape: Shape,
+    /// The account bought ≥ 10 credits: 1000 free requests a day, the -high-balance 429
+    #[arg(long, env = "SIM_HIGH_BALANCE")]
+    high_balance: bool,
+    /// Provider imitated: openrouter or groq
+    #[arg(
+        long,
+        env = "SIM_MODE",
+        default_value = "openrouter",
+        value_name = "openrouter|groq"
+    )]
+    mode: Mode,
+    /// ": OPENROUTER PROCESSING" comments before the first streamed chunk
+    #[arg(
+        long,
+        env = "SIM_KEEPALIVE_COMMENTS",
+        default_value_t = 2,
+        value_name = "N"
+    )]
+    keepalive_comments: u32,
+    /// Call-log capacity (oldest records dropped beyond it)
+    #[arg(
+        long,
+        env = "SIM_LOG_CAP",
+        default_value_t = 1_000_000,
+        value_name = "N"
+    )]
+    log_cap: usize,
+}
+
+impl Cli {
+    fn config(&self) -> SimConfig {
+        SimConfig {
+            rpm: self.rpm,
+            rpd: self.rpd,
+            window_s: self.window_s,
+            latency_ms: self.latency_ms,
+            token_rate: self.token_rate,
+            shape: self.shape,
+            high_balance: self.high_balance,
+            mode: self.mode,
+            keepalive_comments: self.keepalive_comments,
+            log_cap: self.log_cap,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            print!("{e}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // clap's report ends with a usage hint over several lines; scripts want one line.
+            let rendered = e.render().to_string();
+            eprintln!(
+                "{}",
+                rendered.lines().next().unwrap_or("error: bad arguments")
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let config = cli.config();
+    if let Err(message) = config.validate() {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
+
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli.addr, config))
+}
+
+async fn run(addr: SocketAddr, config: SimConfig) -> ExitCode {
+    let handle = match sim::start(config, addr).await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: cannot listen on {addr}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("sim listening on http://{}", handle.addr);
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    handle.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!("SIGTERM handler not installed: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let interrupt = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!("SIGINT handler not installed: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}

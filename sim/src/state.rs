@@ -1,0 +1,199 @@
+//! The simulator's mutable state behind one mutex, and the admission of each chat request.
+//!
+//! One short critical section per request reads the clock, counts the request against the
+//! account, takes a fault and appends to the call log, so the four always agree: a refused request
+//! is logged as refused and consumes no fault, a fault is consumed by exactly one request.
+//! Nothing awaits while the lock is held.
+
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::watch;
+
+use crate::account::{Accounts, GroqVerdict, Refusal, is_free_model};
+use crate::calllog::{CallLog, CallRecord};
+use crate::clock::Clock;
+use crate::config::{ConfigPatch, Mode, SimConfig};
+use crate::faults::{FaultQueue, FaultSpec, PendingFault};
+
+struct State {
+    config: SimConfig,
+    clock: Clock,
+    accounts: Accounts,
+    faults: FaultQueue,
+    log: CallLog,
+}
+
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    /// Flips to true on shutdown: ends graceful shutdown, held headers and stream pauses, so a
+    /// 30-second `timeout` fault does not keep a stopping server alive.
+    stopping: watch::Sender<bool>,
+}
+
+/// What to do with a chat request.
+pub(crate) enum Verdict {
+    /// The OpenRouter free-model account refused it.
+    FreeTier(Refusal),
+    /// Groq's per-model request limit refused it.
+    GroqLimited(GroqVerdict),
+    /// Serve it, suffering the fault if any.
+    Serve(Option<FaultSpec>),
+}
+
+pub(crate) struct Admission {
+    pub now_ms: u64,
+    /// Settings in force when the request arrived.
+    pub config: SimConfig,
+    /// Groq mode: the limiter state for the headers of a served response.
+    pub groq: Option<GroqVerdict>,
+    pub verdict: Verdict,
+}
+
+impl Shared {
+    pub(crate) fn new(config: SimConfig) -> Shared {
+        Shared {
+            state: Mutex::new(State {
+                config,
+                clock: Clock::default(),
+                accounts: Accounts::default(),
+                faults: FaultQueue::default(),
+                log: CallLog::new(config.log_cap),
+            }),
+            stopping: watch::Sender::new(false),
+        }
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// A receiver that sees `true` once the simulator is stopping.
+    pub(crate) fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.stopping.subscribe()
+    }
+
+    /// Resolves once the simulator is stopping.
+    pub(crate) fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.stopping.subscribe();
+        async move {
+            // An error means the sender is gone, which also means the simulator is gone.
+            let _ = rx.wait_for(|stopping| *stopping).await;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No code path panics while holding the lock; if one ever did, the counters are still
+        // consistent enough to keep serving a test.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts a valid chat request and decides how to answer it.
+    pub(crate) fn admit(&self, key: &str, model: &str, stream: bool, tokens: u64) -> Admission {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let now_ms = st.clock.now_ms();
+        let config = st.config;
+        let mut groq = None;
+        let verdict = match config.mode {
+            Mode::OpenRouter => {
+                let refusal = if is_free_model(model) {
+                    st.accounts.count_free(key, now_ms, &config)
+                } else {
+                    None
+                };
+                match refusal {
+                    Some(refusal) => Verdict::FreeTier(refusal),
+                    None => Verdict::Serve(st.faults.take(model, key)),
+                }
+            }
+            Mode::Groq => {
+                let g = st.accounts.count_groq(key, model, tokens, now_ms, &config);
+                groq = Some(g);
+                if g.refused {
+                    Verdict::GroqLimited(g)
+                } else {
+                    Verdict::Serve(st.faults.take(model, key))
+                }
+            }
+        };
+        let (status, variant) = match &verdict {
+            Verdict::FreeTier(Refusal::PerMinute { .. }) => (429, "free_per_min"),
+            Verdict::FreeTier(Refusal::PerDay {
+                high_balance: false,
+                ..
+            }) => (429, "free_per_day"),
+            Verdict::FreeTier(Refusal::PerDay {
+                high_balance: true, ..
+            }) => (429, "free_per_day_high_balance"),
+            Verdict::GroqLimited(_) => (429, "groq_rpm"),
+            Verdict::Serve(None) => (200, "ok"),
+            Verdict::Serve(Some(f)) => (f.kind.status(), f.kind.name()),
+        };
+        st.log.push(now_ms, model, key, status, variant, stream);
+        Admission {
+            now_ms,
+            config,
+            groq,
+            verdict,
+        }
+    }
+
+    /// Logs a request refused before admission (no key, unreadable body).
+    pub(crate) fn log_rejected(&self, key: &str, status: u16, variant: &'static str) {
+        let mut st = self.lock();
+        let now_ms = st.clock.now_ms();
+        st.log.push(now_ms, "", key, status, variant, false);
+    }
+
+    /// `(used, limit, high_balance)` of the key's free-model day.
+    pub(crate) fn free_usage(&self, key: &str) -> (u32, u32, bool) {
+        let st = self.lock();
+        let used = st.accounts.free_used_today(key, st.clock.now_ms());
+        (used, st.config.free_daily_limit(), st.config.high_balance)
+    }
+
+    pub(crate) fn add_fault(&self, spec: FaultSpec) -> u64 {
+        self.lock().faults.push(spec)
+    }
+
+    pub(crate) fn faults(&self) -> Vec<PendingFault> {
+        self.lock().faults.list()
+    }
+
+    pub(crate) fn clear_faults(&self) -> usize {
+        self.lock().faults.clear()
+    }
+
+    pub(crate) fn calls(&self, since_ms: u64) -> Vec<CallRecord> {
+        self.lock().log.since(since_ms)
+    }
+
+    /// Forgets counters, faults, the log and the clock offset; the settings stay.
+    pub(crate) fn reset(&self) {
+        let mut st = self.lock();
+        st.accounts.clear();
+        st.faults.clear();
+        st.log.clear();
+        st.clock.reset();
+    }
+
+    pub(crate) fn advance_clock(&self, ms: u64) -> u64 {
+        self.lock().clock.advance(ms)
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.lock().clock.now_ms()
+    }
+
+    pub(crate) fn config(&self) -> SimConfig {
+        self.lock().config
+    }
+
+    pub(crate) fn patch_config(&self, patch: &ConfigPatch) -> Result<SimConfig, String> {
+        let mut st = self.lock();
+        let next = patch.applied_to(&st.config)?;
+        st.config = next;
+        Ok(next)
+    }
+}

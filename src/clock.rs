@@ -1,0 +1,71 @@
+//! Time and randomness for the engine, injectable so tests never sleep.
+//!
+//! Rests are timed by Redis (`TIME` inside the Lua scripts); this clock only serves what is the
+//! replica's own business: deadlines, the one-route retry's 1–3 s pause and snooze jitter.
+
+use async_trait::async_trait;
+use rand::RngExt;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[async_trait]
+pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+    async fn sleep(&self, duration: Duration);
+    /// A uniform random number of ms in `[lo, hi]`.
+    fn jitter_ms(&self, lo: u64, hi: u64) -> u64;
+}
+
+/// The real clock and thread-local randomness.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+pub fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[async_trait]
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        epoch_ms()
+    }
+    async fn sleep(&self, duration: Duration) {
+        tokio::time::sleep(duration).await;
+    }
+    fn jitter_ms(&self, lo: u64, hi: u64) -> u64 {
+        rand::rng().random_range(lo..=hi.max(lo))
+    }
+}
+
+/// A clock for tests: real time for `now_ms`, sleeps return at once and are recorded, and jitter
+/// is always the upper bound (the worst case for deadlines).
+#[derive(Debug, Default)]
+pub struct InstantClock {
+    slept: Mutex<Vec<Duration>>,
+}
+
+impl InstantClock {
+    /// Every sleep requested so far.
+    pub fn slept(&self) -> Vec<Duration> {
+        self.slept.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl Clock for InstantClock {
+    fn now_ms(&self) -> u64 {
+        epoch_ms()
+    }
+    async fn sleep(&self, duration: Duration) {
+        if let Ok(mut s) = self.slept.lock() {
+            s.push(duration);
+        }
+    }
+    fn jitter_ms(&self, _lo: u64, hi: u64) -> u64 {
+        hi
+    }
+}

@@ -1,0 +1,172 @@
+//! Configuration from the environment (SPEC §5.3), checked once at start-up.
+//!
+//! Every binary reads the same variables; a bad value is reported as one [`ConfigError`] line
+//! that names the variable, never as a panic.
+
+use crate::provider::ApiKey;
+use crate::store::SecretKey;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}: {message}")]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(var: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            var,
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// The settings every binary shares.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub redis_url: String,
+    pub database_url: String,
+    pub namespace: String,
+    pub openrouter_api_key: Option<ApiKey>,
+    pub openrouter_base_url: String,
+    pub tool_url: Option<String>,
+    pub summary: bool,
+    pub log_format: LogFormat,
+    /// `FREEWAY_SECRET_KEY`: seals users' connection keys in the store; without it user
+    /// connections cannot be stored or used.
+    pub secret_key: Option<SecretKey>,
+}
+
+impl Settings {
+    /// Read the process environment.
+    pub fn from_env() -> Result<Settings, ConfigError> {
+        Self::from_vars(&std::env::vars().collect())
+    }
+
+    /// Read settings from a map of variables (the process environment in production).
+    pub fn from_vars(vars: &HashMap<String, String>) -> Result<Settings, ConfigError> {
+        let get = |k: &str| vars.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let redis_url = get("REDIS_URL")
+            .unwrap_or("redis://127.0.0.1:6379")
+            .to_string();
+        if !(redis_url.starts_with("redis://") || redis_url.starts_with("rediss://")) {
+            return Err(ConfigError::new(
+                "REDIS_URL",
+                "must start with redis:// or rediss://",
+            ));
+        }
+        let database_url = get("DATABASE_URL")
+            .unwrap_or("sqlite://freeway.db")
+            .to_string();
+        let namespace = get("FREEWAY_NAMESPACE").unwrap_or("freeway").to_string();
+        let ns_ok = namespace.len() <= 64
+            && namespace
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !ns_ok {
+            return Err(ConfigError::new(
+                "FREEWAY_NAMESPACE",
+                "must be 1-64 characters of [A-Za-z0-9_.-]",
+            ));
+        }
+        let openrouter_base_url = http_url(
+            "OPENROUTER_BASE_URL",
+            get("OPENROUTER_BASE_URL").unwrap_or("https://openrouter.ai/api/v1"),
+        )?;
+        let tool_url = get("FREEWAY_TOOL_URL")
+            .map(|u| http_url("FREEWAY_TOOL_URL", u))
+            .transpose()?;
+        let summary = match get("FREEWAY_SUMMARY").unwrap_or("off") {
+            "on" => true,
+            "off" => false,
+            other => {
+                return Err(ConfigError::new(
+                    "FREEWAY_SUMMARY",
+                    format!("must be on or off, got {other:?}"),
+                ));
+            }
+        };
+        let log_format = match get("FREEWAY_LOG_FORMAT").unwrap_or("pretty") {
+            "pretty" => LogFormat::Pretty,
+            "json" => LogFormat::Json,
+            other => {
+                return Err(ConfigError::new(
+                    "FREEWAY_LOG_FORMAT",
+                    format!("must be json or pretty, got {other:?}"),
+                ));
+            }
+        };
+        let secret_key = get("FREEWAY_SECRET_KEY")
+            .map(SecretKey::from_hex)
+            .transpose()
+            .map_err(|e| ConfigError::new("FREEWAY_SECRET_KEY", e.to_string()))?;
+        Ok(Settings {
+            redis_url,
+            database_url,
+            namespace,
+            openrouter_api_key: get("OPENROUTER_API_KEY").map(ApiKey::new),
+            openrouter_base_url,
+            tool_url,
+            summary,
+            log_format,
+            secret_key,
+        })
+    }
+}
+
+/// An `http(s)://` URL without a trailing slash.
+fn http_url(var: &'static str, value: &str) -> Result<String, ConfigError> {
+    if !(value.starts_with("http://") || value.starts_with("https://")) {
+        return Err(ConfigError::new(
+            var,
+            format!("must be an http:// or https:// URL, got {value:?}"),
+        ));
+    }
+    Ok(value.trim_end_matches('/').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_follow_the_spec() {
+        let s = Settings::from_vars(&vars(&[])).unwrap();
+        assert_eq!(s.redis_url, "redis://127.0.0.1:6379");
+        assert_eq!(s.database_url, "sqlite://freeway.db");
+        assert_eq!(s.namespace, "freeway");
+        assert_eq!(s.openrouter_base_url, "https://openrouter.ai/api/v1");
+        assert!(!s.summary);
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        let e = Settings::from_vars(&vars(&[("FREEWAY_SUMMARY", "yes")])).unwrap_err();
+        assert_eq!(e.var, "FREEWAY_SUMMARY");
+        let e = Settings::from_vars(&vars(&[("REDIS_URL", "localhost:6379")])).unwrap_err();
+        assert_eq!(e.var, "REDIS_URL");
+        let e = Settings::from_vars(&vars(&[("OPENROUTER_BASE_URL", "ftp://x")])).unwrap_err();
+        assert_eq!(e.var, "OPENROUTER_BASE_URL");
+    }
+
+    #[test]
+    fn the_key_never_prints() {
+        let s = Settings::from_vars(&vars(&[("OPENROUTER_API_KEY", "sk-or-v1-hunter2")])).unwrap();
+        assert!(!format!("{s:?}").contains("hunter2"));
+    }
+}

@@ -1,0 +1,172 @@
+//! One attempt: count it, make the call, relay its text, and on failure classify it, write the
+//! rest it calls for and log it (SPEC §2.1, §3, §7).
+
+use super::{Engine, EngineError, Run};
+use crate::classify::{self, Classification, RestScope, Verdict};
+use crate::events::Event;
+use crate::provider::{CallError, ChatRequest, Completion};
+use crate::run::AttemptRecord;
+use tokio::sync::mpsc;
+
+/// A failed attempt, classified, with its rest already written.
+pub(crate) struct Failure {
+    pub error: CallError,
+    pub class: Classification,
+}
+
+impl Failure {
+    /// A 200 stream that carried a rate-limit error (SPEC §2.3: the run ends `interrupted`).
+    pub fn is_mid_stream_rate_limit(&self) -> bool {
+        matches!(&self.error, CallError::InBand { error, .. } if error.is_rate_limit())
+    }
+}
+
+impl Engine {
+    /// Make one call on route `index` for `step`. The attempt is counted and saved before the
+    /// call. Text deltas are published as they arrive when `stream` is set.
+    pub(crate) async fn attempt(
+        &self,
+        run: &mut Run<'_>,
+        index: usize,
+        step: u32,
+        messages: &[crate::chat::Message],
+        stream: bool,
+    ) -> Result<Result<Completion, Failure>, EngineError> {
+        let route = &run.routes[index];
+        let counters = &mut run.rec.state.counters;
+        counters.calls += 1;
+        if step == 1 {
+            counters.step1_attempts += 1;
+        }
+        let n = counters.calls;
+        self.save(run).await?;
+        self.publish(
+            run,
+            Event::Attempt {
+                n,
+                step,
+                route: route.key(),
+            },
+        )
+        .await?;
+
+        let started = self.clock.now_ms();
+        let result = match self.targets.target(route).await {
+            Ok(target) => {
+                let request = ChatRequest {
+                    model: route.model.clone(),
+                    messages: messages.to_vec(),
+                    tools: run.job.request.tools.clone(),
+                    stream,
+                };
+                self.call_relaying(run, &target, &request).await?
+            }
+            // No key to call with: the attempt fails like a refused key, without a call.
+            Err(e) => Err(CallError::Http {
+                status: 401,
+                headers: Default::default(),
+                body: format!(r#"{{"error":{{"code":401,"message":"{e}"}}}}"#).into(),
+            }),
+        };
+        let finished = self.clock.now_ms();
+        let mut record = AttemptRecord {
+            run_id: run.rec.run_id.clone(),
+            n,
+            step,
+            route: route.key(),
+            http_status: Some(200),
+            error: None,
+            verdict: None,
+            retry_hint_ms: None,
+            ratelimit_remaining: None,
+            provider_name: None,
+            latency_ms: finished.saturating_sub(started),
+            t_ms: started,
+        };
+        let outcome = match result {
+            Ok(c) => {
+                record.ratelimit_remaining = c.ratelimit_remaining;
+                record.provider_name = c.provider_name.clone();
+                Ok(c)
+            }
+            Err(error) => {
+                let class = classify::classify(&error, route, finished);
+                record.http_status = match &error {
+                    CallError::Http { status, .. } => Some(*status),
+                    CallError::InBand { .. } => Some(200),
+                    CallError::Transport(_) => None,
+                };
+                record.error = Some(error.to_string());
+                record.verdict = Some(class.verdict);
+                record.retry_hint_ms = class.retry_hint_ms;
+                record.ratelimit_remaining = class.ratelimit_remaining;
+                record.provider_name = class.provider_name.clone();
+                let failure = Failure { error, class };
+                self.write_rests(run, index, &failure).await?;
+                Err(failure)
+            }
+        };
+        self.store.record_attempt(&record).await?;
+        self.save(run).await?;
+        Ok(outcome)
+    }
+
+    /// Call the provider while publishing its text deltas as `delta` events.
+    async fn call_relaying(
+        &self,
+        run: &mut Run<'_>,
+        target: &crate::provider::Target,
+        request: &ChatRequest,
+    ) -> Result<Result<Completion, CallError>, EngineError> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let call = self.provider.call(target, request, &tx);
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(text) = rx.recv() => self.publish(run, Event::Delta { text }).await?,
+                result = &mut call => break result,
+            }
+        };
+        while let Ok(text) = rx.try_recv() {
+            self.publish(run, Event::Delta { text }).await?;
+        }
+        Ok(result)
+    }
+
+    /// Write what the classification calls for. A mid-stream rate limit rests nothing and records
+    /// no evidence (SPEC §2.3).
+    async fn write_rests(
+        &self,
+        run: &mut Run<'_>,
+        index: usize,
+        failure: &Failure,
+    ) -> Result<(), EngineError> {
+        if failure.is_mid_stream_rate_limit() {
+            return Ok(());
+        }
+        let class = &failure.class;
+        let route = &run.routes[index];
+        if let (Some(length), false) = (class.length, class.scope == RestScope::None) {
+            let reason = format!(
+                "{} on {} ({})",
+                class.verdict.as_str(),
+                route.key(),
+                class.rule
+            );
+            self.rests.write(&class.scope, length, &reason).await?;
+        }
+        if class.evidence
+            && let Some(pool) = &route.pool
+        {
+            let unique = format!("{}-{}", run.rec.run_id, run.rec.state.counters.calls);
+            self.rests
+                .record_evidence(pool, &run.job.request.user_id, &unique)
+                .await?;
+        }
+        if class.verdict == Verdict::Ambiguous && route.is_shared() {
+            run.rec.state.ambiguous_stop = true;
+        }
+        Ok(())
+    }
+}

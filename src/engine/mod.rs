@@ -1,0 +1,574 @@
+//! The run engine (SPEC §2, §4.1): pre-flight, the chain walk of step 1, later steps, tools,
+//! approvals, snoozes and the budget, as one resumable state machine.
+//!
+//! Every delivery of a job calls [`Engine::execute`]. The run's position (counters, route, flags)
+//! is saved in the store before each provider call and the transcript holds its messages, so a
+//! snoozed or crashed run resumes where it stopped, on the same route, with the calls it already
+//! spent still counted.
+
+mod attempt;
+mod targets;
+mod walk;
+
+pub use targets::{EnvTargets, TargetError, Targets};
+
+use crate::budget::Budget;
+use crate::chat::{Approval, Message, Role, ToolCall, Usage};
+use crate::classify::Verdict;
+use crate::clock::Clock;
+use crate::events::{Event, EventError, EventSink};
+use crate::job::RunJob;
+use crate::provider::{ChatProvider, Completion};
+use crate::rest::{Closure, RestError, RestKind, Rests};
+use crate::route::Route;
+use crate::run::{Code, RunRecord, RunState, RunStatus};
+use crate::store::{Store, StoreError};
+use crate::tools::{ToolContext, ToolRunner};
+use std::sync::Arc;
+
+/// Jitter added after a reopening moment, never before it (SPEC §4.2).
+pub const SNOOZE_JITTER_MS: (u64, u64) = (0, 2_000);
+/// The one-route retry's pause (SPEC §2.2.5).
+pub const RETRY_PAUSE_MS: (u64, u64) = (1_000, 3_000);
+const SUMMARY_PROMPT: &str = "Summarise this conversation in one short sentence.";
+
+/// What the caller does when every route is closed and the deadline allows a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenResting {
+    /// The queue re-pushes the run to run after the reopening moment.
+    Snooze,
+    /// `worker run-one` has no queue: it refuses with `retry_after_s`.
+    Refuse,
+}
+
+/// How one delivery of a job ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The run had already settled (a second delivery); nothing was done.
+    Skipped(RunStatus),
+    /// Re-run the job at `until_ms` (the run's status is `delayed`).
+    Snoozed {
+        until_ms: u64,
+        reason: String,
+    },
+    Refused {
+        code: Code,
+        retry_after_s: u64,
+    },
+    AwaitingApproval(ToolCall),
+    Finished {
+        status: RunStatus,
+        code: Option<Code>,
+    },
+}
+
+/// Infrastructure faults: the job should be retried by the queue, the run is not at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Rest(#[from] RestError),
+    #[error(transparent)]
+    Event(#[from] EventError),
+}
+
+/// Everything a run needs, shared by every job a worker runs.
+#[derive(Clone)]
+pub struct Engine {
+    pub provider: Arc<dyn ChatProvider>,
+    pub store: Arc<dyn Store>,
+    pub events: Arc<dyn EventSink>,
+    pub rests: Rests,
+    pub clock: Arc<dyn Clock>,
+    pub targets: Arc<dyn Targets>,
+    pub tools: ToolRunner,
+    /// `FREEWAY_SUMMARY=on`.
+    pub summary: bool,
+    /// This replica's name, for the `started` event.
+    pub worker: String,
+}
+
+/// One run in progress: its job, chain, budget and record.
+pub(crate) struct Run<'a> {
+    pub job: &'a RunJob,
+    pub routes: &'a [Route],
+    pub budget: Budget,
+    pub rec: RunRecord,
+}
+
+/// How a step ended when it did not produce a completion.
+pub(crate) enum Stop {
+    Snooze { until_ms: u64, reason: String },
+    Refuse { code: Code, retry_after_s: u64 },
+    End(Code),
+}
+
+impl Engine {
+    /// Run one delivery of `job` (already validated; `routes` is its resolved chain).
+    pub async fn execute(
+        &self,
+        job: &RunJob,
+        routes: &[Route],
+        when_resting: WhenResting,
+    ) -> Result<Outcome, EngineError> {
+        let fresh = new_record(job, self.clock.now_ms());
+        let rec = self.store.create_run(&fresh).await?;
+        if rec.status.is_settled() {
+            return Ok(Outcome::Skipped(rec.status));
+        }
+        let budget = Budget::new(job.request.kind, routes.len(), self.summary);
+        let mut run = Run {
+            job,
+            routes,
+            budget,
+            rec,
+        };
+        if let Some(outcome) = self.preflight(&mut run, when_resting).await? {
+            return Ok(outcome);
+        }
+        self.start(&mut run).await?;
+        self.steps(&mut run, when_resting).await
+    }
+
+    /// SPEC §4.1: deadline and closed chains, before the transcript is touched.
+    async fn preflight(
+        &self,
+        run: &mut Run<'_>,
+        when_resting: WhenResting,
+    ) -> Result<Option<Outcome>, EngineError> {
+        let now = self.clock.now_ms();
+        if now >= run.job.deadline_ms {
+            let outcome = if run.rec.state.input_applied {
+                self.finish(run, RunStatus::Failed, Some(Code::DeadlineExceeded))
+                    .await?
+            } else {
+                self.refuse(run, Code::DeadlineExceeded, 0).await?
+            };
+            return Ok(Some(outcome));
+        }
+        // A continuation is never delayed or refused for a rest, and a run already on its route
+        // checks that route at its next step.
+        if run.job.is_continuation() || run.rec.state.route_index.is_some() {
+            return Ok(None);
+        }
+        let closures = self.closures(run).await?;
+        if closures.iter().any(Option::is_none) {
+            return Ok(None);
+        }
+        let stop = self.resting_stop(run, &closures, when_resting);
+        Ok(Some(self.stop(run, stop).await?))
+    }
+
+    /// The chain's closures as this run sees them: Redis rests plus its own ambiguous stop.
+    pub(crate) async fn closures(
+        &self,
+        run: &Run<'_>,
+    ) -> Result<Vec<Option<Closure>>, EngineError> {
+        let mut closures = self.rests.closures(run.routes).await?;
+        if run.rec.state.ambiguous_stop {
+            for (c, route) in closures.iter_mut().zip(run.routes) {
+                if route.is_shared() && c.is_none() {
+                    *c = Some(Closure {
+                        kind: RestKind::Route,
+                        remaining_ms: u64::MAX,
+                        reason: "ambiguous stop".into(),
+                    });
+                }
+            }
+        }
+        Ok(closures)
+    }
+
+    /// Every route is closed: wait for the earliest reopening, or refuse past the deadline.
+    pub(crate) fn resting_stop(
+        &self,
+        run: &Run<'_>,
+        closures: &[Option<Closure>],
+        when_resting: WhenResting,
+    ) -> Stop {
+        let now = self.clock.now_ms();
+        let reopen_ms = closures
+            .iter()
+            .flatten()
+            .map(|c| c.remaining_ms)
+            .min()
+            .unwrap_or(u64::MAX);
+        let all_pool = run.routes.iter().all(Route::is_shared)
+            && closures.iter().flatten().any(|c| c.kind == RestKind::Pool);
+        let code = if all_pool {
+            Code::AccountResting
+        } else {
+            Code::RoutesResting
+        };
+        if reopen_ms == u64::MAX {
+            return Stop::End(Code::RoutesExhausted);
+        }
+        let until_ms =
+            now + reopen_ms + self.clock.jitter_ms(SNOOZE_JITTER_MS.0, SNOOZE_JITTER_MS.1);
+        let retry_after_s = reopen_ms.div_ceil(1000).max(1);
+        let reason = closures
+            .iter()
+            .flatten()
+            .min_by_key(|c| c.remaining_ms)
+            .map(|c| c.reason.clone())
+            .unwrap_or_default();
+        if when_resting == WhenResting::Snooze && until_ms < run.job.deadline_ms {
+            Stop::Snooze { until_ms, reason }
+        } else {
+            Stop::Refuse {
+                code,
+                retry_after_s,
+            }
+        }
+    }
+
+    /// Carry out a [`Stop`]: snooze, refuse or end the run.
+    pub(crate) async fn stop(&self, run: &mut Run<'_>, stop: Stop) -> Result<Outcome, EngineError> {
+        match stop {
+            Stop::Snooze { until_ms, reason } => {
+                run.rec.status = RunStatus::Delayed;
+                run.rec.state.snoozes += 1;
+                self.save(run).await?;
+                self.publish(
+                    run,
+                    Event::Delayed {
+                        until_ms,
+                        reason: reason.clone(),
+                    },
+                )
+                .await?;
+                Ok(Outcome::Snoozed { until_ms, reason })
+            }
+            Stop::Refuse {
+                code,
+                retry_after_s,
+            } => self.refuse(run, code, retry_after_s).await,
+            Stop::End(code) => self.finish(run, RunStatus::Failed, Some(code)).await,
+        }
+    }
+
+    async fn refuse(
+        &self,
+        run: &mut Run<'_>,
+        code: Code,
+        retry_after_s: u64,
+    ) -> Result<Outcome, EngineError> {
+        run.rec.status = RunStatus::Refused;
+        run.rec.code = Some(code);
+        self.save(run).await?;
+        self.publish(
+            run,
+            Event::Refused {
+                code: code.as_str().to_string(),
+                retry_after_s,
+            },
+        )
+        .await?;
+        Ok(Outcome::Refused {
+            code,
+            retry_after_s,
+        })
+    }
+
+    /// Pre-flight passed: mark the run running and apply its input to the transcript, once.
+    async fn start(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
+        run.rec.status = RunStatus::Running;
+        self.save(run).await?;
+        self.publish(
+            run,
+            Event::Started {
+                worker: self.worker.clone(),
+            },
+        )
+        .await?;
+        if run.rec.state.input_applied {
+            return Ok(());
+        }
+        let conv = &run.job.conversation_id;
+        if let Some(c) = &run.job.continuation {
+            let result = Message::tool_result(c.tool_call.id.clone(), c.result.clone());
+            self.store
+                .append_message(conv, &run.rec.run_id, "input", &result)
+                .await?;
+        } else if run.job.request.regenerate {
+            self.store.delete_last_assistant_turn(conv).await?;
+        } else if let Some(input) = &run.job.request.input {
+            self.store
+                .append_message(
+                    conv,
+                    &run.rec.run_id,
+                    "input",
+                    &Message::user(input.clone()),
+                )
+                .await?;
+        }
+        run.rec.state.input_applied = true;
+        self.save(run).await
+    }
+
+    /// Steps until the run ends, pauses or snoozes.
+    async fn steps(
+        &self,
+        run: &mut Run<'_>,
+        when_resting: WhenResting,
+    ) -> Result<Outcome, EngineError> {
+        loop {
+            let transcript = self.store.transcript(&run.job.conversation_id).await?;
+            if run.rec.state.route_index.is_some() {
+                let pending = pending_tool_calls(&transcript);
+                if !pending.is_empty() {
+                    if let Some(outcome) = self.run_tools(run, pending).await? {
+                        return Ok(outcome);
+                    }
+                    continue;
+                }
+            }
+            if run.rec.state.counters.steps >= run.budget.max_steps {
+                return self
+                    .finish(run, RunStatus::Failed, Some(Code::BudgetExhausted))
+                    .await;
+            }
+            let messages = self.messages(run, transcript);
+            let step = if run.rec.state.route_index.is_none() {
+                self.walk(run, &messages, when_resting).await?
+            } else {
+                self.later_step(run, &messages, when_resting).await?
+            };
+            let completion = match step {
+                Ok(c) => c,
+                Err(stop) => return self.stop(run, stop).await,
+            };
+            if let Some(outcome) = self.take_completion(run, completion).await? {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// The messages sent to the model: the job's system prompt, then the transcript.
+    fn messages(&self, run: &Run<'_>, transcript: Vec<Message>) -> Vec<Message> {
+        let system = run
+            .job
+            .request
+            .system
+            .iter()
+            .map(|s| Message::system(s.clone()));
+        system.chain(transcript).collect()
+    }
+
+    /// A step succeeded: store it; finish on a final answer, or announce the tool calls.
+    async fn take_completion(
+        &self,
+        run: &mut Run<'_>,
+        c: Completion,
+    ) -> Result<Option<Outcome>, EngineError> {
+        let state = &mut run.rec.state;
+        state.counters.steps += 1;
+        if let Some(u) = c.usage {
+            run.rec.usage.add(u);
+        }
+        let text = (!c.text.is_empty()).then(|| c.text.clone());
+        let message = Message::assistant(text, c.tool_calls.clone());
+        let key = format!("step-{}", state.counters.steps);
+        self.store
+            .append_message(&run.job.conversation_id, &run.rec.run_id, &key, &message)
+            .await?;
+        if c.tool_calls.is_empty() {
+            run.rec.output = c.text;
+            self.summarise(run).await?;
+            return Ok(Some(self.finish(run, RunStatus::Succeeded, None).await?));
+        }
+        if run.rec.state.counters.steps >= run.budget.max_steps {
+            run.rec.output = c.text;
+            run.rec.incomplete = true;
+            return Ok(Some(
+                self.finish(run, RunStatus::Failed, Some(Code::BudgetExhausted))
+                    .await?,
+            ));
+        }
+        for call in &c.tool_calls {
+            let event = Event::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            };
+            self.publish(run, event).await?;
+        }
+        self.save(run).await?;
+        Ok(None)
+    }
+
+    /// Run the tools the last assistant turn asked for; pause at the first that needs approval.
+    async fn run_tools(
+        &self,
+        run: &mut Run<'_>,
+        pending: Vec<ToolCall>,
+    ) -> Result<Option<Outcome>, EngineError> {
+        let approval_of = |name: &str| {
+            run.job
+                .request
+                .tools
+                .iter()
+                .find(|t| t.name == name)
+                .map(|t| t.approval)
+        };
+        let (needs_approval, now): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .partition(|c| approval_of(&c.name) == Some(Approval::Required));
+        let ctx = ToolContext {
+            run_id: &run.rec.run_id,
+            user_id: &run.job.request.user_id,
+            conversation_id: &run.job.conversation_id,
+        };
+        let mut results = Vec::new();
+        for call in &now {
+            let content = match approval_of(&call.name) {
+                Some(_) => self.tools.run(&ctx, call).await,
+                None => format!("error: there is no tool named {:?}", call.name),
+            };
+            results.push((call.id.clone(), content));
+        }
+        // One approval at a time: the others wait for a later turn of the model.
+        let mut paused = needs_approval.into_iter();
+        let first = paused.next();
+        for call in paused {
+            results.push((
+                call.id.clone(),
+                "not executed: another tool call is awaiting approval".to_string(),
+            ));
+        }
+        for (id, content) in results {
+            self.publish(
+                run,
+                Event::ToolResult {
+                    id: id.clone(),
+                    content: content.clone(),
+                },
+            )
+            .await?;
+            let key = format!("tool-{id}");
+            let message = Message::tool_result(id, content);
+            self.store
+                .append_message(&run.job.conversation_id, &run.rec.run_id, &key, &message)
+                .await?;
+        }
+        let Some(call) = first else { return Ok(None) };
+        run.rec.pending_tool_call = Some(call.clone());
+        run.rec.status = RunStatus::AwaitingApproval;
+        self.save(run).await?;
+        self.publish(
+            run,
+            Event::AwaitingApproval {
+                tool_call: call.clone(),
+            },
+        )
+        .await?;
+        Ok(Some(Outcome::AwaitingApproval(call)))
+    }
+
+    /// `FREEWAY_SUMMARY=on`: one more call on the run's route; its failure does not fail the run.
+    async fn summarise(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
+        if !run.budget.summary {
+            return Ok(());
+        }
+        let Some(index) = run.rec.state.route_index else {
+            return Ok(());
+        };
+        let mut messages =
+            self.messages(run, self.store.transcript(&run.job.conversation_id).await?);
+        messages.push(Message::user(SUMMARY_PROMPT));
+        let step = run.rec.state.counters.steps + 1;
+        if let Ok(c) = self.attempt(run, index, step, &messages, false).await? {
+            run.rec.summary = Some(c.text);
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn finish(
+        &self,
+        run: &mut Run<'_>,
+        status: RunStatus,
+        code: Option<Code>,
+    ) -> Result<Outcome, EngineError> {
+        run.rec.status = status;
+        run.rec.code = code;
+        if status == RunStatus::Failed && !run.rec.output.is_empty() {
+            run.rec.incomplete = true;
+        }
+        self.save(run).await?;
+        let event = Event::Finished {
+            status: status.as_str().to_string(),
+            code: code.map(|c| c.as_str().to_string()),
+            usage: run.rec.usage,
+        };
+        self.publish(run, event).await?;
+        Ok(Outcome::Finished { status, code })
+    }
+
+    pub(crate) async fn save(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
+        run.rec.updated_ms = self.clock.now_ms();
+        Ok(self.store.save_run(&run.rec).await?)
+    }
+
+    pub(crate) async fn publish(&self, run: &mut Run<'_>, event: Event) -> Result<(), EngineError> {
+        if event.is_output() {
+            run.rec.state.emitted = true;
+        }
+        Ok(self.events.publish(&run.rec.run_id, &event).await?)
+    }
+}
+
+/// The record of a run at its first delivery.
+fn new_record(job: &RunJob, now: u64) -> RunRecord {
+    RunRecord {
+        run_id: job.run_id.clone(),
+        user_id: job.request.user_id.clone(),
+        conversation_id: job.conversation_id.clone(),
+        kind: job.request.kind,
+        routes: job.request.routes.clone(),
+        parent_run_id: job.continuation.as_ref().map(|c| c.parent_run_id.clone()),
+        idempotency_key: job.request.idempotency_key.clone(),
+        status: RunStatus::Queued,
+        code: None,
+        state: RunState::default(),
+        output: String::new(),
+        incomplete: false,
+        usage: Usage::default(),
+        pending_tool_call: None,
+        summary: None,
+        created_ms: now,
+        updated_ms: now,
+        deadline_ms: job.deadline_ms,
+    }
+}
+
+/// The tool calls of the last assistant turn that have no result yet.
+fn pending_tool_calls(transcript: &[Message]) -> Vec<ToolCall> {
+    let Some(pos) = transcript.iter().rposition(|m| m.role == Role::Assistant) else {
+        return vec![];
+    };
+    let answered: Vec<&str> = transcript[pos + 1..]
+        .iter()
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
+    transcript[pos]
+        .tool_calls
+        .iter()
+        .filter(|c| !answered.contains(&c.id.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// Failures that end a run with a verdict-specific code when they are all a step saw.
+pub(crate) fn exhausted_code(failures: &[Verdict]) -> Code {
+    let all = |v: Verdict| !failures.is_empty() && failures.iter().all(|f| *f == v);
+    if all(Verdict::Client) {
+        Code::UpstreamRejected
+    } else if all(Verdict::Auth) {
+        Code::AuthFailed
+    } else if all(Verdict::Billing) {
+        Code::PaymentRequired
+    } else {
+        Code::RoutesExhausted
+    }
+}

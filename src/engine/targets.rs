@@ -1,0 +1,52 @@
+//! Where a route's calls go and with whose key.
+//!
+//! The platform key comes from the environment; a user's own connection is looked up (and
+//! decrypted) at call time, so a key never travels in a job.
+
+use crate::provider::{ApiKey, Target};
+use crate::route::{Connection, Route};
+use async_trait::async_trait;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("no key for the platform connection (set OPENROUTER_API_KEY)")]
+    NoPlatformKey,
+    #[error("unknown provider {0:?}")]
+    UnknownProvider(String),
+    #[error("connection {0:?} is not known")]
+    UnknownConnection(String),
+}
+
+#[async_trait]
+pub trait Targets: Send + Sync {
+    async fn target(&self, route: &Route) -> Result<Target, TargetError>;
+}
+
+/// Targets from the environment: OpenRouter with the platform key. User connections need the
+/// store's connection table and are unknown here.
+pub struct EnvTargets {
+    pub openrouter_base_url: String,
+    pub platform_key: Option<ApiKey>,
+}
+
+#[async_trait]
+impl Targets for EnvTargets {
+    async fn target(&self, route: &Route) -> Result<Target, TargetError> {
+        if route.provider != crate::route::DEFAULT_PROVIDER {
+            return Err(TargetError::UnknownProvider(route.provider.clone()));
+        }
+        match &route.connection {
+            Connection::Platform => {
+                let api_key = self
+                    .platform_key
+                    .clone()
+                    .ok_or(TargetError::NoPlatformKey)?;
+                Ok(Target {
+                    base_url: self.openrouter_base_url.clone(),
+                    api_key,
+                })
+            }
+            Connection::User(id) => Err(TargetError::UnknownConnection(id.clone())),
+        }
+    }
+}

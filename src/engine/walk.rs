@@ -1,0 +1,204 @@
+//! Step 1 walks the chain (SPEC §2.2); later steps stay on the route step 1 found (SPEC §2.3).
+
+use super::attempt::Failure;
+use super::{
+    Engine, EngineError, RETRY_PAUSE_MS, Run, SNOOZE_JITTER_MS, Stop, WhenResting, exhausted_code,
+};
+use crate::chat::Message;
+use crate::classify::Verdict;
+use crate::events::Event;
+use crate::provider::{CallError, Completion};
+use crate::rest::RestKind;
+use crate::run::Code;
+use std::time::Duration;
+
+impl Engine {
+    /// Step 1: call the first open route; on failure, fail over while attempts remain and nothing
+    /// was emitted. A chain exhausted only by rate limits snoozes instead of failing.
+    pub(crate) async fn walk(
+        &self,
+        run: &mut Run<'_>,
+        messages: &[Message],
+        when_resting: WhenResting,
+    ) -> Result<Result<Completion, Stop>, EngineError> {
+        if run.job.is_continuation() {
+            return self.continuation_step(run, messages).await;
+        }
+        // Routes that failed in this delivery without a rest are not called twice, except by the
+        // one-route retry.
+        let mut tried = vec![false; run.routes.len()];
+        let mut failures: Vec<Verdict> = Vec::new();
+        let mut retry_next = false;
+        loop {
+            if run.rec.state.counters.step1_attempts >= run.budget.step1_attempts {
+                return Ok(Err(Stop::End(exhausted_code(&failures))));
+            }
+            let closures = self.closures(run).await?;
+            let open = |i: usize| closures[i].is_none() && !tried[i];
+            let index = if retry_next {
+                Some(0)
+            } else {
+                (0..run.routes.len()).find(|&i| open(i))
+            };
+            retry_next = false;
+            let Some(index) = index else {
+                let only_rate_limits = failures.iter().all(|v| v.is_rate_limit());
+                if only_rate_limits
+                    && !run.rec.state.emitted
+                    && !run.rec.state.ambiguous_stop_only(&closures)
+                {
+                    return Ok(Err(self.resting_stop(run, &closures, when_resting)));
+                }
+                return Ok(Err(Stop::End(exhausted_code(&failures))));
+            };
+            let failure = match self.attempt(run, index, 1, messages, true).await? {
+                Ok(c) => {
+                    run.rec.state.route_index = Some(index);
+                    return Ok(Ok(c));
+                }
+                Err(f) => f,
+            };
+            if let Some(stop) = self.stop_after_failure(run, &failure) {
+                return Ok(Err(stop));
+            }
+            let verdict = failure.class.verdict;
+            failures.push(verdict);
+            tried[index] = true;
+            if self.may_retry_one_route(run, verdict).await? {
+                run.rec.state.counters.retried = true;
+                self.save(run).await?;
+                let pause = self.clock.jitter_ms(RETRY_PAUSE_MS.0, RETRY_PAUSE_MS.1);
+                self.clock.sleep(Duration::from_millis(pause)).await;
+                retry_next = true;
+                continue;
+            }
+            let closures = self.closures(run).await?;
+            let next = (0..run.routes.len()).find(|&i| closures[i].is_none() && !tried[i]);
+            let has_attempts = run.rec.state.counters.step1_attempts < run.budget.step1_attempts;
+            let event = Event::Failover {
+                from: run.routes[index].key(),
+                to: next.filter(|_| has_attempts).map(|i| run.routes[i].key()),
+                verdict: verdict.as_str().to_string(),
+            };
+            self.publish(run, event).await?;
+        }
+    }
+
+    /// A continuation tries once: the first route whose connection has no open circuit, rests
+    /// ignored; no failover, no retry (SPEC §2.4).
+    async fn continuation_step(
+        &self,
+        run: &mut Run<'_>,
+        messages: &[Message],
+    ) -> Result<Result<Completion, Stop>, EngineError> {
+        if run.rec.state.counters.step1_attempts >= 1 {
+            return Ok(Err(Stop::End(Code::RoutesExhausted)));
+        }
+        let closures = self.rests.closures(run.routes).await?;
+        let usable = |i: usize| !matches!(&closures[i], Some(c) if c.kind == RestKind::Circuit);
+        let Some(index) = (0..run.routes.len()).find(|&i| usable(i)) else {
+            return Ok(Err(Stop::End(Code::AuthFailed)));
+        };
+        match self.attempt(run, index, 1, messages, true).await? {
+            Ok(c) => {
+                run.rec.state.route_index = Some(index);
+                Ok(Ok(c))
+            }
+            Err(failure) => Ok(Err(self
+                .stop_after_failure(run, &failure)
+                .unwrap_or_else(|| Stop::End(Code::for_verdict(failure.class.verdict))))),
+        }
+    }
+
+    /// A later step: never call into a closed route (snooze until it reopens); any failure ends
+    /// the run.
+    pub(crate) async fn later_step(
+        &self,
+        run: &mut Run<'_>,
+        messages: &[Message],
+        when_resting: WhenResting,
+    ) -> Result<Result<Completion, Stop>, EngineError> {
+        let Some(index) = run.rec.state.route_index else {
+            return Ok(Err(Stop::End(Code::RoutesExhausted)));
+        };
+        let closures = self.rests.closures(&run.routes[index..=index]).await?;
+        if let Some(closure) = &closures[0] {
+            let now = self.clock.now_ms();
+            let until_ms = now
+                + closure.remaining_ms
+                + self.clock.jitter_ms(SNOOZE_JITTER_MS.0, SNOOZE_JITTER_MS.1);
+            if when_resting == WhenResting::Snooze && until_ms < run.job.deadline_ms {
+                return Ok(Err(Stop::Snooze {
+                    until_ms,
+                    reason: closure.reason.clone(),
+                }));
+            }
+            return Ok(Err(Stop::End(Code::DeadlineExceeded)));
+        }
+        let step = run.rec.state.counters.steps + 1;
+        match self.attempt(run, index, step, messages, true).await? {
+            Ok(c) => Ok(Ok(c)),
+            Err(failure) => Ok(Err(self
+                .stop_after_failure(run, &failure)
+                .unwrap_or_else(|| Stop::End(Code::for_verdict(failure.class.verdict))))),
+        }
+    }
+
+    /// Failures that end the run whatever remains of the chain: a mid-stream rate limit, and any
+    /// failure after output was emitted (partial output stays, marked incomplete).
+    fn stop_after_failure(&self, run: &mut Run<'_>, failure: &Failure) -> Option<Stop> {
+        if failure.is_mid_stream_rate_limit() {
+            keep_partial(run, &failure.error);
+            return Some(Stop::End(Code::Interrupted));
+        }
+        if run.rec.state.emitted {
+            keep_partial(run, &failure.error);
+            return Some(Stop::End(Code::for_verdict(failure.class.verdict)));
+        }
+        None
+    }
+
+    /// SPEC §2.2.5: one retry for a one-route chain, on a 5xx or network failure, when the pool
+    /// (for a shared route) is not resting. Never for `complete` (its budget has no retry).
+    async fn may_retry_one_route(
+        &self,
+        run: &Run<'_>,
+        verdict: Verdict,
+    ) -> Result<bool, EngineError> {
+        let state = &run.rec.state;
+        if !run.budget.one_route_retry
+            || state.counters.retried
+            || verdict != Verdict::Server
+            || state.emitted
+        {
+            return Ok(false);
+        }
+        if let Some(pool) = &run.routes[0].pool
+            && self.rests.pool_rest(pool).await?.is_some()
+        {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// Keep the text a failed stream produced before it broke off.
+fn keep_partial(run: &mut Run<'_>, error: &CallError) {
+    if let CallError::InBand { partial, .. } = error
+        && !partial.is_empty()
+    {
+        run.rec.output.push_str(partial);
+    }
+}
+
+impl crate::run::RunState {
+    /// Whether the only thing keeping the chain closed is this run's own ambiguous stop: such a
+    /// closure never reopens, so waiting would not help.
+    fn ambiguous_stop_only(&self, closures: &[Option<crate::rest::Closure>]) -> bool {
+        self.ambiguous_stop
+            && closures
+                .iter()
+                .flatten()
+                .all(|c| c.remaining_ms == u64::MAX)
+    }
+}

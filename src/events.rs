@@ -1,0 +1,157 @@
+//! Run events (SPEC §2.5): what a run tells the web app while it happens.
+//!
+//! Every event goes to the run's Redis Stream `{ns}:run:{run_id}:events`, trimmed, and set to
+//! expire a day after the run ends. The API relays the stream as Server-Sent Events.
+
+use crate::chat::{ToolCall, Usage};
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use serde::Serialize;
+
+/// How long a finished run's events stay in Redis.
+pub const EVENTS_TTL_S: i64 = 24 * 3600;
+/// The most entries a run's stream keeps (approximately).
+const STREAM_MAXLEN: usize = 10_000;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    Queued,
+    Delayed {
+        until_ms: u64,
+        reason: String,
+    },
+    Started {
+        worker: String,
+    },
+    Attempt {
+        n: u32,
+        step: u32,
+        route: String,
+    },
+    Failover {
+        from: String,
+        to: Option<String>,
+        verdict: String,
+    },
+    Delta {
+        text: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    ToolResult {
+        id: String,
+        content: String,
+    },
+    AwaitingApproval {
+        tool_call: ToolCall,
+    },
+    Refused {
+        code: String,
+        retry_after_s: u64,
+    },
+    Finished {
+        status: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+        usage: Usage,
+    },
+}
+
+impl Event {
+    /// The event's `type` field.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Queued => "queued",
+            Event::Delayed { .. } => "delayed",
+            Event::Started { .. } => "started",
+            Event::Attempt { .. } => "attempt",
+            Event::Failover { .. } => "failover",
+            Event::Delta { .. } => "delta",
+            Event::ToolCall { .. } => "tool_call",
+            Event::ToolResult { .. } => "tool_result",
+            Event::AwaitingApproval { .. } => "awaiting_approval",
+            Event::Refused { .. } => "refused",
+            Event::Finished { .. } => "finished",
+        }
+    }
+
+    /// Output events: after one of these, a run never fails over.
+    pub fn is_output(&self) -> bool {
+        matches!(
+            self,
+            Event::Delta { .. } | Event::ToolCall { .. } | Event::ToolResult { .. }
+        )
+    }
+
+    /// The events after which a run's stream has nothing more to say for this job.
+    pub fn is_last(&self) -> bool {
+        matches!(
+            self,
+            Event::Finished { .. } | Event::Refused { .. } | Event::AwaitingApproval { .. }
+        )
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| format!("{{\"type\":\"{}\"}}", self.kind()))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("publishing an event: {0}")]
+pub struct EventError(String);
+
+#[async_trait]
+pub trait EventSink: Send + Sync {
+    async fn publish(&self, run_id: &str, event: &Event) -> Result<(), EventError>;
+}
+
+/// The stream key of a run's events.
+pub fn stream_key(ns: &str, run_id: &str) -> String {
+    format!("{ns}:run:{run_id}:events")
+}
+
+/// Publishes events to the run's Redis Stream.
+#[derive(Clone)]
+pub struct RedisEvents {
+    conn: ConnectionManager,
+    ns: String,
+}
+
+impl RedisEvents {
+    pub fn new(conn: ConnectionManager, ns: impl Into<String>) -> Self {
+        Self {
+            conn,
+            ns: ns.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl EventSink for RedisEvents {
+    async fn publish(&self, run_id: &str, event: &Event) -> Result<(), EventError> {
+        let key = stream_key(&self.ns, run_id);
+        let mut pipe = redis::pipe();
+        pipe.cmd("XADD")
+            .arg(&key)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(STREAM_MAXLEN)
+            .arg("*")
+            .arg("type")
+            .arg(event.kind())
+            .arg("data")
+            .arg(event.to_json())
+            .ignore();
+        if event.is_last() {
+            pipe.cmd("EXPIRE").arg(&key).arg(EVENTS_TTL_S).ignore();
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| EventError(e.to_string()))
+    }
+}

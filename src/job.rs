@@ -1,0 +1,305 @@
+//! The job payload: what a web app asks for (`POST /v1/runs`, SPEC §5.1) and what travels in the
+//! queue. Validation lives here so the API, `worker run-one` and the worker's pre-flight reject the
+//! same things with the same precise messages.
+
+use crate::budget::Kind;
+use crate::chat::{ToolCall, ToolSpec};
+use crate::route::{Route, RouteError, RouteSpec};
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+/// The payload version a worker understands. A job with another version is dead-lettered.
+pub const JOB_VERSION: u32 = 1;
+/// The default deadline after enqueue, and the longest allowed.
+pub const DEFAULT_DEADLINE_S: u64 = 600;
+pub const MAX_DEADLINE_S: u64 = 24 * 3600;
+const MAX_INPUT_BYTES: usize = 128 * 1024;
+const MAX_TOOLS: usize = 32;
+
+/// What to do with a run whose routes are all closed at enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRest {
+    #[default]
+    Refuse,
+    Queue,
+}
+
+/// The body of `POST /v1/runs` and of `worker run-one JOB.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    pub user_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
+    #[serde(default)]
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    pub routes: Vec<RouteSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_s: Option<u64>,
+    #[serde(default)]
+    pub on_rest: OnRest,
+    #[serde(default)]
+    pub regenerate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// Why a request or a job is not acceptable. The message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidRequest {
+    pub field: String,
+    pub message: String,
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> InvalidRequest {
+    InvalidRequest {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+fn is_id(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+}
+
+impl RunRequest {
+    /// Parse and validate a JSON body.
+    pub fn from_json(bytes: &[u8]) -> Result<RunRequest, InvalidRequest> {
+        let req: RunRequest =
+            serde_json::from_slice(bytes).map_err(|e| invalid("body", e.to_string()))?;
+        req.validate()?;
+        Ok(req)
+    }
+
+    /// Check every field; returns the resolved chain.
+    pub fn validate(&self) -> Result<Vec<Route>, InvalidRequest> {
+        if !is_id(&self.user_id) {
+            return Err(invalid("user_id", "must match [A-Za-z0-9_.:-]{1,128}"));
+        }
+        if let Some(c) = &self.conversation_id
+            && !is_id(c)
+        {
+            return Err(invalid(
+                "conversation_id",
+                "must match [A-Za-z0-9_.:-]{1,128}",
+            ));
+        }
+        match (&self.input, self.regenerate) {
+            (None, false) => return Err(invalid("input", "is required unless regenerate is true")),
+            (Some(i), _) if i.trim().is_empty() => {
+                return Err(invalid("input", "must not be empty"));
+            }
+            (Some(i), _) if i.len() > MAX_INPUT_BYTES => {
+                return Err(invalid(
+                    "input",
+                    format!("must be at most {MAX_INPUT_BYTES} bytes"),
+                ));
+            }
+            _ => {}
+        }
+        if self.regenerate && self.conversation_id.is_none() {
+            return Err(invalid(
+                "conversation_id",
+                "is required when regenerate is true",
+            ));
+        }
+        if !(1..=8).contains(&self.routes.len()) {
+            return Err(invalid(
+                "routes",
+                format!("must hold 1 to 8 routes, got {}", self.routes.len()),
+            ));
+        }
+        let routes = self
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                Route::resolve(r)
+                    .map_err(|e: RouteError| invalid(format!("routes[{i}]"), e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.tools.len() > MAX_TOOLS {
+            return Err(invalid("tools", format!("at most {MAX_TOOLS} tools")));
+        }
+        let mut names = HashSet::new();
+        for (i, t) in self.tools.iter().enumerate() {
+            let ok = (1..=64).contains(&t.name.len())
+                && t.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+            if !ok {
+                return Err(invalid(
+                    format!("tools[{i}].name"),
+                    "must match [A-Za-z0-9_-]{1,64}",
+                ));
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err(invalid(
+                    format!("tools[{i}].name"),
+                    format!("{:?} is declared twice", t.name),
+                ));
+            }
+            if !t.parameters.is_object() {
+                return Err(invalid(
+                    format!("tools[{i}].parameters"),
+                    "must be a JSON Schema object",
+                ));
+            }
+        }
+        if let Some(d) = self.deadline_s
+            && !(1..=MAX_DEADLINE_S).contains(&d)
+        {
+            return Err(invalid(
+                "deadline_s",
+                format!("must be between 1 and {MAX_DEADLINE_S}"),
+            ));
+        }
+        if let Some(k) = &self.idempotency_key
+            && !is_id(k)
+        {
+            return Err(invalid(
+                "idempotency_key",
+                "must match [A-Za-z0-9_.:-]{1,128}",
+            ));
+        }
+        Ok(routes)
+    }
+}
+
+/// The approved (or denied) tool call a continuation carries back to the model (SPEC §2.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Continuation {
+    pub parent_run_id: String,
+    pub tool_call: ToolCall,
+    /// The tool result the model sees: the result the web app sent, or "denied by the user".
+    pub result: String,
+}
+
+/// A run as it travels in the queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunJob {
+    pub v: u32,
+    pub run_id: String,
+    /// The conversation, assigned at enqueue when the request named none.
+    pub conversation_id: String,
+    pub request: RunRequest,
+    pub enqueued_ms: u64,
+    pub deadline_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Continuation>,
+    /// How many times this run was snoozed: part of the re-push's idempotency key.
+    #[serde(default)]
+    pub snooze_n: u32,
+}
+
+impl RunJob {
+    /// A new run for a validated request, enqueued at `now_ms`.
+    pub fn new(request: RunRequest, now_ms: u64) -> RunJob {
+        let run_id = format!("run_{}", ulid::Ulid::generate());
+        let conversation_id = request
+            .conversation_id
+            .clone()
+            .unwrap_or_else(|| format!("conv_{}", ulid::Ulid::generate()));
+        let deadline_ms = now_ms + request.deadline_s.unwrap_or(DEFAULT_DEADLINE_S) * 1000;
+        RunJob {
+            v: JOB_VERSION,
+            run_id,
+            conversation_id,
+            request,
+            enqueued_ms: now_ms,
+            deadline_ms,
+            continuation: None,
+            snooze_n: 0,
+        }
+    }
+
+    /// Parse a job from the queue; anything wrong makes it a poison job (`invalid_job`).
+    pub fn from_json(bytes: &[u8]) -> Result<(RunJob, Vec<Route>), InvalidRequest> {
+        let job: RunJob =
+            serde_json::from_slice(bytes).map_err(|e| invalid("job", e.to_string()))?;
+        let routes = job.check()?;
+        Ok((job, routes))
+    }
+
+    /// Validate a job (its version, its request, its ids); returns the resolved chain.
+    pub fn check(&self) -> Result<Vec<Route>, InvalidRequest> {
+        if self.v != JOB_VERSION {
+            return Err(invalid(
+                "v",
+                format!(
+                    "unknown job version {} (this worker reads {JOB_VERSION})",
+                    self.v
+                ),
+            ));
+        }
+        if !is_id(&self.run_id) {
+            return Err(invalid("run_id", "must match [A-Za-z0-9_.:-]{1,128}"));
+        }
+        if !is_id(&self.conversation_id) {
+            return Err(invalid(
+                "conversation_id",
+                "must match [A-Za-z0-9_.:-]{1,128}",
+            ));
+        }
+        self.request.validate()
+    }
+
+    pub fn is_continuation(&self) -> bool {
+        self.continuation.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(extra: &str) -> Vec<u8> {
+        format!(r#"{{"user_id":"u1","input":"hi","routes":[{{"model":"a/b:free"}}]{extra}}}"#)
+            .into_bytes()
+    }
+
+    #[test]
+    fn a_minimal_request_is_valid() {
+        let r = RunRequest::from_json(&body("")).unwrap();
+        assert_eq!(r.kind, Kind::Chat);
+        assert_eq!(r.on_rest, OnRest::Refuse);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e =
+            RunRequest::from_json(br#"{"user_id":"bad id","input":"x","routes":[{"model":"m"}]}"#)
+                .unwrap_err();
+        assert_eq!(e.field, "user_id");
+        let e = RunRequest::from_json(br#"{"user_id":"u","routes":[{"model":"m"}]}"#).unwrap_err();
+        assert_eq!(e.field, "input");
+        let e = RunRequest::from_json(br#"{"user_id":"u","input":"x","routes":[]}"#).unwrap_err();
+        assert_eq!(e.field, "routes");
+        let e = RunRequest::from_json(&body(r#","deadline_s":0"#)).unwrap_err();
+        assert_eq!(e.field, "deadline_s");
+        let e = RunRequest::from_json(&body(r#","colour":"red""#)).unwrap_err();
+        assert_eq!(e.field, "body");
+    }
+
+    #[test]
+    fn a_job_of_another_version_is_rejected() {
+        let mut job = RunJob::new(RunRequest::from_json(&body("")).unwrap(), 1_000);
+        assert_eq!(job.deadline_ms, 1_000 + DEFAULT_DEADLINE_S * 1000);
+        job.v = 2;
+        let bytes = serde_json::to_vec(&job).unwrap();
+        assert_eq!(RunJob::from_json(&bytes).unwrap_err().field, "v");
+        assert_eq!(RunJob::from_json(b"{not json").unwrap_err().field, "job");
+    }
+}

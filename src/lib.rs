@@ -1,0 +1,25 @@
+//! freeway's core: everything a run needs that is neither the queue nor the web.
+//!
+//! A run walks a chain of routes; some routes spend one shared free quota (a *pool*). The core
+//! classifies every failed attempt ([`classify`]), writes the rest it calls for into Redis so every
+//! replica sees it ([`rest`]), bounds every run's calls by construction ([`budget`]), talks to
+//! OpenAI-compatible providers without hidden retries ([`provider`]) and drives the whole run as a
+//! resumable state machine ([`engine`]). It knows nothing of apalis or axum: the `worker` and
+//! `producer` crates wire it to the queue and the web.
+
+pub mod budget;
+pub mod chat;
+pub mod classify;
+pub mod clock;
+pub mod config;
+pub mod connect;
+pub mod engine;
+pub mod events;
+pub mod headers;
+pub mod job;
+pub mod provider;
+pub mod rest;
+pub mod route;
+pub mod run;
+pub mod store;
+pub mod tools;

@@ -1,0 +1,404 @@
+//! The HTTP side of a call: one POST, its deadlines, and the bytes of its answer.
+//!
+//! Every way a peer can misbehave (refuse, stall before the headers, stall mid-stream, trickle
+//! forever, send too much, send the wrong thing, hang up early) ends in a [`CallError`] within
+//! the call's [`Timeouts`], so the engine can classify it and move on; nothing here retries
+//! (SPEC §2.1: the chain is the retry). The deadlines are enforced here with tokio timers rather
+//! than reqwest's, so that each one maps to its own [`TransportError`].
+
+use super::sse::{Progress, StreamParser};
+use super::wire;
+use super::*;
+use bytes::{Bytes, BytesMut};
+use reqwest::header::{self, HeaderMap, HeaderValue};
+use std::time::Duration;
+use tokio::time::{Instant, timeout_at};
+
+/// The timeouts of one call. There is no retry anywhere: a timeout is a classified failure.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// Establishing the connection (TCP and TLS).
+    pub connect: Duration,
+    /// From the end of `connect`'s allowance to the response headers: the headers must arrive
+    /// within `connect + first_byte` of the start.
+    pub first_byte: Duration,
+    /// Between two chunks of the body.
+    pub idle: Duration,
+    /// The whole call, body included.
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(60),
+            idle: Duration::from_secs(60),
+            total: Duration::from_secs(300),
+        }
+    }
+}
+
+/// How much of an error body (non-2xx) is kept for the classifier; the rest is not read.
+pub const ERROR_BODY_CAP: usize = 1 << 20;
+/// The largest successful body, streamed or not, before the call fails with `TooLarge`.
+pub const BODY_CAP: usize = 8 << 20;
+
+/// The HTTP client could not be built (for example, TLS could not be set up).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the HTTP client: {0}")]
+pub struct ProviderInitError(reqwest::Error);
+
+/// [`ChatProvider`] over HTTP: one pooled client shared by all calls.
+#[derive(Debug, Clone)]
+pub struct HttpProvider {
+    client: reqwest::Client,
+    timeouts: Timeouts,
+}
+
+impl HttpProvider {
+    pub fn new(timeouts: Timeouts) -> Result<HttpProvider, ProviderInitError> {
+        // Fails only when a provider is already installed, which is just as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            // reqwest would otherwise replay a request refused by HTTP/2 (REFUSED_STREAM, GOAWAY);
+            // every call must be one attempt that the budget has counted.
+            .retry(reqwest::retry::never())
+            // A redirect would be a second request; surface the 3xx as an answer instead.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(ProviderInitError)?;
+        Ok(HttpProvider { client, timeouts })
+    }
+
+    fn endpoint(base_url: &str) -> String {
+        format!("{}/chat/completions", base_url.trim_end_matches('/'))
+    }
+}
+
+#[async_trait]
+impl ChatProvider for HttpProvider {
+    async fn call(
+        &self,
+        target: &Target,
+        request: &ChatRequest,
+        deltas: &UnboundedSender<String>,
+    ) -> Result<Completion, CallError> {
+        let started = Instant::now();
+        let result = self.call_inner(target, request, deltas, started).await;
+        match &result {
+            Ok(c) => tracing::debug!(
+                model = %request.model,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                finish_reason = ?c.finish_reason,
+                "provider call succeeded"
+            ),
+            Err(e) => tracing::debug!(
+                model = %request.model,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                error = %e,
+                "provider call failed"
+            ),
+        }
+        result
+    }
+}
+
+/// Why reading the next piece of a body stopped.
+enum ReadError {
+    Idle,
+    Total,
+    Body(reqwest::Error),
+}
+
+impl HttpProvider {
+    async fn call_inner(
+        &self,
+        target: &Target,
+        request: &ChatRequest,
+        deltas: &UnboundedSender<String>,
+        started: Instant,
+    ) -> Result<Completion, CallError> {
+        let t = self.timeouts;
+        let total_deadline = started + t.total;
+        let header_limit = started + t.connect + t.first_byte;
+        let header_deadline = header_limit.min(total_deadline);
+
+        let body = wire::request_body(request)
+            .map_err(|e| other(format!("cannot encode the request: {e}")))?;
+        let mut auth = HeaderValue::try_from(format!("Bearer {}", target.api_key.expose()))
+            .map_err(|_| other("the API key is not a valid header value"))?;
+        auth.set_sensitive(true);
+        let accept = if request.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        let sending = self
+            .client
+            .post(Self::endpoint(&target.base_url))
+            .header(header::AUTHORIZATION, auth)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, accept)
+            .body(body)
+            .send();
+
+        let mut response = match timeout_at(header_deadline, sending).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(send_error(&e)),
+            Err(_) if header_limit <= total_deadline => {
+                return Err(CallError::Transport(TransportError::FirstByteTimeout));
+            }
+            Err(_) => return Err(CallError::Transport(TransportError::TotalTimeout)),
+        };
+
+        let status = response.status();
+        tracing::debug!(model = %request.model, status = status.as_u16(), "provider answered");
+        if !status.is_success() {
+            let headers = response
+                .headers()
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        name.as_str(),
+                        String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    )
+                })
+                .collect();
+            let body = self.error_body(&mut response, total_deadline).await;
+            return Err(CallError::Http {
+                status: status.as_u16(),
+                headers,
+                body,
+            });
+        }
+
+        let ratelimit_remaining = ratelimit_remaining(response.headers());
+        let media_type = media_type(response.headers());
+        let mut completion = match media_type.as_str() {
+            "text/event-stream" if request.stream => {
+                self.read_stream(&mut response, deltas, total_deadline)
+                    .await?
+            }
+            // A provider may answer a streaming request with one JSON body (typically an error
+            // inside a 200): read it rather than lose the error, and pass its text on at once.
+            "application/json" => {
+                let body = self.read_body(&mut response, total_deadline).await?;
+                let completion = wire::completion(&body)?;
+                if request.stream && !completion.text.is_empty() {
+                    let _ = deltas.send(completion.text.clone());
+                }
+                completion
+            }
+            unexpected => {
+                return Err(wire::malformed(format!(
+                    "unexpected content type {unexpected:?} for a {} request",
+                    if request.stream {
+                        "streaming"
+                    } else {
+                        "non-streaming"
+                    }
+                )));
+            }
+        };
+        completion.ratelimit_remaining = ratelimit_remaining;
+        Ok(completion)
+    }
+
+    /// The next piece of a body, within the idle and total deadlines.
+    async fn next_chunk(
+        &self,
+        response: &mut reqwest::Response,
+        total_deadline: Instant,
+    ) -> Result<Option<Bytes>, ReadError> {
+        let idle_deadline = Instant::now() + self.timeouts.idle;
+        match timeout_at(idle_deadline.min(total_deadline), response.chunk()).await {
+            Ok(read) => read.map_err(ReadError::Body),
+            Err(_) if total_deadline <= idle_deadline => Err(ReadError::Total),
+            Err(_) => Err(ReadError::Idle),
+        }
+    }
+
+    /// Up to [`ERROR_BODY_CAP`] of an error body. The status already says what happened, so a
+    /// body that stalls, breaks or overflows is kept as far as it came.
+    async fn error_body(&self, response: &mut reqwest::Response, total_deadline: Instant) -> Bytes {
+        let mut body = BytesMut::new();
+        while body.len() < ERROR_BODY_CAP {
+            match self.next_chunk(response, total_deadline).await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::debug!("error body cut short");
+                    break;
+                }
+            }
+        }
+        body.truncate(ERROR_BODY_CAP);
+        body.freeze()
+    }
+
+    /// A whole (non-streaming) body, at most [`BODY_CAP`].
+    async fn read_body(
+        &self,
+        response: &mut reqwest::Response,
+        total_deadline: Instant,
+    ) -> Result<Bytes, CallError> {
+        if response
+            .content_length()
+            .is_some_and(|n| n > BODY_CAP as u64)
+        {
+            return Err(CallError::Transport(TransportError::TooLarge));
+        }
+        let mut body = BytesMut::new();
+        loop {
+            match self.next_chunk(response, total_deadline).await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > BODY_CAP {
+                        return Err(CallError::Transport(TransportError::TooLarge));
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => return Ok(body.freeze()),
+                Err(ReadError::Body(e)) => {
+                    tracing::debug!(error = %chain(&e), "body cut short");
+                    return Err(CallError::Transport(TransportError::Truncated));
+                }
+                Err(e) => return Err(timeout_error(e)),
+            }
+        }
+    }
+
+    /// A `text/event-stream` body, reassembled; text deltas go out as they arrive.
+    async fn read_stream(
+        &self,
+        response: &mut reqwest::Response,
+        deltas: &UnboundedSender<String>,
+        total_deadline: Instant,
+    ) -> Result<Completion, CallError> {
+        let mut parser = StreamParser::default();
+        // The engine may stop listening; the call still completes for the transcript.
+        let mut on_text = |text: &str| {
+            let _ = deltas.send(text.to_owned());
+        };
+        let mut received = 0usize;
+        loop {
+            match self.next_chunk(response, total_deadline).await {
+                Ok(Some(chunk)) => {
+                    received += chunk.len();
+                    if received > BODY_CAP {
+                        return Err(CallError::Transport(TransportError::TooLarge));
+                    }
+                    if parser.feed(&chunk, &mut on_text)? == Progress::Done {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                // A connection that breaks is read like one that ends: complete only if the
+                // answer had already finished, else truncated.
+                Err(ReadError::Body(e)) => {
+                    tracing::debug!(error = %chain(&e), "stream cut short");
+                    break;
+                }
+                Err(e) => return Err(timeout_error(e)),
+            }
+        }
+        parser.finish(&mut on_text)
+    }
+}
+
+fn timeout_error(e: ReadError) -> CallError {
+    CallError::Transport(match e {
+        ReadError::Idle => TransportError::IdleTimeout,
+        ReadError::Total => TransportError::TotalTimeout,
+        ReadError::Body(e) => TransportError::Other(chain(&e)),
+    })
+}
+
+fn other(why: impl Into<String>) -> CallError {
+    CallError::Transport(TransportError::Other(why.into()))
+}
+
+/// A failure before any response: refused, unresolvable, reset, or not even a valid request.
+fn send_error(e: &reqwest::Error) -> CallError {
+    CallError::Transport(if e.is_connect() {
+        TransportError::Connect(chain(e))
+    } else {
+        TransportError::Other(chain(e))
+    })
+}
+
+/// The error and its causes on one line (reqwest's own message alone rarely says what failed).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The media type of `Content-Type`, lowercased, without parameters (`; charset=utf-8`).
+fn media_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// OpenRouter's `X-RateLimit-Remaining` or Groq's `x-ratelimit-remaining-requests`.
+fn ratelimit_remaining(headers: &HeaderMap) -> Option<i64> {
+    ["x-ratelimit-remaining", "x-ratelimit-remaining-requests"]
+        .iter()
+        .find_map(|name| headers.get(*name)?.to_str().ok()?.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_joins_without_a_double_slash() {
+        assert_eq!(
+            HttpProvider::endpoint("http://h/api/v1/"),
+            "http://h/api/v1/chat/completions"
+        );
+        assert_eq!(
+            HttpProvider::endpoint("http://h/api/v1"),
+            "http://h/api/v1/chat/completions"
+        );
+    }
+
+    #[test]
+    fn media_type_ignores_parameters_and_case() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("Application/JSON; charset=utf-8"),
+        );
+        assert_eq!(media_type(&h), "application/json");
+        assert_eq!(media_type(&HeaderMap::new()), "");
+    }
+
+    #[test]
+    fn ratelimit_remaining_reads_either_header() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-ratelimit-remaining-requests",
+            HeaderValue::from_static(" 14370"),
+        );
+        assert_eq!(ratelimit_remaining(&h), Some(14370));
+        h.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
+        assert_eq!(ratelimit_remaining(&h), Some(0));
+        let mut bad = HeaderMap::new();
+        bad.insert("x-ratelimit-remaining", HeaderValue::from_static("many"));
+        assert_eq!(ratelimit_remaining(&bad), None);
+    }
+}

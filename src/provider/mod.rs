@@ -1,0 +1,175 @@
+//! Calling OpenAI-compatible chat completions, with no retries of its own.
+//!
+//! The chain is the retry (SPEC §2.1): this module makes exactly one HTTP call per
+//! [`ChatProvider::call`] and reports what happened, success or a [`CallError`] the classifier can
+//! read. Streaming answers are reassembled here (text deltas, tool-call fragments, both usage-chunk
+//! layouts, in-band errors); text is forwarded to the engine as it arrives so it can publish
+//! `delta` events.
+
+mod client;
+mod sse;
+mod wire;
+
+pub use client::{BODY_CAP, ERROR_BODY_CAP, HttpProvider, ProviderInitError, Timeouts};
+
+use crate::chat::{Message, ToolCall, ToolSpec, Usage};
+use crate::headers::Headers;
+use async_trait::async_trait;
+use std::fmt;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A secret that never prints: `Debug` and `Display` show `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+    /// The raw key, for the `Authorization` header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
+/// Where one call goes: the provider's base URL (`…/api/v1`) and the key to use.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub base_url: String,
+    pub api_key: ApiKey,
+}
+
+/// One chat-completions request.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub stream: bool,
+}
+
+/// A successful call: the assistant's text and/or tool calls.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Completion {
+    /// The generation id (`gen-…`) when the provider sent one.
+    pub id: Option<String>,
+    /// The model that actually answered (it may differ from the requested slug).
+    pub model: Option<String>,
+    /// The upstream provider's display name (`"OpenAI"`, `"Chutes"`, …).
+    pub provider_name: Option<String>,
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+    /// `X-RateLimit-Remaining` or `x-ratelimit-remaining-requests`, when present.
+    pub ratelimit_remaining: Option<i64>,
+}
+
+/// Why a transport-level failure happened. All of these classify as `server` (SPEC §3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportError {
+    Connect(String),
+    /// No response headers within the connect + first-byte timeout.
+    FirstByteTimeout,
+    /// No chunk within the idle timeout while streaming.
+    IdleTimeout,
+    /// The whole call took longer than its limit.
+    TotalTimeout,
+    /// The response could not be read as a chat completion (bad JSON, wrong content type, …).
+    Malformed(String),
+    /// The body grew past the size limit.
+    TooLarge,
+    /// The stream ended before `[DONE]` or a finish reason.
+    Truncated,
+    Other(String),
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportError::Connect(e) => write!(f, "connect: {e}"),
+            TransportError::FirstByteTimeout => f.write_str("timeout waiting for the first byte"),
+            TransportError::IdleTimeout => f.write_str("timeout between stream chunks"),
+            TransportError::TotalTimeout => f.write_str("the call took longer than its limit"),
+            TransportError::Malformed(e) => write!(f, "malformed response: {e}"),
+            TransportError::TooLarge => f.write_str("response body too large"),
+            TransportError::Truncated => f.write_str("stream ended before it finished"),
+            TransportError::Other(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// An error carried inside a 200 response (mid-stream, or a non-streaming body with `error`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InBandError {
+    /// `error.code` as a number when it is one (or a numeric string).
+    pub code: Option<u16>,
+    /// `error.code` when it is a non-numeric string (`"server_error"`, `"rate_limit_exceeded"`).
+    pub code_text: Option<String>,
+    pub message: String,
+    /// The whole `error` object, for the attempt log.
+    pub error: serde_json::Value,
+}
+
+impl InBandError {
+    /// A rate-limit error inside a 200 (SPEC §2.3: the run ends `interrupted`).
+    pub fn is_rate_limit(&self) -> bool {
+        let typed = |v: Option<&str>| v == Some("rate_limit_exceeded");
+        self.code == Some(429)
+            || typed(self.code_text.as_deref())
+            || typed(
+                self.error
+                    .pointer("/metadata/error_type")
+                    .and_then(|v| v.as_str()),
+            )
+            || typed(self.error.get("type").and_then(|v| v.as_str()))
+    }
+}
+
+/// A failed call, as the classifier and the engine need it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallError {
+    /// A non-2xx answer before any stream started.
+    Http {
+        status: u16,
+        headers: Headers,
+        body: bytes::Bytes,
+    },
+    /// An error inside a 200 response. `partial` is the text received before it.
+    InBand { error: InBandError, partial: String },
+    /// The call did not produce a readable answer.
+    Transport(TransportError),
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::Http { status, .. } => write!(f, "HTTP {status}"),
+            CallError::InBand { error, .. } => write!(f, "in-band error: {}", error.message),
+            CallError::Transport(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// One HTTP call to a chat-completions endpoint. Implementations never retry.
+#[async_trait]
+pub trait ChatProvider: Send + Sync {
+    /// Make the call. Text deltas are sent to `deltas` as they arrive (streaming only).
+    async fn call(
+        &self,
+        target: &Target,
+        request: &ChatRequest,
+        deltas: &UnboundedSender<String>,
+    ) -> Result<Completion, CallError>;
+}
+
+/// Install the process-wide TLS crypto provider (ring) once; later calls do nothing.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -1,0 +1,670 @@
+//! Reassembling a streamed chat completion from its bytes, without I/O.
+//!
+//! Kept apart from the HTTP client so every wire quirk can be tested byte by byte: chunk
+//! boundaries anywhere (even inside a UTF-8 character or a CRLF), keep-alive comments
+//! (`: OPENROUTER PROCESSING`), tool calls whose arguments arrive in fragments keyed by `index`,
+//! usage in a separate `choices: []` chunk or on a second finish chunk, and errors inside the
+//! 200 stream in both observed layouts (notes/provider-wire.md §1.4, §2.5).
+//!
+//! [`SseDecoder`] turns bytes into event payloads (the SSE framing); [`StreamAssembler`] turns
+//! payloads into a [`Completion`]; [`StreamParser`] joins the two for the client.
+
+use super::wire::{self, malformed};
+use super::{CallError, Completion, TransportError};
+use crate::chat::ToolCall;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The SSE framing: lines (LF or CRLF), `data:` fields joined until a blank line ends the event,
+/// comments and other fields ignored. A lone CR as line end (legal SSE, unused by providers) is
+/// not supported.
+#[derive(Debug, Default)]
+pub(super) struct SseDecoder {
+    /// Bytes after the last complete line; never contains `\n`.
+    pending: Vec<u8>,
+    /// The `data` of the event being read.
+    data: String,
+    has_data: bool,
+}
+
+impl SseDecoder {
+    /// Feeds bytes; pushes the payload of every event they complete onto `events`.
+    pub(super) fn feed(&mut self, bytes: &[u8], events: &mut Vec<String>) -> Result<(), CallError> {
+        let mut search_from = self.pending.len();
+        self.pending.extend_from_slice(bytes);
+        let mut line_start = 0;
+        while let Some(offset) = self.pending[search_from..].iter().position(|&b| b == b'\n') {
+            let end = search_from + offset;
+            let line = &self.pending[line_start..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            Self::line(line, &mut self.data, &mut self.has_data, events)?;
+            line_start = end + 1;
+            search_from = line_start;
+        }
+        self.pending.drain(..line_start);
+        Ok(())
+    }
+
+    /// The body ended: a last line without its newline and an event without its blank line still
+    /// count, so a stream that ends `data: [DONE]` with no trailing newline is complete.
+    pub(super) fn finish(&mut self, events: &mut Vec<String>) -> Result<(), CallError> {
+        let rest = std::mem::take(&mut self.pending);
+        let line = rest.strip_suffix(b"\r").unwrap_or(&rest);
+        if !line.is_empty() {
+            Self::line(line, &mut self.data, &mut self.has_data, events)?;
+        }
+        Self::line(b"", &mut self.data, &mut self.has_data, events)
+    }
+
+    fn line(
+        line: &[u8],
+        data: &mut String,
+        has_data: &mut bool,
+        events: &mut Vec<String>,
+    ) -> Result<(), CallError> {
+        if line.is_empty() {
+            if *has_data {
+                events.push(std::mem::take(data));
+                *has_data = false;
+            }
+            return Ok(());
+        }
+        if line[0] == b':' {
+            return Ok(());
+        }
+        let (field, value) = match line.iter().position(|&b| b == b':') {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        if field != b"data" {
+            return Ok(());
+        }
+        let value =
+            std::str::from_utf8(value).map_err(|_| malformed("stream data is not UTF-8"))?;
+        if *has_data {
+            data.push('\n');
+        }
+        data.push_str(value);
+        *has_data = true;
+        Ok(())
+    }
+}
+
+/// Whether more of the stream is wanted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Progress {
+    More,
+    /// `data: [DONE]` arrived; anything after it is ignored.
+    Done,
+}
+
+/// A tool call being put together from its deltas.
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Folds chunk payloads into one completion.
+#[derive(Debug, Default)]
+pub(super) struct StreamAssembler {
+    completion: Completion,
+    /// Keyed by the delta's `index`, so calls come out in the model's order.
+    calls: BTreeMap<u64, PartialCall>,
+}
+
+impl StreamAssembler {
+    /// Takes one event payload. Text deltas go to `on_text` as they arrive.
+    pub(super) fn event(
+        &mut self,
+        data: &str,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Progress, CallError> {
+        if data.trim() == "[DONE]" {
+            return Ok(Progress::Done);
+        }
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| malformed(format!("stream chunk is not JSON: {e}")))?;
+        if !chunk.is_object() {
+            return Err(malformed("stream chunk is not a JSON object"));
+        }
+        let c = &mut self.completion;
+        for (slot, key) in [
+            (&mut c.id, "id"),
+            (&mut c.model, "model"),
+            (&mut c.provider_name, "provider"),
+        ] {
+            if slot.is_none() {
+                *slot = wire::str_field(&chunk, key);
+            }
+        }
+        // Layout 2 of a mid-stream error has `choices: []`, so the top-level error decides.
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(self.in_band(wire::in_band_error(error)));
+        }
+        if let Some(usage) = wire::usage(&chunk) {
+            self.completion.usage = Some(usage);
+        }
+        let choices = match chunk.get("choices") {
+            None | Some(Value::Null) => return Ok(Progress::More),
+            Some(Value::Array(choices)) => choices,
+            Some(_) => return Err(malformed("choices is not an array")),
+        };
+        // Only the first choice is asked for (no `n`); others, if any, are not ours.
+        for choice in choices
+            .iter()
+            .filter(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
+        {
+            self.choice(&chunk, choice, on_text)?;
+        }
+        Ok(Progress::More)
+    }
+
+    fn choice(
+        &mut self,
+        chunk: &Value,
+        choice: &Value,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<(), CallError> {
+        if let Some(finish_reason) = wire::str_field(choice, "finish_reason") {
+            if finish_reason == "error" {
+                return Err(self.in_band(wire::finish_error(choice, chunk)));
+            }
+            self.completion.finish_reason = Some(finish_reason);
+        }
+        let Some(delta) = choice.get("delta").filter(|d| !d.is_null()) else {
+            return Ok(());
+        };
+        if let Some(text) = wire::content_text(delta)?.filter(|t| !t.is_empty()) {
+            self.completion.text.push_str(text);
+            on_text(text);
+        }
+        match delta.get("tool_calls") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(calls)) => {
+                for (position, call) in calls.iter().enumerate() {
+                    self.tool_call_delta(call, position);
+                }
+            }
+            Some(_) => return Err(malformed("delta.tool_calls is not an array")),
+        }
+        Ok(())
+    }
+
+    /// The first delta of a call carries `id` and `function.name`; later ones only `index` and a
+    /// fragment of `function.arguments`.
+    fn tool_call_delta(&mut self, call: &Value, position: usize) {
+        // `index` is the only required field; a provider that omits it sends whole calls.
+        let index = call
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or(position as u64);
+        let partial = self.calls.entry(index).or_default();
+        if let Some(id) = wire::str_field(call, "id") {
+            partial.id = id;
+        }
+        let function = call.get("function").unwrap_or(&Value::Null);
+        if let Some(name) = wire::str_field(function, "name") {
+            partial.name = name;
+        }
+        partial
+            .arguments
+            .push_str(&wire::arguments_text(function.get("arguments")));
+    }
+
+    fn in_band(&mut self, error: super::InBandError) -> CallError {
+        CallError::InBand {
+            error,
+            partial: std::mem::take(&mut self.completion.text),
+        }
+    }
+
+    /// The completion, once the stream is over. `done` says whether `[DONE]` arrived: without it
+    /// the answer is complete only if a finish reason was seen.
+    pub(super) fn finish(self, done: bool) -> Result<Completion, CallError> {
+        if !done && self.completion.finish_reason.is_none() {
+            return Err(CallError::Transport(TransportError::Truncated));
+        }
+        let mut completion = self.completion;
+        for (index, call) in self.calls {
+            if call.name.is_empty() {
+                return Err(malformed(format!(
+                    "streamed tool call {index} has no function name"
+                )));
+            }
+            // A zero-argument call may end with arguments "" (not "{}"): kept as sent.
+            completion.tool_calls.push(ToolCall {
+                id: call.id,
+                name: call.name,
+                arguments: call.arguments,
+            });
+        }
+        Ok(completion)
+    }
+}
+
+/// Bytes in, completion out: the decoder and the assembler together.
+#[derive(Debug, Default)]
+pub(super) struct StreamParser {
+    decoder: SseDecoder,
+    assembler: StreamAssembler,
+    events: Vec<String>,
+    done: bool,
+}
+
+impl StreamParser {
+    /// Feeds the next bytes of the body. Stops at `[DONE]` or at the first error.
+    pub(super) fn feed(
+        &mut self,
+        bytes: &[u8],
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Progress, CallError> {
+        if self.done {
+            return Ok(Progress::Done);
+        }
+        self.decoder.feed(bytes, &mut self.events)?;
+        self.drain(on_text)
+    }
+
+    /// The body ended (or the stream was stopped at `[DONE]`).
+    pub(super) fn finish(mut self, on_text: &mut dyn FnMut(&str)) -> Result<Completion, CallError> {
+        if !self.done {
+            // Only an unterminated last event is left: if it does not read, the body was cut
+            // inside it (a half line, half a UTF-8 character), which is truncation.
+            let tail = self
+                .decoder
+                .finish(&mut self.events)
+                .and_then(|()| self.drain(on_text));
+            match tail {
+                Err(CallError::Transport(TransportError::Malformed(_))) => {
+                    return Err(CallError::Transport(TransportError::Truncated));
+                }
+                other => {
+                    other?;
+                }
+            }
+        }
+        self.assembler.finish(self.done)
+    }
+
+    fn drain(&mut self, on_text: &mut dyn FnMut(&str)) -> Result<Progress, CallError> {
+        for data in std::mem::take(&mut self.events) {
+            if self.assembler.event(&data, on_text)? == Progress::Done {
+                self.done = true;
+                return Ok(Progress::Done);
+            }
+        }
+        Ok(Progress::More)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::Usage;
+
+    /// notes §1.4, text stream with keep-alive comments, usage layout (a): a `choices: []` chunk.
+    const TEXT_STREAM: &str = r#": OPENROUTER PROCESSING
+
+: OPENROUTER PROCESSING
+
+data: {"id":"gen-1739458867-kUKFjpDGCEBBvK6V46PX","provider":"OpenAI","model":"openai/gpt-4o-mini","object":"chat.completion.chunk","created":1739458867,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null,"native_finish_reason":null,"logprobs":null}],"system_fingerprint":"fp_72ed7ab54c"}
+
+data: {"id":"gen-1739458867-kUKFjpDGCEBBvK6V46PX","provider":"OpenAI","model":"openai/gpt-4o-mini","object":"chat.completion.chunk","created":1739458867,"choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null,"native_finish_reason":null,"logprobs":null}],"system_fingerprint":"fp_72ed7ab54c"}
+
+data: {"id":"gen-…","provider":"OpenAI","model":"openai/gpt-4o-mini","object":"chat.completion.chunk","created":1739458867,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":"stop","native_finish_reason":"stop"}]}
+
+data: {"id":"gen-…","provider":"OpenAI","model":"openai/gpt-4o-mini","object":"chat.completion.chunk","created":1739458867,"choices":[],"usage":{"prompt_tokens":17,"completion_tokens":1,"total_tokens":18,"cost":0.00003306,"completion_tokens_details":{"reasoning_tokens":0}}}
+
+data: [DONE]
+
+"#;
+
+    /// notes §1.4, the Amazon Bedrock capture: a zero-argument tool whose fragments are all "".
+    /// The elided fields (`…`) of the capture are filled in so each line is JSON.
+    const BEDROCK_TOOL_STREAM: &str = r#"data: {"id":"gen-1772969079-EhEx5DeV7JqM43lpl47Y","object":"chat.completion.chunk","created":1772969079,"model":"anthropic/claude-4.5-haiku-20251001","provider":"Amazon Bedrock","choices":[{"index":0,"delta":{"content":null,"role":"assistant","tool_calls":[{"index":0,"id":"toolu_bdrk_01AMXFNuQYF6fxS1hryPtu9K","type":"function","function":{"name":"get_all_tabs","arguments":""}}]},"finish_reason":null,"native_finish_reason":null}]}
+
+data: {"id":"gen-1772969079-EhEx5DeV7JqM43lpl47Y","object":"chat.completion.chunk","created":1772969079,"model":"anthropic/claude-4.5-haiku-20251001","provider":"Amazon Bedrock","choices":[{"index":0,"delta":{"content":null,"role":"assistant","tool_calls":[{"index":0,"function":{"arguments":""}}]},"finish_reason":null,"native_finish_reason":null}]}
+
+data: {"id":"gen-1772969079-EhEx5DeV7JqM43lpl47Y","object":"chat.completion.chunk","created":1772969079,"model":"anthropic/claude-4.5-haiku-20251001","provider":"Amazon Bedrock","choices":[{"index":0,"delta":{"content":"","role":"assistant"},"finish_reason":"tool_calls","native_finish_reason":"tool_calls"}]}
+
+data: {"id":"gen-1772969079-EhEx5DeV7JqM43lpl47Y","object":"chat.completion.chunk","created":1772969079,"model":"anthropic/claude-4.5-haiku-20251001","provider":"Amazon Bedrock","choices":[],"usage":{"prompt_tokens":25105,"completion_tokens":55,"total_tokens":25160}}
+
+data: [DONE]
+"#;
+
+    /// Usage layout (b): attached to a second finish chunk that still has a choice; intermediate
+    /// chunks omit `finish_reason` entirely.
+    const USAGE_ON_FINISH_STREAM: &str = concat!(
+        "data: {\"id\":\"gen-2\",\"provider\":\"SiliconFlow\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"}}]}\n\n",
+        "data: {\"id\":\"gen-2\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" there\"}}]}\n\n",
+        "data: {\"id\":\"gen-2\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"id\":\"gen-2\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,\"total_tokens\":7}}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    /// notes §2.5, documented layout 1: top-level error and a `finish_reason: "error"` choice.
+    const ERROR_LAYOUT_1: &str = concat!(
+        "data: {\"id\":\"gen-abc123\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"gen-abc123\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tial\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"gen-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1234567890,\"model\":\"openai/gpt-4o\",\"provider\":\"OpenAI\",\"error\":{\"code\":429,\"message\":\"Rate limit exceeded\",\"metadata\":{\"error_type\":\"rate_limit_exceeded\"}},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\"}]}\n\n",
+    );
+
+    /// notes §2.5, observed layout 2: `choices: []` plus a top-level error, then `[DONE]`.
+    const ERROR_LAYOUT_2: &str = concat!(
+        "data: {\"id\":\"gen-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+        "data: {\"id\":\"gen-x\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"error\":{\"code\":500,\"message\":\"The server had an error processing your request\"}}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    fn parse_in_pieces(
+        stream: &[u8],
+        pieces: &[usize],
+    ) -> (Result<Completion, CallError>, Vec<String>) {
+        let mut parser = StreamParser::default();
+        let mut deltas = Vec::new();
+        let mut on_text = |t: &str| deltas.push(t.to_owned());
+        let mut start = 0;
+        for &end in pieces.iter().chain([stream.len()].iter()) {
+            match parser.feed(&stream[start..end], &mut on_text) {
+                Err(e) => return (Err(e), deltas),
+                Ok(Progress::Done) => break,
+                Ok(Progress::More) => start = end,
+            }
+        }
+        let result = parser.finish(&mut on_text);
+        (result, deltas)
+    }
+
+    fn parse(stream: &str) -> (Result<Completion, CallError>, Vec<String>) {
+        parse_in_pieces(stream.as_bytes(), &[])
+    }
+
+    #[test]
+    fn text_stream_with_comments_and_a_usage_chunk() {
+        let (result, deltas) = parse(TEXT_STREAM);
+        let c = result.unwrap();
+        assert_eq!(deltas, ["Hello"]);
+        assert_eq!(c.text, "Hello");
+        assert_eq!(c.id.as_deref(), Some("gen-1739458867-kUKFjpDGCEBBvK6V46PX"));
+        assert_eq!(c.model.as_deref(), Some("openai/gpt-4o-mini"));
+        assert_eq!(c.provider_name.as_deref(), Some("OpenAI"));
+        assert_eq!(c.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(
+            c.usage,
+            Some(Usage {
+                prompt_tokens: 17,
+                completion_tokens: 1,
+                total_tokens: 18
+            })
+        );
+        assert!(c.tool_calls.is_empty());
+    }
+
+    #[test]
+    fn crlf_framing_reads_the_same() {
+        let crlf = TEXT_STREAM.replace('\n', "\r\n");
+        let (result, deltas) = parse(&crlf);
+        assert_eq!(result.unwrap(), parse(TEXT_STREAM).0.unwrap());
+        assert_eq!(deltas, ["Hello"]);
+    }
+
+    #[test]
+    fn every_split_point_gives_the_same_answer() {
+        let whole = parse(TEXT_STREAM).0.unwrap();
+        let bytes = TEXT_STREAM.replace('\n', "\r\n").into_bytes();
+        for cut in 0..=bytes.len() {
+            let (result, deltas) = parse_in_pieces(&bytes, &[cut]);
+            assert_eq!(result.as_ref(), Ok(&whole), "cut at {cut}");
+            assert_eq!(deltas, ["Hello"], "cut at {cut}");
+        }
+        // One byte at a time: UTF-8 characters (the `…` in the ids) are split too.
+        let every: Vec<usize> = (1..bytes.len()).collect();
+        assert_eq!(parse_in_pieces(&bytes, &every).0, Ok(whole));
+    }
+
+    #[test]
+    fn bedrock_zero_argument_tool_call_keeps_empty_arguments() {
+        let c = parse(BEDROCK_TOOL_STREAM).0.unwrap();
+        assert_eq!(
+            c.tool_calls,
+            vec![ToolCall {
+                id: "toolu_bdrk_01AMXFNuQYF6fxS1hryPtu9K".into(),
+                name: "get_all_tabs".into(),
+                arguments: String::new(),
+            }]
+        );
+        assert_eq!(c.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(c.provider_name.as_deref(), Some("Amazon Bedrock"));
+        assert_eq!(c.text, "");
+        assert_eq!(c.usage.map(|u| u.total_tokens), Some(25160));
+    }
+
+    #[test]
+    fn fragmented_arguments_of_parallel_calls_are_joined_by_index() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_a\",\"type\":\"function\",\"function\":{\"name\":\"search\",\"arguments\":\"\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\\\"q\\\":\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_b\",\"type\":\"function\",\"function\":{\"name\":\"fetch\",\"arguments\":\"{}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"joyce\\\"}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let c = parse(stream).0.unwrap();
+        let calls: Vec<_> = c
+            .tool_calls
+            .iter()
+            .map(|t| (t.id.as_str(), t.name.as_str(), t.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("call_a", "search", "{\"q\":\"joyce\"}"),
+                ("call_b", "fetch", "{}")
+            ]
+        );
+    }
+
+    #[test]
+    fn usage_on_a_second_finish_chunk() {
+        let (result, deltas) = parse(USAGE_ON_FINISH_STREAM);
+        let c = result.unwrap();
+        assert_eq!(deltas, ["Hi", " there"]);
+        assert_eq!(c.text, "Hi there");
+        assert_eq!(c.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(
+            c.usage,
+            Some(Usage {
+                prompt_tokens: 5,
+                completion_tokens: 2,
+                total_tokens: 7
+            })
+        );
+        assert_eq!(c.provider_name.as_deref(), Some("SiliconFlow"));
+    }
+
+    #[test]
+    fn mid_stream_error_layout_1_with_or_without_done() {
+        for stream in [
+            ERROR_LAYOUT_1.to_owned(),
+            format!("{ERROR_LAYOUT_1}data: [DONE]\n\n"),
+        ] {
+            let (result, deltas) = parse(&stream);
+            let Err(CallError::InBand { error, partial }) = result else {
+                panic!("{result:?}")
+            };
+            assert_eq!(deltas, ["Par", "tial"]);
+            assert_eq!(partial, "Partial");
+            assert_eq!(error.code, Some(429));
+            assert_eq!(error.message, "Rate limit exceeded");
+            assert!(error.is_rate_limit());
+            assert_eq!(error.error["metadata"]["error_type"], "rate_limit_exceeded");
+        }
+    }
+
+    #[test]
+    fn mid_stream_error_layout_2_with_or_without_done() {
+        let without_done = ERROR_LAYOUT_2.trim_end_matches("data: [DONE]\n\n");
+        for stream in [ERROR_LAYOUT_2, without_done] {
+            let Err(CallError::InBand { error, partial }) = parse(stream).0 else {
+                panic!()
+            };
+            assert_eq!(partial, "Hi");
+            assert_eq!(error.code, Some(500));
+            assert_eq!(
+                error.message,
+                "The server had an error processing your request"
+            );
+            assert!(!error.is_rate_limit());
+        }
+    }
+
+    #[test]
+    fn string_error_code_is_kept_as_text() {
+        let stream = "data: {\"error\":{\"code\":\"server_error\",\"message\":\"boom\"},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\"}]}\n\n";
+        let Err(CallError::InBand { error, partial }) = parse(stream).0 else {
+            panic!()
+        };
+        assert_eq!(
+            (error.code, error.code_text.as_deref()),
+            (None, Some("server_error"))
+        );
+        assert_eq!(error.message, "boom");
+        assert_eq!(partial, "");
+    }
+
+    #[test]
+    fn numeric_string_code_reads_as_a_number() {
+        let stream =
+            "data: {\"choices\":[],\"error\":{\"code\":\"429\",\"message\":\"slow down\"}}\n\n";
+        let Err(CallError::InBand { error, .. }) = parse(stream).0 else {
+            panic!()
+        };
+        assert_eq!((error.code, error.code_text), (Some(429), None));
+    }
+
+    #[test]
+    fn finish_reason_error_without_an_error_object_is_still_an_error() {
+        let stream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"error\"}]}\n\ndata: [DONE]\n\n";
+        let Err(CallError::InBand { error, .. }) = parse(stream).0 else {
+            panic!()
+        };
+        assert_eq!(error.code, None);
+        assert!(error.message.contains("finish_reason"));
+    }
+
+    #[test]
+    fn eof_without_done_or_finish_is_truncated() {
+        let cut = TEXT_STREAM.split("data: {\"id\":\"gen-…\"").next().unwrap();
+        assert_eq!(
+            parse(cut).0,
+            Err(CallError::Transport(TransportError::Truncated))
+        );
+        assert_eq!(
+            parse("").0,
+            Err(CallError::Transport(TransportError::Truncated))
+        );
+        assert_eq!(
+            parse(": OPENROUTER PROCESSING\n\n").0,
+            Err(CallError::Transport(TransportError::Truncated))
+        );
+    }
+
+    #[test]
+    fn eof_after_a_finish_reason_is_complete() {
+        let without_done = TEXT_STREAM.trim_end().trim_end_matches("data: [DONE]");
+        let c = parse(without_done).0.unwrap();
+        assert_eq!(c.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(c.usage.map(|u| u.total_tokens), Some(18));
+    }
+
+    #[test]
+    fn done_without_a_trailing_newline_counts() {
+        let stream = USAGE_ON_FINISH_STREAM.replace("data: [DONE]\n\n", "");
+        let stream = format!(
+            "{}data: {{\"choices\":[]}}\n\ndata: [DONE]",
+            stream.replace("\"finish_reason\":\"stop\"", "\"finish_reason\":null")
+        );
+        let c = parse(&stream).0.unwrap();
+        assert_eq!(c.finish_reason, None);
+        assert_eq!(c.text, "Hi there");
+    }
+
+    #[test]
+    fn bad_json_in_a_data_line_is_malformed() {
+        for stream in [
+            "data: {\"choices\":[\n\n",
+            "data: 42\n\n",
+            "data: {\"choices\":{}}\n\n",
+            "data: \u{1}\n\n",
+        ] {
+            assert!(
+                matches!(
+                    parse(stream).0,
+                    Err(CallError::Transport(TransportError::Malformed(_)))
+                ),
+                "{stream:?}"
+            );
+        }
+        let mut parser = StreamParser::default();
+        let invalid_utf8 = parser.feed(b"data: {\"a\":\"\xff\"}\n\n", &mut |_| {});
+        assert!(matches!(
+            invalid_utf8,
+            Err(CallError::Transport(TransportError::Malformed(_)))
+        ));
+    }
+
+    #[test]
+    fn tool_call_without_a_name_is_malformed() {
+        let stream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+        assert!(matches!(
+            parse(stream).0,
+            Err(CallError::Transport(TransportError::Malformed(_)))
+        ));
+    }
+
+    #[test]
+    fn a_body_cut_inside_its_last_line_is_truncated() {
+        let stream = format!(
+            "{}data: {{\"choi",
+            USAGE_ON_FINISH_STREAM
+                .split(
+                    "data: {\"id\":\"gen-2\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"}"
+                )
+                .next()
+                .unwrap()
+        );
+        assert_eq!(
+            parse(&stream).0,
+            Err(CallError::Transport(TransportError::Truncated))
+        );
+        let cut_utf8 = &"data: {\"choices\":[{\"delta\":{\"content\":\"…\"}}]}".as_bytes()[..40];
+        assert_eq!(
+            parse_in_pieces(cut_utf8, &[]).0,
+            Err(CallError::Transport(TransportError::Truncated))
+        );
+    }
+
+    #[test]
+    fn data_after_done_is_ignored() {
+        let stream = format!("{TEXT_STREAM}data: not json\n\n");
+        assert!(parse(&stream).0.is_ok());
+    }
+
+    #[test]
+    fn decoder_joins_multi_line_data_and_ignores_other_fields() {
+        let mut decoder = SseDecoder::default();
+        let mut events = Vec::new();
+        decoder
+            .feed(
+                b"event: message\nid: 1\ndata: a\ndata:b\nretry: 5\n\n: c\n\ndata\n\n",
+                &mut events,
+            )
+            .unwrap();
+        assert_eq!(events, ["a\nb", ""]);
+    }
+}

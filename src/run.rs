@@ -1,0 +1,156 @@
+//! A run's record: its status, its code (SPEC §6), its resumable position and its attempt log
+//! (SPEC §7). The engine reads and writes these through [`crate::store::Store`].
+
+use crate::budget::{Counters, Kind};
+use crate::chat::{ToolCall, Usage};
+use crate::classify::Verdict;
+use crate::route::RouteSpec;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Delayed,
+    Running,
+    AwaitingApproval,
+    Succeeded,
+    Failed,
+    Refused,
+}
+
+impl RunStatus {
+    /// Whether a job for this run has nothing left to do (a redelivery is acknowledged and skipped).
+    pub fn is_settled(self) -> bool {
+        matches!(
+            self,
+            RunStatus::AwaitingApproval
+                | RunStatus::Succeeded
+                | RunStatus::Failed
+                | RunStatus::Refused
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Delayed => "delayed",
+            RunStatus::Running => "running",
+            RunStatus::AwaitingApproval => "awaiting_approval",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Refused => "refused",
+        }
+    }
+}
+
+/// The codes of SPEC §6 that end a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    AccountResting,
+    RoutesResting,
+    DeadlineExceeded,
+    RoutesExhausted,
+    UpstreamError,
+    RateLimited,
+    Interrupted,
+    PaymentRequired,
+    AuthFailed,
+    UpstreamRejected,
+    BudgetExhausted,
+    InvalidJob,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::AccountResting => "account_resting",
+            Code::RoutesResting => "routes_resting",
+            Code::DeadlineExceeded => "deadline_exceeded",
+            Code::RoutesExhausted => "routes_exhausted",
+            Code::UpstreamError => "upstream_error",
+            Code::RateLimited => "rate_limited",
+            Code::Interrupted => "interrupted",
+            Code::PaymentRequired => "payment_required",
+            Code::AuthFailed => "auth_failed",
+            Code::UpstreamRejected => "upstream_rejected",
+            Code::BudgetExhausted => "budget_exhausted",
+            Code::InvalidJob => "invalid_job",
+        }
+    }
+
+    /// The code a failure ends a run with, by its verdict (SPEC §2.3).
+    pub fn for_verdict(verdict: Verdict) -> Code {
+        match verdict {
+            Verdict::Account | Verdict::Route | Verdict::Provider | Verdict::Ambiguous => {
+                Code::RateLimited
+            }
+            Verdict::Billing => Code::PaymentRequired,
+            Verdict::Auth => Code::AuthFailed,
+            Verdict::Client => Code::UpstreamRejected,
+            Verdict::Server => Code::UpstreamError,
+        }
+    }
+}
+
+/// Where a run stands: enough to resume it after a snooze or a crash.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunState {
+    pub counters: Counters,
+    /// The chain index the run settled on after step 1.
+    pub route_index: Option<usize>,
+    /// The run's input (user message, regenerate delete or continuation result) is in the transcript.
+    pub input_applied: bool,
+    /// This run met an ambiguous 402/429: it walks no more shared routes (SPEC §3 rule 4).
+    pub ambiguous_stop: bool,
+    /// Output was published (`delta`, `tool_call`, `tool_result`): no failover any more.
+    pub emitted: bool,
+    pub snoozes: u32,
+}
+
+/// A run as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub user_id: String,
+    pub conversation_id: String,
+    pub kind: Kind,
+    pub routes: Vec<RouteSpec>,
+    pub parent_run_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub status: RunStatus,
+    pub code: Option<Code>,
+    pub state: RunState,
+    /// The assistant's final (or partial) text.
+    pub output: String,
+    /// The output stopped early and is incomplete.
+    pub incomplete: bool,
+    pub usage: Usage,
+    pub pending_tool_call: Option<ToolCall>,
+    pub summary: Option<String>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub deadline_ms: u64,
+}
+
+/// One provider call, failed or not: the fields that explain every failover after the fact.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub run_id: String,
+    /// 1-based over the whole run.
+    pub n: u32,
+    pub step: u32,
+    pub route: String,
+    /// The HTTP status, when the call got one.
+    pub http_status: Option<u16>,
+    /// The transport or in-band error, when there was one.
+    pub error: Option<String>,
+    /// `None` for a successful call.
+    pub verdict: Option<Verdict>,
+    pub retry_hint_ms: Option<u64>,
+    pub ratelimit_remaining: Option<i64>,
+    pub provider_name: Option<String>,
+    pub latency_ms: u64,
+    pub t_ms: u64,
+}

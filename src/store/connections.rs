@@ -1,0 +1,406 @@
+//! Users' own provider keys (SPEC §1 "connection", §5.1 `PUT /v1/connections/{id}`): stored
+//! sealed, opened only at call time.
+//!
+//! A job names only the connection id; [`StoreTargets`] reads the row when a call is about to be
+//! made and opens the key with `FREEWAY_SECRET_KEY`, so the plain key exists only in the worker's
+//! memory for that call, never in a job, an event, Redis, a log line or the database.
+//!
+//! Sealing is XChaCha20-Poly1305 (RustCrypto's `chacha20poly1305`) with a random 24-byte nonce
+//! per write. The row's id, user and provider are the associated data, so a sealed key copied onto
+//! another row does not open. Stored form: `v1:` + base64(nonce ‖ ciphertext ‖ tag).
+
+use super::StoreError;
+use super::sql::{Columns, SqlStore, db_error, now_ms, on_db};
+use crate::engine::{EnvTargets, TargetError, Targets};
+use crate::provider::{ApiKey, Target};
+use crate::route::{Connection, DEFAULT_PROVIDER, Route};
+use async_trait::async_trait;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use chacha20poly1305::aead::{Aead, Generate, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use std::fmt;
+
+const SEAL_VERSION: &str = "v1:";
+const NONCE_LEN: usize = 24;
+/// Longer than any provider's key; a bound so a request cannot store megabytes.
+const MAX_KEY_BYTES: usize = 4096;
+
+/// `FREEWAY_SECRET_KEY`: 32 bytes written as 64 hex characters (`openssl rand -hex 32`).
+/// It never prints.
+#[derive(Clone)]
+pub struct SecretKey([u8; 32]);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "must be 32 bytes written as 64 hex characters (generate one with `openssl rand -hex 32`), got {0}"
+)]
+pub struct SecretKeyError(String);
+
+impl SecretKey {
+    pub fn from_hex(text: &str) -> Result<SecretKey, SecretKeyError> {
+        let text = text.trim();
+        if text.len() != 64 {
+            return Err(SecretKeyError(format!("{} characters", text.len())));
+        }
+        let mut bytes = [0u8; 32];
+        for (byte, pair) in bytes.iter_mut().zip(text.as_bytes().chunks(2)) {
+            let digits = std::str::from_utf8(pair)
+                .ok()
+                .and_then(|p| u8::from_str_radix(p, 16).ok());
+            *byte = digits
+                .ok_or_else(|| SecretKeyError("a character that is not a hex digit".into()))?;
+        }
+        Ok(SecretKey(bytes))
+    }
+
+    fn cipher(&self) -> XChaCha20Poly1305 {
+        XChaCha20Poly1305::new(&self.0.into())
+    }
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretKey(***)")
+    }
+}
+
+/// What the associated data binds a sealed key to.
+fn aad(id: &str, user_id: &str, provider: &str) -> Vec<u8> {
+    format!("freeway-connection\0{id}\0{user_id}\0{provider}").into_bytes()
+}
+
+fn seal(secret: &SecretKey, api_key: &ApiKey, aad: &[u8]) -> Result<String, StoreError> {
+    let nonce = XNonce::try_generate()
+        .map_err(|e| StoreError::Unavailable(format!("no randomness for a nonce: {e}")))?;
+    let sealed = secret
+        .cipher()
+        .encrypt(
+            &nonce,
+            Payload {
+                msg: api_key.expose().as_bytes(),
+                aad,
+            },
+        )
+        .map_err(|_| StoreError::Invalid("the key cannot be sealed".into()))?;
+    let mut bytes = nonce.to_vec();
+    bytes.extend_from_slice(&sealed);
+    Ok(format!("{SEAL_VERSION}{}", BASE64.encode(bytes)))
+}
+
+fn open(secret: &SecretKey, id: &str, sealed: &str, aad: &[u8]) -> Result<ApiKey, StoreError> {
+    let undecryptable = || StoreError::Undecryptable(id.to_string());
+    let bytes = sealed
+        .strip_prefix(SEAL_VERSION)
+        .and_then(|b| BASE64.decode(b).ok())
+        .ok_or_else(undecryptable)?;
+    if bytes.len() < NONCE_LEN {
+        return Err(undecryptable());
+    }
+    let (nonce, ciphertext) = bytes.split_at(NONCE_LEN);
+    let nonce = XNonce::try_from(nonce).map_err(|_| undecryptable())?;
+    let plain = secret
+        .cipher()
+        .decrypt(
+            &nonce,
+            Payload {
+                msg: ciphertext,
+                aad,
+            },
+        )
+        .map_err(|_| undecryptable())?;
+    String::from_utf8(plain)
+        .map(ApiKey::new)
+        .map_err(|_| undecryptable())
+}
+
+/// A connection to store: `PUT /v1/connections/{id}` with `{user_id, provider, api_key}`.
+#[derive(Debug, Clone)]
+pub struct NewConnection {
+    pub id: String,
+    pub user_id: String,
+    pub provider: String,
+    pub api_key: ApiKey,
+}
+
+/// A stored connection as anyone may see it: everything but the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    pub id: String,
+    pub user_id: String,
+    pub provider: String,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+}
+
+impl NewConnection {
+    fn validate(&self) -> Result<(), StoreError> {
+        let invalid = |m: &str| Err(StoreError::Invalid(m.to_string()));
+        if !matches!(Connection::parse(&self.id), Ok(Connection::User(_))) {
+            return invalid(
+                "connection id must be 1-128 characters of [A-Za-z0-9_.:-] and not \"platform\"",
+            );
+        }
+        if !is_id(&self.user_id) {
+            return invalid("user_id must match [A-Za-z0-9_.:-]{1,128}");
+        }
+        let provider_ok = (1..=64).contains(&self.provider.len())
+            && self
+                .provider
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'));
+        if !provider_ok {
+            return invalid("provider must be 1-64 characters of [a-z0-9_-]");
+        }
+        let key = self.api_key.expose();
+        if key.trim().is_empty() || key.len() > MAX_KEY_BYTES || key.chars().any(char::is_control) {
+            return invalid("api_key must be 1-4096 printable characters");
+        }
+        Ok(())
+    }
+}
+
+fn is_id(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+}
+
+fn info_from(row: &impl Columns) -> Result<ConnectionInfo, StoreError> {
+    let ms = |col: &str| -> Result<u64, StoreError> {
+        u64::try_from(row.int(col)?).map_err(|_| StoreError::Corrupt(format!("{col} is negative")))
+    };
+    Ok(ConnectionInfo {
+        id: row.text("id")?,
+        user_id: row.text("user_id")?,
+        provider: row.text("provider")?,
+        created_ms: ms("created_ms")?,
+        updated_ms: ms("updated_ms")?,
+    })
+}
+
+impl SqlStore {
+    /// Store (or replace) a user's connection, its key sealed with `secret`. An id that belongs to
+    /// another user is a [`StoreError::Conflict`].
+    pub async fn put_connection(
+        &self,
+        secret: &SecretKey,
+        c: &NewConnection,
+    ) -> Result<(), StoreError> {
+        const SQL: &str = "INSERT INTO connections (id, user_id, provider, sealed_key, created_ms, updated_ms) \
+             VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO UPDATE SET provider = excluded.provider, \
+             sealed_key = excluded.sealed_key, updated_ms = excluded.updated_ms \
+             WHERE connections.user_id = excluded.user_id";
+        c.validate()?;
+        let sealed = seal(secret, &c.api_key, &aad(&c.id, &c.user_id, &c.provider))?;
+        let now = now_ms()?;
+        let written = on_db!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(&c.id)
+                .bind(&c.user_id)
+                .bind(&c.provider)
+                .bind(&sealed)
+                .bind(now)
+                .execute(pool)
+                .await
+                .map_err(db_error)?
+                .rows_affected()
+        });
+        if written == 0 {
+            return Err(StoreError::Conflict(format!(
+                "connection {:?} belongs to another user",
+                c.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Remove a user's connection; `false` when that user has no connection of that id.
+    pub async fn delete_connection(&self, user_id: &str, id: &str) -> Result<bool, StoreError> {
+        const SQL: &str = "DELETE FROM connections WHERE id = $1 AND user_id = $2";
+        let deleted = on_db!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(id)
+                .bind(user_id)
+                .execute(pool)
+                .await
+                .map_err(db_error)?
+                .rows_affected()
+        });
+        Ok(deleted > 0)
+    }
+
+    /// A connection without its key.
+    pub async fn connection(&self, id: &str) -> Result<Option<ConnectionInfo>, StoreError> {
+        Ok(self.sealed_connection(id).await?.map(|(info, _)| info))
+    }
+
+    /// A connection and its opened key: for the call about to be made, nothing else.
+    pub async fn connection_key(
+        &self,
+        secret: &SecretKey,
+        id: &str,
+    ) -> Result<Option<(ConnectionInfo, ApiKey)>, StoreError> {
+        let Some((info, sealed)) = self.sealed_connection(id).await? else {
+            return Ok(None);
+        };
+        let key = open(
+            secret,
+            id,
+            &sealed,
+            &aad(&info.id, &info.user_id, &info.provider),
+        )?;
+        Ok(Some((info, key)))
+    }
+
+    async fn sealed_connection(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ConnectionInfo, String)>, StoreError> {
+        const SQL: &str = "SELECT id, user_id, provider, sealed_key, created_ms, updated_ms FROM connections WHERE id = $1";
+        on_db!(self, |pool| {
+            match sqlx::query(SQL)
+                .bind(id)
+                .fetch_optional(pool)
+                .await
+                .map_err(db_error)?
+            {
+                Some(row) => Ok(Some((info_from(&row)?, row.text("sealed_key")?))),
+                None => Ok(None),
+            }
+        })
+    }
+}
+
+/// [`Targets`] for a worker: the platform connection from the environment ([`EnvTargets`]) and
+/// users' connections from the store, their keys opened at call time.
+pub struct StoreTargets {
+    env: EnvTargets,
+    store: SqlStore,
+    secret: Option<SecretKey>,
+}
+
+impl StoreTargets {
+    pub fn new(env: EnvTargets, store: SqlStore, secret: Option<SecretKey>) -> StoreTargets {
+        StoreTargets { env, store, secret }
+    }
+
+    fn base_url(&self, provider: &str) -> Option<String> {
+        (provider == DEFAULT_PROVIDER).then(|| self.env.openrouter_base_url.clone())
+    }
+}
+
+#[async_trait]
+impl Targets for StoreTargets {
+    async fn target(&self, route: &Route) -> Result<Target, TargetError> {
+        let Connection::User(id) = &route.connection else {
+            return self.env.target(route).await;
+        };
+        let base_url = self
+            .base_url(&route.provider)
+            .ok_or_else(|| TargetError::UnknownProvider(route.provider.clone()))?;
+        let unknown = || TargetError::UnknownConnection(id.clone());
+        // TargetError has no variant for an outage or a missing secret: the call fails like an
+        // unknown connection, and the cause goes to the log (never the key).
+        let Some(secret) = &self.secret else {
+            tracing::error!(connection = %id, "{}", StoreError::NoSecretKey);
+            return Err(unknown());
+        };
+        let (info, api_key) = match self.store.connection_key(secret, id).await {
+            Ok(Some(found)) => found,
+            Ok(None) => return Err(unknown()),
+            Err(e) => {
+                tracing::error!(connection = %id, "cannot read the connection: {e}");
+                return Err(unknown());
+            }
+        };
+        if info.provider != route.provider {
+            tracing::warn!(connection = %id, provider = %info.provider, route = %route, "the connection is for another provider");
+            return Err(unknown());
+        }
+        Ok(Target { base_url, api_key })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+    #[test]
+    fn the_secret_key_is_64_hex_characters_and_never_prints() {
+        let key = SecretKey::from_hex(HEX).unwrap();
+        assert_eq!(format!("{key:?}"), "SecretKey(***)");
+        assert!(SecretKey::from_hex("abc").is_err());
+        let bad = SecretKey::from_hex(&HEX.replace('0', "g")).unwrap_err();
+        assert!(
+            !bad.to_string().contains("g1"),
+            "the error does not echo the value: {bad}"
+        );
+    }
+
+    #[test]
+    fn a_sealed_key_opens_only_on_its_own_row() {
+        let secret = SecretKey::from_hex(HEX).unwrap();
+        let key = ApiKey::new("sk-user-raw-key");
+        let sealed = seal(&secret, &key, &aad("conn_1", "u1", "openrouter")).unwrap();
+        assert!(sealed.starts_with("v1:") && !sealed.contains("sk-user-raw-key"));
+        let opened = open(
+            &secret,
+            "conn_1",
+            &sealed,
+            &aad("conn_1", "u1", "openrouter"),
+        )
+        .unwrap();
+        assert_eq!(opened.expose(), "sk-user-raw-key");
+        assert!(
+            open(
+                &secret,
+                "conn_2",
+                &sealed,
+                &aad("conn_2", "u1", "openrouter")
+            )
+            .is_err()
+        );
+        assert!(
+            open(
+                &secret,
+                "conn_1",
+                &sealed,
+                &aad("conn_1", "u2", "openrouter")
+            )
+            .is_err()
+        );
+        let other = SecretKey::from_hex(&HEX.replace('0', "f")).unwrap();
+        assert!(matches!(
+            open(
+                &other,
+                "conn_1",
+                &sealed,
+                &aad("conn_1", "u1", "openrouter")
+            ),
+            Err(StoreError::Undecryptable(_))
+        ));
+        assert!(
+            open(
+                &secret,
+                "conn_1",
+                "v1:short",
+                &aad("conn_1", "u1", "openrouter")
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn two_seals_of_one_key_differ() {
+        let secret = SecretKey::from_hex(HEX).unwrap();
+        let key = ApiKey::new("sk-user-raw-key");
+        let aad = aad("conn_1", "u1", "openrouter");
+        assert_ne!(
+            seal(&secret, &key, &aad).unwrap(),
+            seal(&secret, &key, &aad).unwrap()
+        );
+    }
+}

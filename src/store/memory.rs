@@ -1,0 +1,105 @@
+//! An in-process [`Store`]: everything in maps behind one lock, for tests and benchmarks that
+//! need the engine without a database. It keeps the SQL store's contract, not its durability.
+
+use super::{Store, StoreError};
+use crate::chat::{Message, Role};
+use crate::run::{AttemptRecord, RunRecord};
+use async_trait::async_trait;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Memory>,
+}
+
+#[derive(Debug, Default)]
+struct Memory {
+    runs: HashMap<String, RunRecord>,
+    conversations: HashMap<String, Vec<Message>>,
+    appended: HashSet<(String, String)>,
+    attempts: HashMap<String, Vec<AttemptRecord>>,
+}
+
+impl MemoryStore {
+    fn with<T>(&self, f: impl FnOnce(&mut Memory) -> T) -> Result<T, StoreError> {
+        let mut guard = self
+            .inner
+            .lock()
+            .map_err(|_| StoreError::Unavailable("memory store poisoned".into()))?;
+        Ok(f(&mut guard))
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn create_run(&self, run: &RunRecord) -> Result<RunRecord, StoreError> {
+        self.with(|m| {
+            m.runs
+                .entry(run.run_id.clone())
+                .or_insert_with(|| run.clone())
+                .clone()
+        })
+    }
+
+    async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.with(|m| m.runs.get(run_id).cloned())
+    }
+
+    async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.with(|m| {
+            m.runs.insert(run.run_id.clone(), run.clone());
+        })
+    }
+
+    async fn transcript(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError> {
+        self.with(|m| {
+            m.conversations
+                .get(conversation_id)
+                .cloned()
+                .unwrap_or_default()
+        })
+    }
+
+    async fn append_message(
+        &self,
+        conversation_id: &str,
+        run_id: &str,
+        key: &str,
+        message: &Message,
+    ) -> Result<(), StoreError> {
+        self.with(|m| {
+            if m.appended.insert((run_id.to_string(), key.to_string())) {
+                m.conversations
+                    .entry(conversation_id.to_string())
+                    .or_default()
+                    .push(message.clone());
+            }
+        })
+    }
+
+    async fn delete_last_assistant_turn(&self, conversation_id: &str) -> Result<(), StoreError> {
+        self.with(|m| {
+            if let Some(msgs) = m.conversations.get_mut(conversation_id) {
+                let keep = msgs
+                    .iter()
+                    .rposition(|msg| msg.role == Role::User)
+                    .map_or(0, |i| i + 1);
+                msgs.truncate(keep);
+            }
+        })
+    }
+
+    async fn record_attempt(&self, attempt: &AttemptRecord) -> Result<(), StoreError> {
+        self.with(|m| {
+            let attempts = m.attempts.entry(attempt.run_id.clone()).or_default();
+            if !attempts.iter().any(|a| a.n == attempt.n) {
+                attempts.push(attempt.clone());
+            }
+        })
+    }
+
+    async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
+        self.with(|m| m.attempts.get(run_id).cloned().unwrap_or_default())
+    }
+}

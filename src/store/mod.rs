@@ -1,0 +1,74 @@
+//! Where transcripts, runs and attempts live (SPEC §7), behind a trait so the engine does not
+//! care whether it is SQL or memory.
+//!
+//! [`SqlStore`] is the real store: SQLite (the embedded default) or PostgreSQL through sqlx, with
+//! the migrations of `migrations/` applied when it opens. [`MemoryStore`] serves tests and
+//! benchmarks. Users' provider keys live in the SQL store too, sealed with `FREEWAY_SECRET_KEY`
+//! ([`connections`]), and [`StoreTargets`] opens them only at call time.
+
+mod connections;
+mod memory;
+mod migrations;
+mod retention;
+mod sql;
+
+pub use connections::{ConnectionInfo, NewConnection, SecretKey, SecretKeyError, StoreTargets};
+pub use memory::MemoryStore;
+pub use migrations::MIGRATIONS;
+pub use retention::Pruned;
+pub use sql::{Backend, SqlStore};
+
+use crate::chat::Message;
+use crate::run::{AttemptRecord, RunRecord};
+use async_trait::async_trait;
+
+/// Why the store could not do what was asked. Every variant prints as one line without secrets.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+    /// `DATABASE_URL` is not a URL the store can open (a configuration error, not an outage).
+    #[error("bad DATABASE_URL: {0}")]
+    BadUrl(String),
+    #[error("cannot migrate the store: {0}")]
+    Migrate(String),
+    /// The value does not fit the store (an id of the wrong shape, a number past `i64::MAX`).
+    #[error("invalid value: {0}")]
+    Invalid(String),
+    /// The id belongs to someone else (a connection id of another user).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("FREEWAY_SECRET_KEY is not set: users' connection keys cannot be sealed or opened")]
+    NoSecretKey,
+    #[error("the key of connection {0:?} cannot be opened with this FREEWAY_SECRET_KEY")]
+    Undecryptable(String),
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Insert the run when it is not there yet; returns the stored record either way, so a
+    /// second delivery sees the first one's progress.
+    async fn create_run(&self, run: &RunRecord) -> Result<RunRecord, StoreError>;
+    async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+    /// Overwrite the run's status, state and output. Called before every provider call, so the
+    /// attempt is counted before it is made.
+    async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError>;
+    /// The conversation's messages, in order.
+    async fn transcript(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError>;
+    /// Append one message of `run_id` to the conversation. `key` names the message within its
+    /// run (`input`, `step-2`, `tool-<call id>`): appending the same key twice keeps the first, so a
+    /// job delivered twice, or resumed after a crash, never duplicates a message.
+    async fn append_message(
+        &self,
+        conversation_id: &str,
+        run_id: &str,
+        key: &str,
+        message: &Message,
+    ) -> Result<(), StoreError>;
+    /// Delete the last assistant turn (everything after the last user message): a regenerate.
+    async fn delete_last_assistant_turn(&self, conversation_id: &str) -> Result<(), StoreError>;
+    async fn record_attempt(&self, attempt: &AttemptRecord) -> Result<(), StoreError>;
+    async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError>;
+}

@@ -1,0 +1,829 @@
+//! The SQL store of SPEC §7: SQLite (one file, WAL) or PostgreSQL, chosen by `DATABASE_URL`.
+//!
+//! Both backends run the same SQL text (`$n` parameters, `ON CONFLICT`, `RETURNING`), written
+//! once in each method and expanded for each driver by [`on_db!`], so there is no driver-neutral
+//! layer to lose types in. Queries are checked at run time: there is no database at build time.
+//!
+//! Appends to a transcript run in a write transaction that first takes the conversation's row
+//! (`BEGIN IMMEDIATE` on SQLite, the row lock on PostgreSQL), so concurrent appends get distinct,
+//! ordered positions and a duplicated `(run, key)` is seen and dropped.
+
+use super::migrations::{MigrationLock, migrate_error, migrator};
+use super::{Store, StoreError};
+use crate::budget::Counters;
+use crate::chat::{Message, ToolCall, Usage};
+use crate::run::{AttemptRecord, RunRecord, RunState, RunStatus};
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, Postgres, Row, Sqlite, Transaction};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How long a SQLite writer waits for another (several workers may share one file).
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long to wait for a connection, including the first one: an unreachable database fails
+/// after this.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// SQLite serializes writers, so a few connections serve the concurrent readers.
+const SQLITE_CONNECTIONS: u32 = 4;
+const PG_CONNECTIONS: u32 = 8;
+
+/// Which database a [`SqlStore`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The store on a SQL database. Cloning shares the connection pool.
+#[derive(Clone)]
+pub struct SqlStore {
+    pub(super) db: Db,
+    /// `DATABASE_URL` without its password, for error lines.
+    url: String,
+}
+
+#[derive(Clone)]
+pub(super) enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Run `$body` with `$pool` bound to the store's pool, whichever driver it is.
+macro_rules! on_db {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match &$store.db {
+            $crate::store::sql::Db::Sqlite($pool) => $body,
+            $crate::store::sql::Db::Postgres($pool) => $body,
+        }
+    };
+}
+pub(super) use on_db;
+
+/// A transaction that writes: SQLite takes the write lock at `BEGIN IMMEDIATE`, so a transaction
+/// never has to upgrade a read lock (which fails at once instead of waiting when another writer
+/// got in between); PostgreSQL locks rows as it goes.
+pub(super) trait WriteTx {
+    type Db: sqlx::Database;
+    async fn write_tx(&self) -> Result<Transaction<'static, Self::Db>, StoreError>;
+}
+
+impl WriteTx for SqlitePool {
+    type Db = Sqlite;
+    async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        self.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)
+    }
+}
+
+impl WriteTx for PgPool {
+    type Db = Postgres;
+    async fn write_tx(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.begin().await.map_err(db_error)
+    }
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore").field("url", &self.url).finish()
+    }
+}
+
+impl SqlStore {
+    /// Open the store at `url` (`sqlite://PATH`, `sqlite::memory:` or `postgres://…`) and apply
+    /// the migrations. A SQLite file is created when missing and switched to WAL.
+    pub async fn open(url: &str) -> Result<SqlStore, StoreError> {
+        let shown = crate::connect::redact(url);
+        let db = if url.starts_with("sqlite:") {
+            open_sqlite(url, &shown).await?
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            open_postgres(url, &shown).await?
+        } else {
+            return Err(StoreError::BadUrl(format!(
+                "{shown:?} must start with sqlite: or postgres://"
+            )));
+        };
+        Ok(SqlStore { db, url: shown })
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.db {
+            Db::Sqlite(_) => Backend::Sqlite,
+            Db::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// `DATABASE_URL` without its password.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Close every connection (waits for the ones in use).
+    pub async fn close(&self) {
+        on_db!(self, |pool| pool.close().await)
+    }
+
+    /// The migrations recorded as applied, as (version, success).
+    pub async fn applied_migrations(&self) -> Result<Vec<(i64, bool)>, StoreError> {
+        const SQL: &str = "SELECT version, success FROM _sqlx_migrations ORDER BY version";
+        on_db!(self, |pool| {
+            let rows = sqlx::query(SQL).fetch_all(pool).await.map_err(db_error)?;
+            rows.iter()
+                .map(|r| {
+                    Ok((
+                        r.try_get("version").map_err(db_error)?,
+                        r.try_get("success").map_err(db_error)?,
+                    ))
+                })
+                .collect()
+        })
+    }
+}
+
+async fn open_sqlite(url: &str, shown: &str) -> Result<Db, StoreError> {
+    let options = SqliteConnectOptions::from_str(url)
+        .map_err(|e| StoreError::BadUrl(format!("{shown}: {}", one_line(&e.to_string()))))?
+        .create_if_missing(true)
+        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+        .synchronous(SqliteSynchronous::Normal)
+        .disable_statement_logging();
+    let unreachable = |e: sqlx::Error| {
+        StoreError::Unavailable(format!("cannot open {shown}: {}", one_line(&e.to_string())))
+    };
+    if is_memory(url) {
+        // Each connection to `:memory:` would be its own database: keep exactly one, forever.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(unreachable)?;
+        migrator().run(&pool).await.map_err(migrate_error)?;
+        return Ok(Db::Sqlite(pool));
+    }
+    let path = options.get_filename().to_path_buf();
+    let cannot_open = |why: String| StoreError::Unavailable(format!("cannot open {shown}: {why}"));
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
+    {
+        return Err(cannot_open(format!(
+            "the directory {} does not exist",
+            dir.display()
+        )));
+    }
+    let lock = tokio::task::spawn_blocking(move || MigrationLock::acquire(&path))
+        .await
+        .map_err(|e| cannot_open(e.to_string()))?
+        .map_err(cannot_open)?;
+    // WAL is a property of the file and switching to it needs the database to itself, so one
+    // connection sets it, under the lock, before the pool opens.
+    let first = SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options.clone().journal_mode(SqliteJournalMode::Wal))
+        .await
+        .map_err(unreachable)?;
+    migrator().run(&first).await.map_err(migrate_error)?;
+    first.close().await;
+    drop(lock);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(SQLITE_CONNECTIONS)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options)
+        .await
+        .map_err(unreachable)?;
+    Ok(Db::Sqlite(pool))
+}
+
+fn is_memory(url: &str) -> bool {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    rest.starts_with(":memory:") || url.contains("mode=memory")
+}
+
+async fn open_postgres(url: &str, shown: &str) -> Result<Db, StoreError> {
+    let options = PgConnectOptions::from_str(url)
+        .map_err(|e| StoreError::BadUrl(format!("{shown}: {}", one_line(&e.to_string()))))?
+        .application_name("freeway")
+        .disable_statement_logging();
+    let unreachable =
+        |why: String| StoreError::Unavailable(format!("cannot reach {shown}: {}", one_line(&why)));
+    // One direct connection first: the pool would retry a refused connection until its timeout
+    // and then report only the timeout, not why.
+    let probe = tokio::time::timeout(ACQUIRE_TIMEOUT, options.connect())
+        .await
+        .map_err(|_| unreachable(format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs())))?
+        .map_err(|e| unreachable(e.to_string()))?;
+    probe
+        .close()
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    let pool = PgPoolOptions::new()
+        .max_connections(PG_CONNECTIONS)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options)
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    // sqlx's migrator holds a PostgreSQL advisory lock while it works, so replicas starting at
+    // once apply each migration exactly once.
+    migrator().run(&pool).await.map_err(migrate_error)?;
+    Ok(Db::Postgres(pool))
+}
+
+/// An error text on one line, as every error of the store is reported.
+pub(super) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub(super) fn db_error(e: sqlx::Error) -> StoreError {
+    let text = one_line(&e.to_string());
+    match e {
+        sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::ColumnIndexOutOfBounds { .. }
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::TypeNotFound { .. } => StoreError::Corrupt(text),
+        _ => StoreError::Unavailable(text),
+    }
+}
+
+/// Typed reads of a row, whichever driver it came from.
+pub(super) trait Columns {
+    fn text(&self, col: &str) -> Result<String, StoreError>;
+    fn opt_text(&self, col: &str) -> Result<Option<String>, StoreError>;
+    fn int(&self, col: &str) -> Result<i64, StoreError>;
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError>;
+}
+
+macro_rules! columns_for {
+    ($($row:ty),*) => {$(
+        impl Columns for $row {
+            fn text(&self, col: &str) -> Result<String, StoreError> {
+                self.try_get(col).map_err(db_error)
+            }
+            fn opt_text(&self, col: &str) -> Result<Option<String>, StoreError> {
+                self.try_get(col).map_err(db_error)
+            }
+            fn int(&self, col: &str) -> Result<i64, StoreError> {
+                self.try_get(col).map_err(db_error)
+            }
+            fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError> {
+                self.try_get(col).map_err(db_error)
+            }
+        }
+    )*};
+}
+columns_for!(SqliteRow, PgRow);
+
+/// A count or a time for a BIGINT column.
+pub(super) fn to_i64<T: TryInto<i64> + Copy + std::fmt::Display>(
+    v: T,
+    what: &str,
+) -> Result<i64, StoreError> {
+    v.try_into().map_err(|_| {
+        StoreError::Invalid(format!("{what} = {v} does not fit a signed 64-bit column"))
+    })
+}
+
+fn from_i64<T: TryFrom<i64>>(v: i64, col: &str) -> Result<T, StoreError> {
+    T::try_from(v).map_err(|_| StoreError::Corrupt(format!("{col} = {v} is out of range")))
+}
+
+fn flag(v: i64, col: &str) -> Result<bool, StoreError> {
+    match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(StoreError::Corrupt(format!("{col} = {v} is not 0 or 1"))),
+    }
+}
+
+/// An enum as the text serde gives it (`succeeded`, `rate_limited`, `assistant`…).
+fn enum_text<T: Serialize>(v: &T, what: &str) -> Result<String, StoreError> {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => Ok(s),
+        _ => Err(StoreError::Invalid(format!("{what} has no text form"))),
+    }
+}
+
+fn enum_from<T: DeserializeOwned>(s: String, col: &str) -> Result<T, StoreError> {
+    serde_json::from_value(serde_json::Value::String(s))
+        .map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+}
+
+fn json_text<T: Serialize>(v: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Invalid(format!("{what}: {e}")))
+}
+
+fn json_from<T: DeserializeOwned>(s: &str, col: &str) -> Result<T, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+}
+
+macro_rules! run_columns {
+    () => {
+        "run_id, user_id, conversation_id, kind, routes, parent_run_id, idempotency_key, status, code, \
+         calls, step1_attempts, retried, steps, route_index, input_applied, ambiguous_stop, emitted, \
+         snoozes, output, incomplete, prompt_tokens, completion_tokens, total_tokens, pending_tool_call, \
+         summary, deadline_ms, created_ms, updated_ms"
+    };
+}
+
+macro_rules! insert_run {
+    () => {
+        concat!(
+            "INSERT INTO runs (",
+            run_columns!(),
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+             $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)"
+        )
+    };
+}
+
+const CREATE_RUN: &str = concat!(insert_run!(), " ON CONFLICT (run_id) DO NOTHING");
+const SAVE_RUN: &str = concat!(
+    insert_run!(),
+    " ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, code = excluded.code, \
+     calls = excluded.calls, step1_attempts = excluded.step1_attempts, retried = excluded.retried, \
+     steps = excluded.steps, route_index = excluded.route_index, input_applied = excluded.input_applied, \
+     ambiguous_stop = excluded.ambiguous_stop, emitted = excluded.emitted, snoozes = excluded.snoozes, \
+     output = excluded.output, incomplete = excluded.incomplete, prompt_tokens = excluded.prompt_tokens, \
+     completion_tokens = excluded.completion_tokens, total_tokens = excluded.total_tokens, \
+     pending_tool_call = excluded.pending_tool_call, summary = excluded.summary, updated_ms = excluded.updated_ms"
+);
+const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = $1");
+const ENSURE_CONVERSATION: &str = "INSERT INTO conversations (id, user_id, next_seq, created_ms, updated_ms) \
+     VALUES ($1, $2, 0, $3, $3) ON CONFLICT (id) DO NOTHING";
+const RECORD_APPROVAL: &str = "INSERT INTO approvals (run_id, tool_call_id, tool_call, created_ms) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, tool_call_id) DO NOTHING";
+
+/// A [`RunRecord`] as the `runs` table holds it.
+struct RunRow {
+    run_id: String,
+    user_id: String,
+    conversation_id: String,
+    kind: String,
+    routes: String,
+    parent_run_id: Option<String>,
+    idempotency_key: Option<String>,
+    status: String,
+    code: Option<String>,
+    calls: i64,
+    step1_attempts: i64,
+    retried: i64,
+    steps: i64,
+    route_index: Option<i64>,
+    input_applied: i64,
+    ambiguous_stop: i64,
+    emitted: i64,
+    snoozes: i64,
+    output: String,
+    incomplete: i64,
+    prompt_tokens: i64,
+    completion_tokens: i64,
+    total_tokens: i64,
+    pending_tool_call: Option<String>,
+    summary: Option<String>,
+    deadline_ms: i64,
+    created_ms: i64,
+    updated_ms: i64,
+}
+
+/// Bind a [`RunRow`] to the 28 parameters of `insert_run!`, in column order.
+macro_rules! bind_run {
+    ($query:expr, $r:expr) => {
+        $query
+            .bind(&$r.run_id)
+            .bind(&$r.user_id)
+            .bind(&$r.conversation_id)
+            .bind(&$r.kind)
+            .bind(&$r.routes)
+            .bind(&$r.parent_run_id)
+            .bind(&$r.idempotency_key)
+            .bind(&$r.status)
+            .bind(&$r.code)
+            .bind($r.calls)
+            .bind($r.step1_attempts)
+            .bind($r.retried)
+            .bind($r.steps)
+            .bind($r.route_index)
+            .bind($r.input_applied)
+            .bind($r.ambiguous_stop)
+            .bind($r.emitted)
+            .bind($r.snoozes)
+            .bind(&$r.output)
+            .bind($r.incomplete)
+            .bind($r.prompt_tokens)
+            .bind($r.completion_tokens)
+            .bind($r.total_tokens)
+            .bind(&$r.pending_tool_call)
+            .bind(&$r.summary)
+            .bind($r.deadline_ms)
+            .bind($r.created_ms)
+            .bind($r.updated_ms)
+    };
+}
+
+impl RunRow {
+    fn from_record(r: &RunRecord) -> Result<RunRow, StoreError> {
+        let s = &r.state;
+        Ok(RunRow {
+            run_id: r.run_id.clone(),
+            user_id: r.user_id.clone(),
+            conversation_id: r.conversation_id.clone(),
+            kind: r.kind.as_str().to_string(),
+            routes: json_text(&r.routes, "routes")?,
+            parent_run_id: r.parent_run_id.clone(),
+            idempotency_key: r.idempotency_key.clone(),
+            status: r.status.as_str().to_string(),
+            code: r.code.map(|c| c.as_str().to_string()),
+            calls: i64::from(s.counters.calls),
+            step1_attempts: i64::from(s.counters.step1_attempts),
+            retried: i64::from(s.counters.retried),
+            steps: i64::from(s.counters.steps),
+            route_index: s
+                .route_index
+                .map(|i| to_i64(i, "route_index"))
+                .transpose()?,
+            input_applied: i64::from(s.input_applied),
+            ambiguous_stop: i64::from(s.ambiguous_stop),
+            emitted: i64::from(s.emitted),
+            snoozes: i64::from(s.snoozes),
+            output: r.output.clone(),
+            incomplete: i64::from(r.incomplete),
+            prompt_tokens: to_i64(r.usage.prompt_tokens, "prompt_tokens")?,
+            completion_tokens: to_i64(r.usage.completion_tokens, "completion_tokens")?,
+            total_tokens: to_i64(r.usage.total_tokens, "total_tokens")?,
+            pending_tool_call: r
+                .pending_tool_call
+                .as_ref()
+                .map(|c| json_text(c, "pending_tool_call"))
+                .transpose()?,
+            summary: r.summary.clone(),
+            deadline_ms: to_i64(r.deadline_ms, "deadline_ms")?,
+            created_ms: to_i64(r.created_ms, "created_ms")?,
+            updated_ms: to_i64(r.updated_ms, "updated_ms")?,
+        })
+    }
+
+    fn read(row: &impl Columns) -> Result<RunRow, StoreError> {
+        Ok(RunRow {
+            run_id: row.text("run_id")?,
+            user_id: row.text("user_id")?,
+            conversation_id: row.text("conversation_id")?,
+            kind: row.text("kind")?,
+            routes: row.text("routes")?,
+            parent_run_id: row.opt_text("parent_run_id")?,
+            idempotency_key: row.opt_text("idempotency_key")?,
+            status: row.text("status")?,
+            code: row.opt_text("code")?,
+            calls: row.int("calls")?,
+            step1_attempts: row.int("step1_attempts")?,
+            retried: row.int("retried")?,
+            steps: row.int("steps")?,
+            route_index: row.opt_int("route_index")?,
+            input_applied: row.int("input_applied")?,
+            ambiguous_stop: row.int("ambiguous_stop")?,
+            emitted: row.int("emitted")?,
+            snoozes: row.int("snoozes")?,
+            output: row.text("output")?,
+            incomplete: row.int("incomplete")?,
+            prompt_tokens: row.int("prompt_tokens")?,
+            completion_tokens: row.int("completion_tokens")?,
+            total_tokens: row.int("total_tokens")?,
+            pending_tool_call: row.opt_text("pending_tool_call")?,
+            summary: row.opt_text("summary")?,
+            deadline_ms: row.int("deadline_ms")?,
+            created_ms: row.int("created_ms")?,
+            updated_ms: row.int("updated_ms")?,
+        })
+    }
+
+    fn into_record(self) -> Result<RunRecord, StoreError> {
+        Ok(RunRecord {
+            kind: enum_from(self.kind, "kind")?,
+            routes: json_from(&self.routes, "routes")?,
+            parent_run_id: self.parent_run_id,
+            idempotency_key: self.idempotency_key,
+            status: enum_from(self.status, "status")?,
+            code: self.code.map(|c| enum_from(c, "code")).transpose()?,
+            state: RunState {
+                counters: Counters {
+                    calls: from_i64(self.calls, "calls")?,
+                    step1_attempts: from_i64(self.step1_attempts, "step1_attempts")?,
+                    retried: flag(self.retried, "retried")?,
+                    steps: from_i64(self.steps, "steps")?,
+                },
+                route_index: self
+                    .route_index
+                    .map(|i| from_i64(i, "route_index"))
+                    .transpose()?,
+                input_applied: flag(self.input_applied, "input_applied")?,
+                ambiguous_stop: flag(self.ambiguous_stop, "ambiguous_stop")?,
+                emitted: flag(self.emitted, "emitted")?,
+                snoozes: from_i64(self.snoozes, "snoozes")?,
+            },
+            output: self.output,
+            incomplete: flag(self.incomplete, "incomplete")?,
+            usage: Usage {
+                prompt_tokens: from_i64(self.prompt_tokens, "prompt_tokens")?,
+                completion_tokens: from_i64(self.completion_tokens, "completion_tokens")?,
+                total_tokens: from_i64(self.total_tokens, "total_tokens")?,
+            },
+            pending_tool_call: self
+                .pending_tool_call
+                .map(|c| json_from(&c, "pending_tool_call"))
+                .transpose()?,
+            summary: self.summary,
+            created_ms: from_i64(self.created_ms, "created_ms")?,
+            updated_ms: from_i64(self.updated_ms, "updated_ms")?,
+            deadline_ms: from_i64(self.deadline_ms, "deadline_ms")?,
+            run_id: self.run_id,
+            user_id: self.user_id,
+            conversation_id: self.conversation_id,
+        })
+    }
+}
+
+fn message_from(row: &impl Columns) -> Result<Message, StoreError> {
+    Ok(Message {
+        role: enum_from(row.text("role")?, "role")?,
+        content: row.opt_text("content")?,
+        tool_calls: match row.opt_text("tool_calls")? {
+            Some(calls) => json_from::<Vec<ToolCall>>(&calls, "tool_calls")?,
+            None => Vec::new(),
+        },
+        tool_call_id: row.opt_text("tool_call_id")?,
+    })
+}
+
+fn attempt_from(row: &impl Columns) -> Result<AttemptRecord, StoreError> {
+    Ok(AttemptRecord {
+        run_id: row.text("run_id")?,
+        n: from_i64(row.int("n")?, "n")?,
+        step: from_i64(row.int("step")?, "step")?,
+        route: row.text("route")?,
+        http_status: row
+            .opt_int("http_status")?
+            .map(|s| from_i64(s, "http_status"))
+            .transpose()?,
+        error: row.opt_text("error")?,
+        verdict: row
+            .opt_text("verdict")?
+            .map(|v| enum_from(v, "verdict"))
+            .transpose()?,
+        retry_hint_ms: row
+            .opt_int("retry_hint_ms")?
+            .map(|v| from_i64(v, "retry_hint_ms"))
+            .transpose()?,
+        ratelimit_remaining: row.opt_int("ratelimit_remaining")?,
+        provider_name: row.opt_text("provider_name")?,
+        latency_ms: from_i64(row.int("latency_ms")?, "latency_ms")?,
+        t_ms: from_i64(row.int("t_ms")?, "t_ms")?,
+    })
+}
+
+pub(super) fn now_ms() -> Result<i64, StoreError> {
+    to_i64(crate::clock::epoch_ms(), "now")
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    async fn create_run(&self, run: &RunRecord) -> Result<RunRecord, StoreError> {
+        let row = RunRow::from_record(run)?;
+        on_db!(self, |pool| {
+            let mut tx = pool.write_tx().await?;
+            bind_run!(sqlx::query(CREATE_RUN), row)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            sqlx::query(ENSURE_CONVERSATION)
+                .bind(&row.conversation_id)
+                .bind(&row.user_id)
+                .bind(row.created_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            let stored = sqlx::query(SELECT_RUN)
+                .bind(&row.run_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            tx.commit().await.map_err(db_error)?;
+            RunRow::read(&stored)?.into_record()
+        })
+    }
+
+    async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        on_db!(self, |pool| {
+            match sqlx::query(SELECT_RUN)
+                .bind(run_id)
+                .fetch_optional(pool)
+                .await
+                .map_err(db_error)?
+            {
+                Some(row) => Ok(Some(RunRow::read(&row)?.into_record()?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        let row = RunRow::from_record(run)?;
+        let approval = match (&run.pending_tool_call, run.status) {
+            (Some(call), RunStatus::AwaitingApproval) => {
+                Some((call.id.clone(), json_text(call, "pending_tool_call")?))
+            }
+            _ => None,
+        };
+        on_db!(self, |pool| {
+            let Some((call_id, call)) = &approval else {
+                bind_run!(sqlx::query(SAVE_RUN), row)
+                    .execute(pool)
+                    .await
+                    .map_err(db_error)?;
+                return Ok(());
+            };
+            let mut tx = pool.write_tx().await?;
+            bind_run!(sqlx::query(SAVE_RUN), row)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            sqlx::query(RECORD_APPROVAL)
+                .bind(&row.run_id)
+                .bind(call_id)
+                .bind(call)
+                .bind(row.updated_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            tx.commit().await.map_err(db_error)
+        })
+    }
+
+    async fn transcript(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError> {
+        const SQL: &str = "SELECT role, content, tool_calls, tool_call_id FROM messages \
+             WHERE conversation_id = $1 AND deleted_ms IS NULL ORDER BY seq";
+        on_db!(self, |pool| {
+            let rows = sqlx::query(SQL)
+                .bind(conversation_id)
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?;
+            rows.iter().map(message_from).collect()
+        })
+    }
+
+    async fn append_message(
+        &self,
+        conversation_id: &str,
+        run_id: &str,
+        key: &str,
+        message: &Message,
+    ) -> Result<(), StoreError> {
+        const ENSURE: &str = "INSERT INTO conversations (id, next_seq, created_ms, updated_ms) \
+             VALUES ($1, 0, $2, $2) ON CONFLICT (id) DO NOTHING";
+        const NEXT_SEQ: &str = "UPDATE conversations SET next_seq = next_seq + 1, updated_ms = $2 WHERE id = $1 RETURNING next_seq";
+        const EXISTS: &str =
+            "SELECT COUNT(*) AS n FROM messages WHERE run_id = $1 AND msg_key = $2";
+        const INSERT: &str = "INSERT INTO messages \
+             (id, conversation_id, seq, run_id, msg_key, role, content, tool_calls, tool_call_id, created_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+        let now = now_ms()?;
+        let role = enum_text(&message.role, "role")?;
+        let tool_calls = if message.tool_calls.is_empty() {
+            None
+        } else {
+            Some(json_text(&message.tool_calls, "tool_calls")?)
+        };
+        let id = ulid::Ulid::generate().to_string();
+        on_db!(self, |pool| {
+            let mut tx = pool.write_tx().await?;
+            sqlx::query(ENSURE)
+                .bind(conversation_id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            // Taking the conversation's row first orders concurrent appenders; only then is the
+            // duplicate check reliable.
+            let seq: i64 = sqlx::query(NEXT_SEQ)
+                .bind(conversation_id)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .int("next_seq")?;
+            let seen = sqlx::query(EXISTS)
+                .bind(run_id)
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .int("n")?;
+            if seen > 0 {
+                return tx.rollback().await.map_err(db_error);
+            }
+            sqlx::query(INSERT)
+                .bind(&id)
+                .bind(conversation_id)
+                .bind(seq)
+                .bind(run_id)
+                .bind(key)
+                .bind(&role)
+                .bind(&message.content)
+                .bind(&tool_calls)
+                .bind(&message.tool_call_id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            tx.commit().await.map_err(db_error)
+        })
+    }
+
+    async fn delete_last_assistant_turn(&self, conversation_id: &str) -> Result<(), StoreError> {
+        const SQL: &str = "UPDATE messages SET deleted_ms = $2 \
+             WHERE conversation_id = $1 AND deleted_ms IS NULL AND seq > COALESCE((\
+                 SELECT MAX(seq) FROM messages \
+                 WHERE conversation_id = $1 AND deleted_ms IS NULL AND role = 'user'), 0)";
+        let now = now_ms()?;
+        on_db!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(conversation_id)
+                .bind(now)
+                .execute(pool)
+                .await
+                .map_err(db_error)?;
+            Ok(())
+        })
+    }
+
+    async fn record_attempt(&self, a: &AttemptRecord) -> Result<(), StoreError> {
+        const SQL: &str = "INSERT INTO attempts (run_id, n, step, route, http_status, error, verdict, \
+             retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (run_id, n) DO NOTHING";
+        let verdict = a.verdict.map(|v| v.as_str().to_string());
+        let retry_hint_ms = a
+            .retry_hint_ms
+            .map(|v| to_i64(v, "retry_hint_ms"))
+            .transpose()?;
+        let latency_ms = to_i64(a.latency_ms, "latency_ms")?;
+        let t_ms = to_i64(a.t_ms, "t_ms")?;
+        on_db!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(&a.run_id)
+                .bind(i64::from(a.n))
+                .bind(i64::from(a.step))
+                .bind(&a.route)
+                .bind(a.http_status.map(i64::from))
+                .bind(&a.error)
+                .bind(&verdict)
+                .bind(retry_hint_ms)
+                .bind(a.ratelimit_remaining)
+                .bind(&a.provider_name)
+                .bind(latency_ms)
+                .bind(t_ms)
+                .execute(pool)
+                .await
+                .map_err(db_error)?;
+            Ok(())
+        })
+    }
+
+    async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
+        const SQL: &str = "SELECT run_id, n, step, route, http_status, error, verdict, retry_hint_ms, \
+             ratelimit_remaining, provider_name, latency_ms, t_ms FROM attempts WHERE run_id = $1 ORDER BY n";
+        on_db!(self, |pool| {
+            let rows = sqlx::query(SQL)
+                .bind(run_id)
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?;
+            rows.iter().map(attempt_from).collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_urls_are_recognised() {
+        assert!(is_memory("sqlite::memory:"));
+        assert!(is_memory("sqlite://:memory:"));
+        assert!(is_memory("sqlite://x.db?mode=memory"));
+        assert!(!is_memory("sqlite://freeway.db"));
+    }
+
+    #[test]
+    fn errors_are_one_line() {
+        assert_eq!(one_line("a\nb\r\n  c "), "a b c");
+    }
+}

@@ -1,0 +1,1047 @@
+//! The classification table of SPEC §3, on every 429/402 variant of the wire notes (§3, #1–#18),
+//! in their 2025 and 2026 shapes, on shared and off-quota routes.
+//!
+//! Bodies are the notes' reconstructions, verbatim (placeholders included): the classifier must
+//! read exactly what OpenRouter, Groq and OpenAI send.
+
+use freeway::classify::{
+    CIRCUIT_MS, Classification, DEFAULT_REST_MS, MIN_REST_MS, POOL_REST_CAP_MS, ROUTE_REST_CAP_MS,
+    RestLength, RestScope, Verdict, classify, classify_response, rest_ms,
+};
+use freeway::headers::Headers;
+use freeway::provider::{CallError, InBandError, TransportError};
+use freeway::route::{Route, RouteSpec};
+
+const LLAMA_FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
+const OPENROUTER_FREE: &str = "openrouter/free";
+const PAID: &str = "openai/gpt-4o-mini";
+const USER_FREE: &str = "x:free@conn_1";
+const SHARED: [&str; 2] = [LLAMA_FREE, OPENROUTER_FREE];
+
+/// 2026-07-26T09:04:30Z: 30 s before variant A's per-minute reset.
+const NOW_A: u64 = 1_785_056_670_000;
+const RESET_A: u64 = 1_785_056_700_000;
+
+fn route(s: &str) -> Route {
+    Route::resolve(&RouteSpec::parse_cli(s)).expect("test routes are valid")
+}
+
+fn groq_route() -> Route {
+    Route::resolve(&RouteSpec {
+        model: "llama-3.3-70b-versatile".into(),
+        connection: None,
+        provider: Some("groq".into()),
+    })
+    .expect("a valid groq route")
+}
+
+/// A header name and value.
+type Pair<'a> = (&'a str, &'a str);
+
+fn headers(pairs: &[(&str, &str)]) -> Headers {
+    pairs.iter().copied().collect()
+}
+
+fn run(status: u16, hs: &[(&str, &str)], body: &str, route_arg: &str, now: u64) -> Classification {
+    classify_response(
+        status,
+        &headers(hs),
+        body.as_bytes(),
+        &route(route_arg),
+        now,
+    )
+}
+
+/// The scope a case expects, relative to its route.
+#[derive(Debug, Clone, Copy)]
+enum Scope {
+    Pool,
+    ThisRoute,
+    Connection(&'static str),
+    None,
+}
+
+impl Scope {
+    fn of(self, route: &Route) -> RestScope {
+        match self {
+            Scope::Pool => RestScope::Pool("openrouter-free".into()),
+            Scope::ThisRoute => RestScope::Route {
+                pool: route.pool.clone(),
+                route_key: route.key(),
+            },
+            Scope::Connection(id) => RestScope::Connection(id.into()),
+            Scope::None => RestScope::None,
+        }
+    }
+}
+
+#[track_caller]
+fn expect(c: &Classification, route_arg: &str, verdict: Verdict, scope: Scope, rule: &str) {
+    assert_eq!(c.verdict, verdict, "verdict on {route_arg}: {c:?}");
+    assert_eq!(
+        c.scope,
+        scope.of(&route(route_arg)),
+        "scope on {route_arg}: {c:?}"
+    );
+    assert_eq!(c.rule, rule, "rule on {route_arg}: {c:?}");
+    assert_eq!(
+        c.evidence,
+        verdict == Verdict::Ambiguous,
+        "evidence on {route_arg}: {c:?}"
+    );
+    assert_eq!(
+        c.length.is_some(),
+        !matches!(scope, Scope::None),
+        "length on {route_arg}: {c:?}"
+    );
+}
+
+// ---- §2.3 A: platform per-minute free-model limit (#1) ----
+
+const A_HEADERS: [(&str, &str); 3] = [
+    ("X-RateLimit-Limit", "20"),
+    ("X-RateLimit-Remaining", "0"),
+    ("X-RateLimit-Reset", "1785056700000"),
+];
+
+const A_2026: &str = r#"{
+  "error": {
+    "message": "Rate limit exceeded: free-models-per-min. ",
+    "code": 429,
+    "metadata": {
+      "headers": {"X-RateLimit-Limit": "20", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1785056700000"},
+      "provider_name": null,
+      "limit_source": "openrouter_free_tier_per_minute",
+      "remedy_hint": "Slow down requests to free models, or retry after the per-minute window resets."
+    }
+  },
+  "user_id": "user_XXXXXXXXXXXXXXXXXXXXXXXXXXX"
+}"#;
+
+const A_2025: &str = r#"{
+  "error": {
+    "message": "Rate limit exceeded: free-models-per-min.",
+    "code": 429,
+    "metadata": {
+      "headers": {"X-RateLimit-Limit": "20", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1785056700000"},
+      "provider_name": null
+    }
+  },
+  "user_id": "user_XXXXXXXXXXXXXXXXXXXXXXXXXXX"
+}"#;
+
+/// The 2025 body without its echo: the signal is in the real headers only.
+const A_2025_NO_ECHO: &str = r#"{"error":{"message":"Rate limit exceeded: free-models-per-min.","code":429,"metadata":{"provider_name":null}},"user_id":"user_XXXXXXXXXXXXXXXXXXXXXXXXXXX"}"#;
+
+#[test]
+fn a_per_minute_2026_rests_the_pool_until_the_reset() {
+    for r in SHARED {
+        let c = run(429, &A_HEADERS, A_2026, r, NOW_A);
+        expect(&c, r, Verdict::Account, Scope::Pool, "0:limit_source");
+        assert_eq!(c.length, Some(RestLength::Until(RESET_A)));
+        assert_eq!(c.rest_ms(NOW_A), 30_000);
+        assert_eq!(c.ratelimit_remaining, Some(0));
+        assert_eq!(c.retry_hint_ms, None);
+        assert_eq!(c.provider_name, None);
+    }
+}
+
+#[test]
+fn a_per_minute_2025_is_read_from_the_headers_wherever_they_are() {
+    let lowercase: Vec<(&str, &str)> = vec![
+        ("x-ratelimit-limit", "20"),
+        ("x-ratelimit-remaining", "0"),
+        ("x-ratelimit-reset", "1785056700000"),
+    ];
+    let shouting: Vec<(&str, &str)> = vec![("X-RATELIMIT-RESET", "1785056700000")];
+    let variants: [(&str, &[Pair], &str); 5] = [
+        ("real and echo", &A_HEADERS, A_2025),
+        ("echo only", &[], A_2025),
+        ("real only", &A_HEADERS, A_2025_NO_ECHO),
+        ("lowercase real only (HTTP/2)", &lowercase, A_2025_NO_ECHO),
+        ("upper-case real only", &shouting, A_2025_NO_ECHO),
+    ];
+    for r in SHARED {
+        for (name, hs, body) in variants {
+            let c = run(429, hs, body, r, NOW_A);
+            expect(&c, r, Verdict::Account, Scope::Pool, "1:x-ratelimit");
+            assert_eq!(c.length, Some(RestLength::Until(RESET_A)), "{name}");
+            assert_eq!(c.rest_ms(NOW_A), 30_000, "{name}");
+        }
+    }
+    let c = run(429, &[], A_2025, LLAMA_FREE, NOW_A);
+    assert_eq!(
+        c.ratelimit_remaining,
+        Some(0),
+        "the echo feeds the attempt log too"
+    );
+}
+
+#[test]
+fn a_with_a_limit_of_16_is_the_same_account_limit() {
+    let body = A_2025.replace(
+        r#""X-RateLimit-Limit": "20""#,
+        r#""X-RateLimit-Limit": "16""#,
+    );
+    let c = run(429, &[], &body, LLAMA_FREE, NOW_A);
+    expect(
+        &c,
+        LLAMA_FREE,
+        Verdict::Account,
+        Scope::Pool,
+        "1:x-ratelimit",
+    );
+}
+
+#[test]
+fn a_on_a_user_connection_rests_that_route_alone() {
+    for body in [A_2026, A_2025] {
+        let c = run(429, &A_HEADERS, body, USER_FREE, NOW_A);
+        expect(&c, USER_FREE, Verdict::Route, Scope::ThisRoute, "off_quota");
+        assert_eq!(
+            c.scope,
+            RestScope::Route {
+                pool: None,
+                route_key: "conn_1/x:free".into()
+            }
+        );
+        assert_eq!(c.length, Some(RestLength::Until(RESET_A)));
+    }
+}
+
+#[test]
+fn a_pool_rest_takes_retry_after_over_the_reset() {
+    let mut hs = A_HEADERS.to_vec();
+    hs.push(("Retry-After", "7"));
+    let c = run(429, &hs, A_2026, LLAMA_FREE, NOW_A);
+    assert_eq!(c.length, Some(RestLength::For(7_000)));
+    assert_eq!(c.retry_hint_ms, Some(7_000));
+}
+
+#[test]
+fn a_reset_in_the_past_rests_one_second() {
+    let c = run(429, &A_HEADERS, A_2026, LLAMA_FREE, RESET_A + 5_000);
+    assert_eq!(c.length, Some(RestLength::Until(RESET_A)));
+    assert_eq!(c.rest_ms(RESET_A + 5_000), MIN_REST_MS);
+}
+
+#[test]
+fn a_reset_that_is_not_epoch_ms_is_ignored() {
+    let hs = [
+        ("X-RateLimit-Limit", "20"),
+        ("X-RateLimit-Reset", "1785056700"),
+    ];
+    let c = run(429, &hs, "", LLAMA_FREE, NOW_A);
+    expect(
+        &c,
+        LLAMA_FREE,
+        Verdict::Account,
+        Scope::Pool,
+        "1:x-ratelimit",
+    );
+    assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+}
+
+// ---- §2.3 B and C: platform daily limits (#2, #3) ----
+
+const B_2026: &str = r#"{
+  "error": {
+    "message": "Rate limit exceeded: free-models-per-day. Add 10 credits to unlock 1000 free model requests per day",
+    "code": 429,
+    "metadata": {
+      "headers": {"X-RateLimit-Limit": "50", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1779321600000"},
+      "provider_name": null,
+      "limit_source": "openrouter_free_tier_daily",
+      "remedy_hint": "Wait for the daily reset (see X-RateLimit-Reset), or purchase credits to raise your free-model daily limit."
+    }
+  },
+  "user_id": "user_XXXXXXXXXXXXXXXXXXXXXXXXXXX"
+}"#;
+
+const B_2025: &str = r#"{"error":{"message":"Rate limit exceeded: free-models-per-day. Add 10 credits to unlock 1000 free model requests per day","code":429,"metadata":{"headers":{"X-RateLimit-Limit":"50","X-RateLimit-Remaining":"0","X-RateLimit-Reset":"1779321600000"},"provider_name":null}},"user_id":"user_XXXXXXXXXXXXXXXXXXXXXXXXXXX"}"#;
+
+/// Six hours before B's reset (the next UTC midnight).
+const NOW_B: u64 = 1_779_321_600_000 - 6 * 3_600_000;
+
+const C_2026: &str = r#"{
+  "error": {
+    "message": "Rate limit exceeded: free-models-per-day-high-balance. ",
+    "code": 429,
+    "metadata": {
+      "headers": {"X-RateLimit-Limit": "1000", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1790985600000"},
+      "limit_source": "openrouter_free_tier_daily",
+      "remedy_hint": "Wait for the daily reset (see X-RateLimit-Reset)"
+    }
+  }
+}"#;
+
+const NOW_C: u64 = 1_790_985_600_000 - 3 * 3_600_000;
+
+#[test]
+fn b_and_c_daily_limits_rest_the_pool_for_the_cap() {
+    for r in SHARED {
+        for (body, now, rule) in [
+            (B_2026, NOW_B, "0:limit_source"),
+            (B_2025, NOW_B, "1:x-ratelimit"),
+            (C_2026, NOW_C, "0:limit_source"),
+        ] {
+            let c = run(429, &[], body, r, now);
+            expect(&c, r, Verdict::Account, Scope::Pool, rule);
+            assert_eq!(c.length, Some(RestLength::For(POOL_REST_CAP_MS)));
+            assert_eq!(c.rest_ms(now), 300_000);
+        }
+    }
+}
+
+#[test]
+fn a_daily_limit_on_a_user_connection_rests_that_route_up_to_the_cap() {
+    let c = run(429, &[], B_2026, USER_FREE, NOW_B);
+    expect(&c, USER_FREE, Verdict::Route, Scope::ThisRoute, "off_quota");
+    assert_eq!(c.length, Some(RestLength::Until(1_779_321_600_000)));
+    assert_eq!(c.rest_ms(NOW_B), 300_000);
+}
+
+// ---- §2.3 D: per-model "high demand" cap (#4, #5) ----
+
+const D_JUL_2026: &str = r#"{
+  "error": {
+    "message": "Rate limit exceeded: limit_rpm/qwen/qwen3-coder-480b-a35b-07-25/a9bbd882-011f-4606-8f60-85f3cb642586. High demand for qwen/qwen3-coder:free on OpenRouter - limited to 8 requests per minute. Please retry shortly.",
+    "code": 429,
+    "metadata": {
+      "headers": {"X-RateLimit-Limit": "8", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1783519380000"},
+      "provider_name": null
+    }
+  }
+}"#;
+
+const D_SEP_2026: &str = r#"{"error":{"message":"Rate limit exceeded: cohere/north-mini-code-20260617/<uuid>. High demand for cohere/north-mini-code:free on OpenRouter - limited to 15 requests per minute. Please retry shortly.","code":429,"metadata":{"headers":{"X-RateLimit-Limit":"15","X-RateLimit-Remaining":"0","X-RateLimit-Reset":"1783519380000"},"provider_name":null,"limit_source":"openrouter_shared_capacity","remedy_hint":"Retry shortly, or add your own provider key …"}}}"#;
+
+/// #5: the April 2025 per-day variant, with the provider named.
+const D_APR_2025_RPD: &str = r#"{"error":{"message":"Rate limit exceeded: limit_rpd/google/gemini-2.0-flash-thinking-exp-01-21/<uuid>","code":429,"metadata":{"headers":{"X-RateLimit-Limit":"80","X-RateLimit-Remaining":"0","X-RateLimit-Reset":"1745107200000"},"provider_name":"Google AI Studio"}}}"#;
+
+const RESET_D: u64 = 1_783_519_380_000;
+
+#[test]
+fn d_high_demand_rests_this_route_for_all_users() {
+    for r in SHARED {
+        let c = run(429, &[], D_JUL_2026, r, RESET_D - 20_000);
+        expect(&c, r, Verdict::Route, Scope::ThisRoute, "0:high_demand");
+        assert_eq!(c.length, Some(RestLength::Until(RESET_D)));
+        assert_eq!(c.rest_ms(RESET_D - 20_000), 20_000);
+
+        let c = run(429, &[], D_SEP_2026, r, RESET_D - 20_000);
+        expect(&c, r, Verdict::Route, Scope::ThisRoute, "0:limit_source");
+        assert_eq!(c.length, Some(RestLength::Until(RESET_D)));
+    }
+    let c = run(429, &[], D_JUL_2026, LLAMA_FREE, 0);
+    assert_eq!(
+        c.scope,
+        RestScope::Route {
+            pool: Some("openrouter-free".into()),
+            route_key: "openrouter/meta-llama/llama-3.3-70b-instruct:free".into()
+        }
+    );
+}
+
+#[test]
+fn d_per_day_model_cap_rests_the_route_not_the_pool() {
+    let now = 1_745_107_200_000 - 10 * 3_600_000;
+    let c = run(429, &[], D_APR_2025_RPD, LLAMA_FREE, now);
+    expect(
+        &c,
+        LLAMA_FREE,
+        Verdict::Route,
+        Scope::ThisRoute,
+        "0:high_demand",
+    );
+    assert_eq!(c.rest_ms(now), 300_000);
+    assert_eq!(c.provider_name.as_deref(), Some("Google AI Studio"));
+}
+
+#[test]
+fn d_on_off_quota_routes_is_a_route_rest() {
+    for r in [PAID, USER_FREE] {
+        let c = run(429, &[], D_SEP_2026, r, RESET_D - 20_000);
+        expect(&c, r, Verdict::Route, Scope::ThisRoute, "off_quota");
+    }
+}
+
+// ---- §2.3 E and F: upstream provider (#6) ----
+
+const E_2026: &str = r#"{
+  "error": {
+    "message": "Provider returned error",
+    "code": 429,
+    "metadata": {
+      "raw": "deepseek/deepseek-v4-flash is temporarily rate-limited upstream. Please retry shortly, or add your own key to accumulate your rate limits: https://openrouter.ai/settings/integrations",
+      "provider_name": "DigitalOcean",
+      "is_byok": false,
+      "limit_source": "upstream_provider_shared_pool",
+      "remedy_hint": "Retry shortly, add your own provider key (https://openrouter.ai/settings/integrations), or route to another provider with provider routing: https://openrouter.ai/docs/features/provider-routing"
+    }
+  },
+  "user_id": "user_XXXXXXXXXXXXXXXXXXXXXXXXXXX"
+}"#;
+
+const E_2025: &str = r#"{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"google/gemini-2.0-flash-exp:free is temporarily rate-limited upstream. Please retry shortly, or add your own key to accumulate your rate limits: https://openrouter.ai/settings/integrations","provider_name":"Google AI Studio"}},"user_id":"user_XXXXXXXXXXXXXXXXXXXXXXXXXXX"}"#;
+
+const F: &str = r#"{
+  "error": {
+    "message": "Provider returned error",
+    "code": 429,
+    "metadata": {
+      "raw": "meta-llama/llama-3.3-70b-instruct:free is temporarily rate-limited upstream. Please retry shortly, or add your own key to accumulate your rate limits: https://openrouter.ai/settings/integrations",
+      "provider_name": "Venice",
+      "is_byok": false,
+      "retry_after_seconds": 17,
+      "retry_after_seconds_raw": 16.007,
+      "headers": {"Retry-After": "17"}
+    }
+  },
+  "user_id": "user_XXXXXXXXXXXXXXXXXXXXXXXXXXX"
+}"#;
+
+#[test]
+fn e_upstream_pool_rests_the_route() {
+    for r in SHARED {
+        let c = run(429, &[], E_2026, r, NOW_A);
+        expect(&c, r, Verdict::Provider, Scope::ThisRoute, "0:limit_source");
+        assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+        assert_eq!(c.provider_name.as_deref(), Some("DigitalOcean"));
+
+        let c = run(429, &[], E_2025, r, NOW_A);
+        expect(
+            &c,
+            r,
+            Verdict::Provider,
+            Scope::ThisRoute,
+            "2:provider_marker",
+        );
+        assert_eq!(c.provider_name.as_deref(), Some("Google AI Studio"));
+
+        let c = run(429, &[("retry-after", "9")], E_2026, r, NOW_A);
+        assert_eq!(c.length, Some(RestLength::For(9_000)));
+    }
+}
+
+#[test]
+fn f_upstream_retry_hint_sets_the_route_rest() {
+    for r in SHARED {
+        let c = run(429, &[("Retry-After", "17")], F, r, NOW_A);
+        expect(
+            &c,
+            r,
+            Verdict::Provider,
+            Scope::ThisRoute,
+            "2:provider_marker",
+        );
+        assert_eq!(c.length, Some(RestLength::For(17_000)));
+        assert_eq!(c.retry_hint_ms, Some(17_000));
+    }
+    // The echo alone, or `retry_after_seconds` alone, carries the hint too.
+    let c = run(429, &[], F, LLAMA_FREE, NOW_A);
+    assert_eq!(c.length, Some(RestLength::For(17_000)));
+    let no_echo = F.replace(r#""headers": {"Retry-After": "17"}"#, r#""headers": {}"#);
+    let c = run(429, &[], &no_echo, LLAMA_FREE, NOW_A);
+    assert_eq!(c.length, Some(RestLength::For(17_000)));
+    // A real header comes before the echo and before `retry_after_seconds`.
+    let c = run(429, &[("Retry-After", "5")], F, LLAMA_FREE, NOW_A);
+    assert_eq!(c.length, Some(RestLength::For(5_000)));
+}
+
+#[test]
+fn e_and_f_on_off_quota_routes_are_provider_route_rests() {
+    for r in [PAID, USER_FREE] {
+        for body in [E_2026, E_2025, F] {
+            let c = run(429, &[], body, r, NOW_A);
+            expect(&c, r, Verdict::Provider, Scope::ThisRoute, "off_quota");
+        }
+    }
+    let c = run(429, &[], F, USER_FREE, NOW_A);
+    assert_eq!(c.length, Some(RestLength::For(17_000)));
+}
+
+// ---- §2.3 G and H, OpenAPI bare 429 (#7, #8, #9) ----
+
+const G: &str = r#"{"error": {"code": 429, "message": "Rate limit exceeded",
+           "metadata": {"error_type": "rate_limit_exceeded", "provider_code": "rate_limited"}}}"#;
+
+const G_WITHOUT_PROVIDER: &str = r#"{"error": {"code": 429, "message": "Rate limit exceeded", "metadata": {"error_type": "rate_limit_exceeded"}}}"#;
+
+const BARE_429: &str = r#"{"error":{"code":429,"message":"Rate limit exceeded"}}"#;
+
+const H: &str = r#"{
+  "error": {
+    "message": "All providers for anthropic/claude-sonnet-4.5 are at capacity. Retry after 40 seconds.",
+    "error_type": "rate_limit_exceeded",
+    "http_status": 429,
+    "availability": {
+      "code": "capacity_exhausted", "retryable": true, "retry_after": 40,
+      "requested_models": ["anthropic/claude-sonnet-4.5"],
+      "affected_providers": ["anthropic", "amazon-bedrock", "google-vertex"],
+      "fallback_models": ["anthropic/claude-haiku-4.5"],
+      "docs_url": "https://openrouter.ai/docs/errors#capacity_exhausted"
+    },
+    "metadata": {"previous_errors": [
+      {"provider": "anthropic", "code": "capacity_exhausted", "status": 429},
+      {"provider": "amazon-bedrock", "code": "capacity_exhausted", "status": 429}
+    ]}
+  }
+}"#;
+
+#[test]
+fn g_typed_with_provider_code_is_the_provider() {
+    for r in SHARED {
+        let c = run(429, &[], G, r, NOW_A);
+        expect(
+            &c,
+            r,
+            Verdict::Provider,
+            Scope::ThisRoute,
+            "2:provider_marker",
+        );
+        let c = run(429, &[("Retry-After", "3")], G, r, NOW_A);
+        assert_eq!(c.length, Some(RestLength::For(3_000)));
+    }
+}
+
+#[test]
+fn typed_without_a_provider_marker_is_the_account() {
+    for r in SHARED {
+        let c = run(429, &[], G_WITHOUT_PROVIDER, r, NOW_A);
+        expect(
+            &c,
+            r,
+            Verdict::Account,
+            Scope::Pool,
+            "3:rate_limit_exceeded",
+        );
+        assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+    }
+}
+
+/// #7 names no provider in `metadata` (only in `previous_errors`), so on a shared route the table
+/// reads its `error_type` (rule 3).
+#[test]
+fn h_capacity_exhausted_follows_the_table() {
+    let c = run(429, &[("Retry-After", "40")], H, LLAMA_FREE, NOW_A);
+    expect(
+        &c,
+        LLAMA_FREE,
+        Verdict::Account,
+        Scope::Pool,
+        "3:rate_limit_exceeded",
+    );
+    assert_eq!(c.length, Some(RestLength::For(40_000)));
+    let c = run(429, &[("Retry-After", "40")], H, PAID, NOW_A);
+    expect(&c, PAID, Verdict::Route, Scope::ThisRoute, "off_quota");
+    assert_eq!(c.length, Some(RestLength::For(40_000)));
+}
+
+#[test]
+fn bare_429_is_ambiguous_on_shared_routes() {
+    for r in SHARED {
+        let c = run(429, &[], BARE_429, r, NOW_A);
+        expect(&c, r, Verdict::Ambiguous, Scope::ThisRoute, "4:ambiguous");
+        assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+    }
+    for r in [PAID, USER_FREE] {
+        let c = run(429, &[], BARE_429, r, NOW_A);
+        expect(&c, r, Verdict::Route, Scope::ThisRoute, "off_quota");
+    }
+}
+
+// ---- #10 Cloudflare, #11 mid-stream ----
+
+const CLOUDFLARE: &str = "<!DOCTYPE html>\n<html><head><title>Attention Required! | Cloudflare</title></head>\n<body><h1>Sorry, you have been blocked</h1><p>Ray ID: 8a1b2c3d4e5f6789</p></body></html>";
+
+#[test]
+fn cloudflare_html_429_carries_no_signal() {
+    let hs = [
+        ("Content-Type", "text/html; charset=UTF-8"),
+        ("Server", "cloudflare"),
+        ("CF-RAY", "8a1b2c3d4e5f6789-FRA"),
+    ];
+    for r in SHARED {
+        let c = run(429, &hs, CLOUDFLARE, r, NOW_A);
+        expect(&c, r, Verdict::Ambiguous, Scope::ThisRoute, "4:ambiguous");
+    }
+    let c = run(429, &hs, CLOUDFLARE, PAID, NOW_A);
+    expect(&c, PAID, Verdict::Route, Scope::ThisRoute, "off_quota");
+}
+
+#[test]
+fn mid_stream_errors_take_the_in_band_path() {
+    let chunk: serde_json::Value = serde_json::from_str(
+        r#"{"id":"gen-abc123","object":"chat.completion.chunk","created":1234567890,"model":"openai/gpt-4o","provider":"OpenAI","error":{"code":429,"message":"Rate limit exceeded","metadata":{"error_type":"rate_limit_exceeded"}},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}"#,
+    )
+    .expect("valid chunk");
+    let error = InBandError {
+        code: Some(429),
+        code_text: None,
+        message: "Rate limit exceeded".into(),
+        error: chunk["error"].clone(),
+    };
+    assert!(error.is_rate_limit());
+    for r in [LLAMA_FREE, OPENROUTER_FREE, PAID, USER_FREE] {
+        let c = classify(
+            &CallError::InBand {
+                error: error.clone(),
+                partial: "Hel".into(),
+            },
+            &route(r),
+            NOW_A,
+        );
+        expect(&c, r, Verdict::Server, Scope::None, "in_band");
+    }
+    let upstream: serde_json::Value = serde_json::from_str(
+        r#"{"code":502,"message":"Provider returned error","metadata":{"raw":"upstream connect error","provider_name":"Together"}}"#,
+    )
+    .expect("valid error");
+    let error = InBandError {
+        code: Some(502),
+        code_text: None,
+        message: "Provider returned error".into(),
+        error: upstream,
+    };
+    let c = classify(
+        &CallError::InBand {
+            error,
+            partial: String::new(),
+        },
+        &route(LLAMA_FREE),
+        NOW_A,
+    );
+    assert_eq!(c.provider_name.as_deref(), Some("Together"));
+}
+
+#[test]
+fn transport_errors_are_server_failures() {
+    for e in [
+        TransportError::Connect("refused".into()),
+        TransportError::FirstByteTimeout,
+        TransportError::Truncated,
+    ] {
+        let c = classify(&CallError::Transport(e), &route(LLAMA_FREE), NOW_A);
+        expect(&c, LLAMA_FREE, Verdict::Server, Scope::None, "transport");
+    }
+}
+
+#[test]
+fn classify_reads_http_errors_like_classify_response() {
+    let error = CallError::Http {
+        status: 429,
+        headers: headers(&A_HEADERS),
+        body: A_2026.as_bytes().to_vec().into(),
+    };
+    assert_eq!(
+        classify(&error, &route(LLAMA_FREE), NOW_A),
+        run(429, &A_HEADERS, A_2026, LLAMA_FREE, NOW_A)
+    );
+}
+
+// ---- §2.4 402s (#12–#17) ----
+
+const P12_2026: &str = r#"{"error": {"message": "Insufficient credits. Add more using https://openrouter.ai/settings/credits", "code": 402,
+           "metadata": {"limit_source": "openrouter_credits",
+                        "remedy_hint": "Add credits at https://openrouter.ai/settings/credits, or lower max_tokens / prompt size to fit your remaining balance."}}}"#;
+
+const P12_2025: &str = r#"{"error": {"message": "Insufficient credits. Add more using https://openrouter.ai/settings/credits", "code": 402}}"#;
+
+const P13: &str = r#"{"error": {"message": "Insufficient credits. This account never purchased credits. Make sure your key is on the correct account or org, and if so, purchase more at https://openrouter.ai/settings/credits", "code": 402, "metadata": {"limit_source": "openrouter_credits"}}}"#;
+
+const P14: &str = r#"{"error": {"message": "This request requires more credits, or fewer max_tokens. You requested up to 65536 tokens, but can only afford 570. To increase, visit https://openrouter.ai/settings/credits and add more credits",
+           "code": 402,
+           "metadata": {"limit_source": "openrouter_credits", "remedy_hint": "Add credits at …", "provider_name": null,
+                        "previous_errors": [{"code": 402, "message": "This request requires more credits, … can only afford 570. …"}]}},
+ "user_id": "user_XXXX"}"#;
+
+const P15: &str = r#"{"error": {"message": "This request would exceed your available credits given your current in-flight requests. Retry after in-flight requests settle, or add credits.",
+           "code": 402,
+           "metadata": {"reason": "in_flight_budget_exhausted", "limit_source": "openrouter_in_flight_budget",
+                        "remedy_hint": "Retry after your in-flight requests settle (see the Retry-After header). Adding credits at https://openrouter.ai/settings/credits raises your in-flight budget, up to a capped ceiling."}}}"#;
+
+const P16: &str = r#"{"error": {"message": "This request requires more credits, or fewer max_tokens.", "code": 402, "metadata": {"reason": "weight_exceeds_budget", "limit_source": "openrouter_credits"}}}"#;
+
+/// #17: the text of a negative-balance 402 is undocumented; a body with no signal stands for it.
+const P17: &str = r#"{"error": {"message": "Payment required", "code": 402}}"#;
+
+#[test]
+fn credits_402s_open_the_platform_circuit() {
+    for r in SHARED {
+        for body in [P12_2026, P13, P14, P16] {
+            let c = run(402, &[], body, r, NOW_A);
+            expect(
+                &c,
+                r,
+                Verdict::Billing,
+                Scope::Connection("platform"),
+                "0:limit_source",
+            );
+            assert_eq!(c.length, Some(RestLength::For(CIRCUIT_MS)));
+            assert_eq!(c.rest_ms(NOW_A), 3_600_000);
+        }
+    }
+}
+
+#[test]
+fn in_flight_402_rests_the_pool_for_retry_after() {
+    for r in SHARED {
+        let c = run(402, &[("Retry-After", "4")], P15, r, NOW_A);
+        expect(&c, r, Verdict::Account, Scope::Pool, "0:limit_source");
+        assert_eq!(c.length, Some(RestLength::For(4_000)));
+    }
+}
+
+/// The shared-route table applies to a 402 too, so a 402 with no signal is ambiguous there.
+#[test]
+fn a_402_without_a_signal_is_ambiguous_on_shared_routes() {
+    for r in SHARED {
+        for body in [P12_2025, P17, ""] {
+            let c = run(402, &[], body, r, NOW_A);
+            expect(&c, r, Verdict::Ambiguous, Scope::ThisRoute, "4:ambiguous");
+        }
+    }
+}
+
+#[test]
+fn every_402_on_an_off_quota_route_opens_its_connection_circuit() {
+    for body in [P12_2026, P12_2025, P13, P14, P15, P16, P17, ""] {
+        let c = run(402, &[("Retry-After", "4")], body, PAID, NOW_A);
+        expect(
+            &c,
+            PAID,
+            Verdict::Billing,
+            Scope::Connection("platform"),
+            "off_quota",
+        );
+        assert_eq!(c.length, Some(RestLength::For(CIRCUIT_MS)));
+        let c = run(402, &[], body, USER_FREE, NOW_A);
+        expect(
+            &c,
+            USER_FREE,
+            Verdict::Billing,
+            Scope::Connection("conn_1"),
+            "off_quota",
+        );
+    }
+}
+
+// ---- 401 / 403 (#18, moderation, guardrail) ----
+
+const KEY_LIMIT_403: &str = r#"{"error":{"message":"Key limit exceeded (monthly limit). Manage it using https://openrouter.ai/workspaces/default/keys/<hash>","code":403}}"#;
+const KEY_LIMIT_TOTAL_403: &str =
+    r#"{"error":{"message":"Key limit exceeded (total limit)","code":403}}"#;
+const MODERATION_403: &str = r#"{"error": {"message": "meta-llama/llama-3.3-8b-instruct:free requires moderation on Meta. Your input was flagged for \"misc\". No credits were charged.",
+           "code": 403,
+           "metadata": {"reasons": ["misc"], "flagged_input": "You are a helpful AI assistant for a food delivery...nderstand you need help with: i want to order eba."}}}"#;
+const GUARDRAIL_403: &str = r#"{"error":{"message":"Request blocked by guardrail","code":403,"metadata":{"patterns":["credit card number"]}}}"#;
+const UNAUTHORIZED_401: &str = r#"{"error":{"code":401,"message":"No auth credentials found"}}"#;
+
+#[test]
+fn auth_failures_open_the_connection_circuit() {
+    for (status, body) in [
+        (403, KEY_LIMIT_403),
+        (403, KEY_LIMIT_TOTAL_403),
+        (401, UNAUTHORIZED_401),
+        (401, ""),
+    ] {
+        for r in [LLAMA_FREE, OPENROUTER_FREE, PAID] {
+            let c = run(status, &[], body, r, NOW_A);
+            expect(&c, r, Verdict::Auth, Scope::Connection("platform"), "auth");
+            assert_eq!(c.rest_ms(NOW_A), 3_600_000);
+        }
+        let c = run(status, &[], body, USER_FREE, NOW_A);
+        expect(
+            &c,
+            USER_FREE,
+            Verdict::Auth,
+            Scope::Connection("conn_1"),
+            "auth",
+        );
+    }
+}
+
+#[test]
+fn moderation_and_guardrails_are_client_errors() {
+    let message_only =
+        r#"{"error":{"message":"x/y:free requires moderation on Meta.","code":403}}"#;
+    for body in [MODERATION_403, GUARDRAIL_403, message_only] {
+        for r in [LLAMA_FREE, PAID, USER_FREE] {
+            let c = run(403, &[], body, r, NOW_A);
+            expect(&c, r, Verdict::Client, Scope::None, "moderation");
+        }
+    }
+}
+
+// ---- other statuses ----
+
+#[test]
+fn client_and_server_statuses() {
+    let privacy_404 = r#"{"error":{"message":"No endpoints found matching your data policy (Free model publication). Configure: https://openrouter.ai/settings/privacy","code":404}}"#;
+    let models_400 =
+        r#"{"error":{"message":"'models' array must have 3 items or fewer.","code":400}}"#;
+    let masked_500 = r#"{"error":{"message":"Internal Server Error","code":500}}"#;
+    let provider_502 = r#"{"error":{"message":"Provider returned error","code":502,"metadata":{"raw":"upstream connect error","provider_name":"Together"}}}"#;
+    for r in [LLAMA_FREE, PAID, USER_FREE] {
+        for (status, body) in [
+            (400, models_400),
+            (404, privacy_404),
+            (413, ""),
+            (422, "{}"),
+            (409, ""),
+        ] {
+            let c = run(status, &[], body, r, NOW_A);
+            expect(&c, r, Verdict::Client, Scope::None, "client");
+        }
+        for (status, body) in [
+            (408, ""),
+            (500, masked_500),
+            (502, provider_502),
+            (503, ""),
+            (524, ""),
+            (529, ""),
+        ] {
+            let c = run(status, &[], body, r, NOW_A);
+            expect(&c, r, Verdict::Server, Scope::None, "server");
+        }
+    }
+    let c = run(502, &[], provider_502, LLAMA_FREE, NOW_A);
+    assert_eq!(c.provider_name.as_deref(), Some("Together"));
+}
+
+// ---- Groq and OpenAI (§5, §6.1) ----
+
+const GROQ_429: &str = r#"{
+  "error": {
+    "message": "Rate limit reached for model `llama-3.3-70b-versatile` in organization `org_01kes94v04f9ramd2n1vj4gjnc` service tier `on_demand` on tokens per minute (TPM): Limit 12000, Used 2542, Requested 9855. Please try again in 1.984999999s. Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing",
+    "type": "tokens",
+    "code": "rate_limit_exceeded"
+  }
+}"#;
+
+const GROQ_413: &str = r#"{"error":{"message":"Request too large for model `llama-3.1-8b-instant` in organization `org_…` service tier `on_demand` on tokens per minute (TPM): Limit 6000, Requested 12328, please reduce your message size and try again. …","type":"tokens","code":"rate_limit_exceeded"}}"#;
+
+const OPENAI_429: &str = r#"{"error":{"message":"Rate limit reached for gpt-4o-mini in organization org-… on tokens per min (TPM): Limit 200000, Used 130491, Requested 75418. Please try again in 1.772s. Visit https://platform.openai.com/account/rate-limits to learn more.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+
+const OPENAI_QUOTA_2023: &str = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.","type":"insufficient_quota","param":null,"code":null}}"#;
+
+const OPENAI_QUOTA_2026: &str = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.","type":"insufficient_quota","param":null,"code":"credit_balance_exhausted"}}"#;
+
+const GROQ_HEADERS: [(&str, &str); 7] = [
+    ("retry-after", "2"),
+    ("x-ratelimit-limit-requests", "14400"),
+    ("x-ratelimit-limit-tokens", "18000"),
+    ("x-ratelimit-remaining-requests", "14370"),
+    ("x-ratelimit-remaining-tokens", "17997"),
+    ("x-ratelimit-reset-requests", "2m59.56s"),
+    ("x-ratelimit-reset-tokens", "7.66s"),
+];
+
+#[test]
+fn groq_429_rests_its_route_for_retry_after() {
+    let groq = groq_route();
+    assert_eq!(groq.pool, None);
+    let c = classify_response(
+        429,
+        &headers(&GROQ_HEADERS),
+        GROQ_429.as_bytes(),
+        &groq,
+        NOW_A,
+    );
+    assert_eq!(c.verdict, Verdict::Route);
+    assert_eq!(c.rule, "off_quota");
+    assert_eq!(
+        c.scope,
+        RestScope::Route {
+            pool: None,
+            route_key: "groq/llama-3.3-70b-versatile".into()
+        }
+    );
+    assert_eq!(c.length, Some(RestLength::For(2_000)));
+    assert_eq!(c.ratelimit_remaining, Some(14_370));
+    assert!(!c.evidence);
+
+    let c = classify_response(
+        413,
+        &headers(&GROQ_HEADERS),
+        GROQ_413.as_bytes(),
+        &groq,
+        NOW_A,
+    );
+    assert_eq!(
+        (c.verdict, c.scope, c.rule),
+        (Verdict::Client, RestScope::None, "client")
+    );
+}
+
+#[test]
+fn openai_bodies_on_off_quota_routes() {
+    for body in [OPENAI_429, OPENAI_QUOTA_2023, OPENAI_QUOTA_2026] {
+        for r in [PAID, USER_FREE] {
+            let c = run(
+                429,
+                &[("x-ratelimit-remaining-requests", "0")],
+                body,
+                r,
+                NOW_A,
+            );
+            expect(&c, r, Verdict::Route, Scope::ThisRoute, "off_quota");
+            assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+            assert_eq!(c.ratelimit_remaining, Some(0));
+        }
+    }
+}
+
+// ---- codes of every type, wrapped bodies, malformed bodies ----
+
+#[test]
+fn a_string_code_rate_limit_exceeded_is_typed() {
+    let c = run(429, &[], OPENAI_429, LLAMA_FREE, NOW_A);
+    expect(
+        &c,
+        LLAMA_FREE,
+        Verdict::Account,
+        Scope::Pool,
+        "3:rate_limit_exceeded",
+    );
+    let c = run(429, &[], GROQ_429, OPENROUTER_FREE, NOW_A);
+    expect(
+        &c,
+        OPENROUTER_FREE,
+        Verdict::Account,
+        Scope::Pool,
+        "3:rate_limit_exceeded",
+    );
+    let typed =
+        r#"{"error":{"message":"Rate limit exceeded","code":429,"type":"rate_limit_exceeded"}}"#;
+    let c = run(429, &[], typed, LLAMA_FREE, NOW_A);
+    expect(
+        &c,
+        LLAMA_FREE,
+        Verdict::Account,
+        Scope::Pool,
+        "3:rate_limit_exceeded",
+    );
+}
+
+#[test]
+fn numeric_string_null_and_other_codes_carry_no_signal() {
+    for body in [
+        r#"{"error":{"code":"429","message":"Rate limit exceeded"}}"#,
+        r#"{"error":{"code":null,"message":"Rate limit exceeded"}}"#,
+        r#"{"error":{"code":"server_error","message":"Rate limit exceeded"}}"#,
+        r#"{"error":{"code":429.0,"message":"Rate limit exceeded"}}"#,
+        OPENAI_QUOTA_2023,
+    ] {
+        let c = run(429, &[], body, LLAMA_FREE, NOW_A);
+        expect(
+            &c,
+            LLAMA_FREE,
+            Verdict::Ambiguous,
+            Scope::ThisRoute,
+            "4:ambiguous",
+        );
+    }
+}
+
+#[test]
+fn array_wrapped_bodies_read_like_the_plain_ones() {
+    for body in [A_2026, D_JUL_2026, E_2026, F, G, P15] {
+        let wrapped = format!("[{body}]");
+        for r in [LLAMA_FREE, PAID] {
+            let plain = run(429, &[], body, r, RESET_D - 20_000);
+            assert_eq!(
+                run(429, &[], &wrapped, r, RESET_D - 20_000),
+                plain,
+                "{wrapped}"
+            );
+        }
+    }
+    let gemini = r#"[{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}]"#;
+    let c = run(429, &[], gemini, LLAMA_FREE, NOW_A);
+    expect(
+        &c,
+        LLAMA_FREE,
+        Verdict::Ambiguous,
+        Scope::ThisRoute,
+        "4:ambiguous",
+    );
+}
+
+#[test]
+fn malformed_bodies_never_panic_and_carry_no_signal() {
+    let bodies: [&[u8]; 12] = [
+        b"",
+        b"not json",
+        b"{",
+        b"[]",
+        b"[1, 2]",
+        b"null",
+        b"42",
+        br#"{"error":null}"#,
+        br#"{"error":"Rate limit exceeded"}"#,
+        br#"{"error":{"metadata":"nope","message":7}}"#,
+        br#"{"error":{"metadata":{"headers":["X-RateLimit-Limit"],"retry_after_seconds":"soon"}}}"#,
+        b"\xff\xfe\x00garbage",
+    ];
+    for body in bodies {
+        for r in SHARED {
+            let c = classify_response(429, &Headers::new(), body, &route(r), NOW_A);
+            expect(&c, r, Verdict::Ambiguous, Scope::ThisRoute, "4:ambiguous");
+            assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+        }
+        let c = classify_response(500, &Headers::new(), body, &route(PAID), NOW_A);
+        assert_eq!(c.verdict, Verdict::Server);
+    }
+}
+
+#[test]
+fn echoed_headers_with_numeric_values_count() {
+    let body = r#"{"error":{"code":429,"message":"Rate limit exceeded","metadata":{"headers":{"X-RateLimit-Remaining":0,"X-RateLimit-Reset":1785056700000}}}}"#;
+    let c = run(429, &[], body, LLAMA_FREE, NOW_A);
+    expect(
+        &c,
+        LLAMA_FREE,
+        Verdict::Account,
+        Scope::Pool,
+        "1:x-ratelimit",
+    );
+    assert_eq!(c.length, Some(RestLength::Until(RESET_A)));
+    assert_eq!(c.ratelimit_remaining, Some(0));
+}
+
+// ---- rest lengths ----
+
+#[test]
+fn rest_lengths_clamp_to_their_caps() {
+    assert_eq!(
+        rest_ms(RestLength::For(600_000), POOL_REST_CAP_MS, NOW_A),
+        300_000
+    );
+    assert_eq!(rest_ms(RestLength::For(0), POOL_REST_CAP_MS, NOW_A), 1_000);
+    assert_eq!(
+        rest_ms(RestLength::Until(NOW_A - 1), POOL_REST_CAP_MS, NOW_A),
+        1_000
+    );
+    assert_eq!(
+        rest_ms(RestLength::Until(NOW_A + 12_345), POOL_REST_CAP_MS, NOW_A),
+        12_345
+    );
+    assert_eq!(
+        rest_ms(RestLength::For(7_200_000), CIRCUIT_MS, NOW_A),
+        3_600_000
+    );
+    // A reset just over the cap away is a far reset: the pool rests exactly the cap.
+    let hs = [("X-RateLimit-Reset", "1785057000001")];
+    let c = run(429, &hs, "", LLAMA_FREE, NOW_A);
+    assert_eq!(c.length, Some(RestLength::For(POOL_REST_CAP_MS)));
+    // A route rest keeps the moment and lets the clamp cut it.
+    let c = run(429, &hs, "", PAID, NOW_A);
+    assert_eq!(c.length, Some(RestLength::Until(1_785_057_000_001)));
+    assert_eq!(c.rest_ms(NOW_A), ROUTE_REST_CAP_MS);
+    // Retry-After over the cap is cut by the cap too.
+    let c = run(429, &[("Retry-After", "900")], A_2026, LLAMA_FREE, NOW_A);
+    assert_eq!(c.length, Some(RestLength::For(900_000)));
+    assert_eq!(c.rest_ms(NOW_A), 300_000);
+}

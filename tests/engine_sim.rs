@@ -1,0 +1,951 @@
+//! The run rules of SPEC §2.2–§2.4 and the rests of §3, end to end: the engine calls the
+//! simulator over real HTTP and writes rests into a real Redis. Assertions read the simulator's
+//! call log, the rests' TTLs in Redis and the run records.
+
+mod support;
+
+use async_trait::async_trait;
+use freeway::budget::Kind;
+use freeway::chat::{Approval, ToolCall, ToolSpec};
+use freeway::classify::{RestLength, RestScope, Verdict};
+use freeway::engine::{Outcome, WhenResting};
+use freeway::events::{Event, RedisEvents};
+use freeway::job::{Continuation, RunJob, RunRequest};
+use freeway::provider::{
+    CallError, ChatProvider, ChatRequest, Completion, HttpProvider, Target, Timeouts,
+};
+use freeway::rest::{RestKind, Rests};
+use freeway::route::{OPENROUTER_FREE_POOL, Route, RouteSpec};
+use freeway::run::{Code, RunStatus};
+use freeway::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
+use support::Harness;
+use tokio::sync::mpsc::UnboundedSender;
+
+const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
+const FREE_B: &str = "qwen/qwen3-coder:free";
+const FREE_C: &str = "deepseek/deepseek-chat-v3-0324:free";
+const PAID: &str = "openai/gpt-4o-mini";
+const KEY: &str = "sk-or-v1-platform-test";
+
+struct Setup {
+    sim: sim::SimHandle,
+    h: Harness,
+}
+
+async fn setup(name: &str) -> Setup {
+    setup_with(name, sim::SimConfig::default(), |p| p).await
+}
+
+async fn setup_with(
+    name: &str,
+    config: sim::SimConfig,
+    wrap: impl FnOnce(Arc<dyn ChatProvider>) -> Arc<dyn ChatProvider>,
+) -> Setup {
+    let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let provider: Arc<dyn ChatProvider> = Arc::new(HttpProvider::new(fast_timeouts()).unwrap());
+    let h = support::harness(name, wrap(provider), &sim.base_url()).await;
+    Setup { sim, h }
+}
+
+fn fast_timeouts() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(2),
+        first_byte: Duration::from_secs(2),
+        idle: Duration::from_secs(2),
+        total: Duration::from_secs(10),
+    }
+}
+
+fn fault(spec: serde_json::Value) -> sim::FaultSpec {
+    serde_json::from_value(spec).expect("a fault the sim understands")
+}
+
+fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
+    RunRequest {
+        user_id: user.into(),
+        conversation_id: None,
+        kind: Kind::Chat,
+        input: Some(input.into()),
+        routes: models.iter().map(|m| RouteSpec::parse_cli(m)).collect(),
+        tools: vec![tool("lookup", Approval::None)],
+        system: None,
+        deadline_s: None,
+        on_rest: Default::default(),
+        regenerate: false,
+        idempotency_key: None,
+    }
+}
+
+fn tool(name: &str, approval: Approval) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: "a tool".into(),
+        parameters: serde_json::json!({"type":"object"}),
+        approval,
+    }
+}
+
+async fn run(h: &Harness, req: RunRequest, when: WhenResting) -> (RunJob, Outcome) {
+    let job = RunJob::new(req, freeway::clock::epoch_ms());
+    let outcome = execute(h, &job, when).await;
+    (job, outcome)
+}
+
+async fn execute(h: &Harness, job: &RunJob, when: WhenResting) -> Outcome {
+    let routes = job.check().unwrap();
+    h.engine.execute(job, &routes, when).await.unwrap()
+}
+
+/// The models the sim was called with, in order.
+fn called(sim: &sim::SimHandle) -> Vec<String> {
+    sim.calls().into_iter().map(|c| c.model).collect()
+}
+
+async fn pttl(h: &Harness, key: &str) -> i64 {
+    let mut conn = h.conn.clone();
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+fn pool_key(h: &Harness) -> String {
+    h.rests
+        .key_for(&RestScope::Pool(OPENROUTER_FREE_POOL.into()))
+        .unwrap()
+}
+
+fn route_key(h: &Harness, model: &str) -> String {
+    let route = Route::resolve(&RouteSpec::parse_cli(model)).unwrap();
+    h.rests
+        .key_for(&RestScope::Route {
+            pool: route.pool.clone(),
+            route_key: route.key(),
+        })
+        .unwrap()
+}
+
+/// Change the sim's per-minute quota through its control API.
+async fn set_rpm(sim: &sim::SimHandle, rpm: u32) {
+    let url = sim.base_url().replace("/api/v1", "/_sim/config");
+    let body = serde_json::json!({ "rpm": rpm }).to_string();
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+}
+
+/// A sim whose shared free quota is already spent for this minute.
+fn exhausted_quota() -> sim::SimConfig {
+    sim::SimConfig {
+        rpm: 0,
+        ..sim::SimConfig::default()
+    }
+}
+
+fn finished(status: RunStatus, code: Option<Code>) -> Outcome {
+    Outcome::Finished { status, code }
+}
+
+#[tokio::test]
+async fn an_account_429_skips_the_other_free_routes_and_rests_the_pool_for_every_run() {
+    let s = setup_with("account", exhausted_quota(), |p| p).await;
+    let (_, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, FREE_B, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(
+        called(&s.sim),
+        vec![FREE_A, PAID],
+        "A, then straight to the paid route"
+    );
+    let ttl = pttl(&s.h, &pool_key(&s.h)).await;
+    assert!(
+        ttl > 0 && ttl <= 300_000,
+        "the pool rests, at most 300 s: {ttl}"
+    );
+
+    let (_, outcome) = run(
+        &s.h,
+        request("u2", "again", &[FREE_B, FREE_C]),
+        WhenResting::Refuse,
+    )
+    .await;
+    match outcome {
+        Outcome::Refused {
+            code: Code::AccountResting,
+            retry_after_s,
+        } => assert!(retry_after_s >= 1 && retry_after_s <= 300),
+        other => panic!("a later all-free run is refused: {other:?}"),
+    }
+    assert_eq!(s.sim.calls().len(), 2, "the refused run made no call");
+}
+
+#[tokio::test]
+async fn a_provider_429_rests_that_route_alone_and_the_next_free_route_is_called() {
+    let s = setup("provider").await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "upstream_429", "model": FREE_A, "retry_after_s": 17}),
+    ));
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, FREE_B, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(called(&s.sim), vec![FREE_A, FREE_B]);
+    let ttl = pttl(&s.h, &route_key(&s.h, FREE_A)).await;
+    assert!(
+        ttl > 15_000 && ttl <= 17_000,
+        "A rests for its Retry-After: {ttl}"
+    );
+    assert_eq!(
+        pttl(&s.h, &pool_key(&s.h)).await,
+        -2,
+        "the pool does not rest"
+    );
+
+    let attempts = s.h.store.attempts(&job.run_id).await.unwrap();
+    assert_eq!(attempts.len(), 2, "one attempt record per call");
+    assert_eq!(attempts[0].http_status, Some(429));
+    assert_eq!(attempts[0].verdict, Some(Verdict::Provider));
+    assert_eq!(attempts[0].retry_hint_ms, Some(17_000));
+    assert_eq!(attempts[0].provider_name.as_deref(), Some("Chutes"));
+    assert_eq!(
+        (attempts[1].http_status, attempts[1].verdict),
+        (Some(200), None)
+    );
+    let events = s.h.events.of(&job.run_id);
+    assert!(events.iter().any(|e| matches!(e, Event::Failover { verdict, to: Some(to), .. } if verdict == "provider" && to.ends_with(FREE_B))));
+}
+
+#[tokio::test]
+async fn an_ambiguous_429_stops_the_walk_over_shared_routes() {
+    let s = setup("ambiguous-stop").await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "generic_429", "model": FREE_A}),
+    ));
+    let (_, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, FREE_B, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(
+        called(&s.sim),
+        vec![FREE_A, PAID],
+        "B is shared: skipped after an ambiguous stop"
+    );
+    let ttl = pttl(&s.h, &route_key(&s.h, FREE_A)).await;
+    assert!(ttl > 55_000 && ttl <= 60_000, "A rests 60 s: {ttl}");
+    assert_eq!(
+        pttl(&s.h, &pool_key(&s.h)).await,
+        -2,
+        "one ambiguous failure does not rest the pool"
+    );
+}
+
+#[tokio::test]
+async fn ambiguous_429s_from_three_runs_of_two_users_rest_the_pool() {
+    let s = setup("corroborate").await;
+    for model in [FREE_A, FREE_B, FREE_C] {
+        s.sim.inject(fault(
+            serde_json::json!({"kind": "generic_429", "model": model}),
+        ));
+    }
+    let runs = [("u1", FREE_A), ("u1", FREE_B), ("u2", FREE_C)];
+    for (i, (user, model)) in runs.into_iter().enumerate() {
+        assert_eq!(
+            pttl(&s.h, &pool_key(&s.h)).await,
+            -2,
+            "no pool rest before the third failure"
+        );
+        let (_, outcome) = run(
+            &s.h,
+            request(user, "hi", &[model, PAID]),
+            WhenResting::Snooze,
+        )
+        .await;
+        assert_eq!(
+            outcome,
+            finished(RunStatus::Succeeded, None),
+            "run {i} completes on the paid route"
+        );
+    }
+    let ttl = pttl(&s.h, &pool_key(&s.h)).await;
+    assert!(
+        ttl > 55_000 && ttl <= 60_000,
+        "3 failures from 2 users in 30 s rest the pool 60 s: {ttl}"
+    );
+}
+
+#[tokio::test]
+async fn ambiguous_429s_from_one_user_do_not_rest_the_pool() {
+    let s = setup("one-user").await;
+    for model in [FREE_A, FREE_B, FREE_C] {
+        s.sim.inject(fault(
+            serde_json::json!({"kind": "generic_429", "model": model}),
+        ));
+        let (_, outcome) = run(
+            &s.h,
+            request("u1", "hi", &[model, PAID]),
+            WhenResting::Snooze,
+        )
+        .await;
+        assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    }
+    assert_eq!(pttl(&s.h, &pool_key(&s.h)).await, -2);
+}
+
+#[tokio::test]
+async fn a_one_route_chain_retries_once_on_a_5xx_after_one_to_three_seconds() {
+    let s = setup("retry").await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "bad_gateway_502", "model": PAID}),
+    ));
+    let (_, outcome) = run(&s.h, request("u1", "hi", &[PAID]), WhenResting::Snooze).await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(called(&s.sim), vec![PAID, PAID]);
+    let slept = s.h.clock.slept();
+    assert_eq!(slept.len(), 1);
+    assert!(
+        slept[0] >= Duration::from_secs(1) && slept[0] <= Duration::from_secs(3),
+        "{slept:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_5xx_on_a_one_route_chain_ends_the_run() {
+    let s = setup("retry-twice").await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "server_500", "model": PAID, "count": 2}),
+    ));
+    let (_, outcome) = run(&s.h, request("u1", "hi", &[PAID]), WhenResting::Snooze).await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::RoutesExhausted))
+    );
+    assert_eq!(s.sim.calls().len(), 2, "one retry, no more");
+}
+
+#[tokio::test]
+async fn complete_never_retries_the_same_route() {
+    let s = setup("complete").await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "bad_gateway_502", "model": PAID}),
+    ));
+    let mut req = request("u1", "hi", &[PAID]);
+    req.kind = Kind::Complete;
+    let (_, outcome) = run(&s.h, req, WhenResting::Snooze).await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::RoutesExhausted))
+    );
+    assert_eq!(s.sim.calls().len(), 1);
+    assert!(s.h.clock.slept().is_empty());
+}
+
+#[tokio::test]
+async fn no_same_route_retry_into_a_resting_pool() {
+    // Another replica rests the pool while this run's only call fails with a 502.
+    struct RestThePoolOn502 {
+        inner: Arc<dyn ChatProvider>,
+        rests: Rests,
+    }
+    #[async_trait]
+    impl ChatProvider for RestThePoolOn502 {
+        async fn call(
+            &self,
+            t: &Target,
+            r: &ChatRequest,
+            d: &UnboundedSender<String>,
+        ) -> Result<Completion, CallError> {
+            let result = self.inner.call(t, r, d).await;
+            let scope = RestScope::Pool(OPENROUTER_FREE_POOL.into());
+            self.rests
+                .write(&scope, RestLength::For(30_000), "another replica")
+                .await
+                .unwrap();
+            result
+        }
+    }
+    let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let conn = support::redis().await;
+    let ns = support::unique_ns("no-retry");
+    let provider = Arc::new(RestThePoolOn502 {
+        inner: Arc::new(HttpProvider::new(fast_timeouts()).unwrap()),
+        rests: Rests::new(conn.clone(), ns.clone()),
+    });
+    let h = support::harness_in(&ns, conn, provider, &sim.base_url()).await;
+    sim.inject(fault(
+        serde_json::json!({"kind": "bad_gateway_502", "model": FREE_A}),
+    ));
+    let (_, outcome) = run(&h, request("u1", "hi", &[FREE_A]), WhenResting::Refuse).await;
+    assert_eq!(sim.calls().len(), 1, "no retry into a resting pool");
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::RoutesExhausted))
+    );
+}
+
+#[tokio::test]
+async fn a_run_whose_chain_is_closed_only_by_rate_limits_snoozes_with_its_budget() {
+    let s = setup_with("snooze", exhausted_quota(), |p| p).await;
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, FREE_B]),
+        WhenResting::Snooze,
+    )
+    .await;
+    let Outcome::Snoozed { until_ms, .. } = outcome else {
+        panic!("snoozed, got {outcome:?}")
+    };
+    let now = freeway::clock::epoch_ms();
+    assert!(
+        until_ms > now && until_ms <= now + 302_000,
+        "until the pool reopens, plus at most 2 s"
+    );
+    assert_eq!(
+        s.sim.calls().len(),
+        1,
+        "A was called once; B was closed by the pool rest"
+    );
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(rec.status, RunStatus::Delayed);
+    assert_eq!(
+        rec.state.counters.step1_attempts, 1,
+        "the budget travels with the run"
+    );
+    assert!(
+        s.h.events
+            .of(&job.run_id)
+            .iter()
+            .any(|e| matches!(e, Event::Delayed { .. }))
+    );
+
+    // The pool reopens (operator clear stands in for time) and the quota is back.
+    s.h.rests.clear("pool", OPENROUTER_FREE_POOL).await.unwrap();
+    set_rpm(&s.sim, 20).await;
+    let outcome = execute(&s.h, &job, WhenResting::Snooze).await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        rec.state.counters.calls, 2,
+        "one call before the snooze, one after"
+    );
+    let transcript = s.h.store.transcript(&job.conversation_id).await.unwrap();
+    assert_eq!(
+        transcript
+            .iter()
+            .filter(|m| m.role == freeway::chat::Role::User)
+            .count(),
+        1,
+        "the user message once"
+    );
+}
+
+#[tokio::test]
+async fn preflight_refuses_an_all_closed_chain_before_the_transcript_is_touched() {
+    let s = setup("refuse").await;
+    s.h.rests
+        .write(
+            &RestScope::Pool(OPENROUTER_FREE_POOL.into()),
+            RestLength::For(40_000),
+            "test",
+        )
+        .await
+        .unwrap();
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, FREE_B]),
+        WhenResting::Snooze,
+    )
+    .await;
+    // With a 600 s deadline the queue would snooze; run-one refuses.
+    assert!(matches!(outcome, Outcome::Snoozed { .. }), "{outcome:?}");
+    assert!(
+        s.h.store
+            .transcript(&job.conversation_id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let mut short = request("u1", "hi", &[FREE_A, FREE_B]);
+    short.deadline_s = Some(5);
+    let (job, outcome) = run(&s.h, short, WhenResting::Snooze).await;
+    assert!(
+        matches!(outcome, Outcome::Refused { code: Code::AccountResting, retry_after_s } if retry_after_s > 30),
+        "{outcome:?}"
+    );
+    assert!(
+        s.h.store
+            .transcript(&job.conversation_id)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing written"
+    );
+    assert!(s.sim.calls().is_empty());
+
+    let (_, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, PAID]),
+        WhenResting::Refuse,
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Succeeded, None),
+        "a paid route stays usable while the pool rests"
+    );
+    assert_eq!(called(&s.sim), vec![PAID]);
+}
+
+#[tokio::test]
+async fn a_refused_regenerate_keeps_the_last_answer() {
+    let s = setup("regenerate").await;
+    let (job, _) = run(
+        &s.h,
+        request("u1", "hi [[answer:first]]", &[FREE_A]),
+        WhenResting::Refuse,
+    )
+    .await;
+    let before = s.h.store.transcript(&job.conversation_id).await.unwrap();
+    assert_eq!(before.len(), 2);
+    s.h.rests
+        .write(
+            &RestScope::Pool(OPENROUTER_FREE_POOL.into()),
+            RestLength::For(40_000),
+            "test",
+        )
+        .await
+        .unwrap();
+    let mut regen = request("u1", "ignored", &[FREE_A]);
+    regen.input = None;
+    regen.regenerate = true;
+    regen.conversation_id = Some(job.conversation_id.clone());
+    let (_, outcome) = run(&s.h, regen.clone(), WhenResting::Refuse).await;
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Refused {
+                code: Code::AccountResting,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        s.h.store.transcript(&job.conversation_id).await.unwrap(),
+        before,
+        "pre-flight comes before the delete"
+    );
+
+    s.h.rests.clear("pool", OPENROUTER_FREE_POOL).await.unwrap();
+    let (_, outcome) = run(&s.h, regen, WhenResting::Refuse).await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    let after = s.h.store.transcript(&job.conversation_id).await.unwrap();
+    assert_eq!(after.len(), 2, "the last answer was replaced, not added to");
+}
+
+#[tokio::test]
+async fn a_mid_stream_rate_limit_interrupts_and_rests_nothing() {
+    let s = setup("midstream-429").await;
+    s.sim.inject(fault(serde_json::json!({"kind": "midstream_error", "model": FREE_A, "code": 429, "after_chunks": 2})));
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "hello there friend", &[FREE_A, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::Interrupted))
+    );
+    assert_eq!(called(&s.sim), vec![FREE_A], "nothing moves");
+    assert!(s.h.rests.list().await.unwrap().is_empty(), "nothing rests");
+    let mut conn = s.h.conn.clone();
+    let evidence: i64 = redis::cmd("EXISTS")
+        .arg(s.h.rests.evidence_key(OPENROUTER_FREE_POOL))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(evidence, 0, "no evidence");
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert!(
+        rec.incomplete && !rec.output.is_empty(),
+        "partial output kept, marked incomplete"
+    );
+}
+
+#[tokio::test]
+async fn a_mid_stream_error_before_any_output_fails_over_like_a_5xx() {
+    let s = setup("midstream-502").await;
+    s.sim.inject(fault(serde_json::json!({"kind": "midstream_error", "model": FREE_A, "code": 502, "after_chunks": 0})));
+    let (_, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(called(&s.sim), vec![FREE_A, PAID]);
+}
+
+#[tokio::test]
+async fn a_pool_that_starts_resting_during_a_run_snoozes_it_at_its_later_step() {
+    // Another replica rests the pool right after a run's first step.
+    struct RestThePoolAfterFirstCall {
+        inner: Arc<dyn ChatProvider>,
+        rests: Rests,
+    }
+    #[async_trait]
+    impl ChatProvider for RestThePoolAfterFirstCall {
+        async fn call(
+            &self,
+            t: &Target,
+            r: &ChatRequest,
+            d: &UnboundedSender<String>,
+        ) -> Result<Completion, CallError> {
+            let result = self.inner.call(t, r, d).await;
+            if r.messages.len() == 1 {
+                let scope = RestScope::Pool(OPENROUTER_FREE_POOL.into());
+                self.rests
+                    .write(&scope, RestLength::For(30_000), "another replica")
+                    .await
+                    .unwrap();
+            }
+            result
+        }
+    }
+    let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let conn = support::redis().await;
+    let ns = support::unique_ns("later-step");
+    let provider = Arc::new(RestThePoolAfterFirstCall {
+        inner: Arc::new(HttpProvider::new(fast_timeouts()).unwrap()),
+        rests: Rests::new(conn.clone(), ns.clone()),
+    });
+    let h = support::harness_in(&ns, conn, provider, &sim.base_url()).await;
+    let (job, outcome) = run(
+        &h,
+        request("u1", "look it up [[tools:1]]", &[FREE_A, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert!(matches!(outcome, Outcome::Snoozed { .. }), "{outcome:?}");
+    assert_eq!(
+        sim.calls().len(),
+        1,
+        "step 2 never calls into the resting pool"
+    );
+    let rec = h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(rec.state.route_index, Some(0), "the run stays on its route");
+
+    h.rests.clear("pool", OPENROUTER_FREE_POOL).await.unwrap();
+    let outcome = execute(&h, &job, WhenResting::Snooze).await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(
+        called(&sim),
+        vec![FREE_A, FREE_A],
+        "resumed at step 2 on the same route"
+    );
+
+    let mut short = request("u1", "look it up [[tools:1]]", &[FREE_A, PAID]);
+    short.deadline_s = Some(3);
+    let (_, outcome) = run(&h, short, WhenResting::Snooze).await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::DeadlineExceeded)),
+        "past its deadline"
+    );
+}
+
+#[tokio::test]
+async fn a_failure_after_step_one_ends_the_run_keeping_its_output() {
+    let s = setup("later-fail").await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "bad_gateway_502", "model": PAID, "skip": 1}),
+    ));
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "go [[tools:2]]", &[PAID, FREE_A]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::UpstreamError))
+    );
+    assert_eq!(
+        called(&s.sim),
+        vec![PAID, PAID],
+        "no failover, no retry after step 1"
+    );
+    let transcript = s.h.store.transcript(&job.conversation_id).await.unwrap();
+    assert_eq!(
+        transcript.len(),
+        3,
+        "user, assistant tool call, tool result stay"
+    );
+
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "upstream_429", "model": PAID, "skip": 1}),
+    ));
+    let (_, outcome) = run(
+        &s.h,
+        request("u1", "go [[tools:2]]", &[PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::RateLimited))
+    );
+    assert!(
+        pttl(&s.h, &route_key(&s.h, PAID)).await > 0,
+        "its rest is written"
+    );
+}
+
+#[tokio::test]
+async fn a_model_that_keeps_asking_for_tools_exhausts_the_budget() {
+    let s = setup("budget").await;
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "loop [[tools:99]]", &[PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::BudgetExhausted))
+    );
+    assert_eq!(s.sim.calls().len(), 5, "MAX_STEPS for chat");
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(rec.state.counters.calls, 5);
+}
+
+#[tokio::test]
+async fn an_approval_pauses_the_run_and_its_continuation_tries_once_while_the_pool_rests() {
+    let s = setup("approval").await;
+    let mut req = request(
+        "u1",
+        "delete it [[tools:1]] [[tool:delete]]",
+        &[FREE_A, PAID],
+    );
+    req.tools = vec![tool("delete", Approval::Required)];
+    let (job, outcome) = run(&s.h, req.clone(), WhenResting::Snooze).await;
+    let Outcome::AwaitingApproval(call) = outcome else {
+        panic!("paused, got {outcome:?}")
+    };
+    assert_eq!(call.name, "delete");
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(rec.status, RunStatus::AwaitingApproval);
+    assert_eq!(rec.pending_tool_call.as_ref(), Some(&call));
+    assert!(
+        s.h.events
+            .of(&job.run_id)
+            .iter()
+            .any(|e| matches!(e, Event::AwaitingApproval { .. }))
+    );
+
+    s.h.rests
+        .write(
+            &RestScope::Pool(OPENROUTER_FREE_POOL.into()),
+            RestLength::For(60_000),
+            "test",
+        )
+        .await
+        .unwrap();
+    let mut cont_req = req;
+    cont_req.input = None;
+    cont_req.conversation_id = Some(job.conversation_id.clone());
+    cont_req.regenerate = false;
+    let mut cont = RunJob::new(
+        RunRequest {
+            input: Some("(continuation)".into()),
+            ..cont_req
+        },
+        freeway::clock::epoch_ms(),
+    );
+    cont.conversation_id = job.conversation_id.clone();
+    cont.continuation = Some(Continuation {
+        parent_run_id: job.run_id.clone(),
+        tool_call: call.clone(),
+        result: "deleted".into(),
+    });
+    let outcome = execute(&s.h, &cont, WhenResting::Snooze).await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Succeeded, None),
+        "never delayed or refused for a rest"
+    );
+    assert_eq!(
+        called(&s.sim),
+        vec![FREE_A, FREE_A],
+        "one attempt, on the first route, rests ignored"
+    );
+    let transcript = s.h.store.transcript(&job.conversation_id).await.unwrap();
+    assert_eq!(
+        transcript[2].tool_call_id.as_deref(),
+        Some(call.id.as_str())
+    );
+    assert_eq!(transcript[2].content.as_deref(), Some("deleted"));
+}
+
+#[tokio::test]
+async fn a_failed_continuation_does_not_fail_over() {
+    let s = setup("continuation-fail").await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "bad_gateway_502", "model": FREE_A}),
+    ));
+    let mut cont = RunJob::new(
+        request("u1", "x", &[FREE_A, PAID]),
+        freeway::clock::epoch_ms(),
+    );
+    cont.continuation = Some(Continuation {
+        parent_run_id: "run_parent".into(),
+        tool_call: ToolCall {
+            id: "call_1".into(),
+            name: "lookup".into(),
+            arguments: "{}".into(),
+        },
+        result: "denied by the user".into(),
+    });
+    let outcome = execute(&s.h, &cont, WhenResting::Snooze).await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::UpstreamError))
+    );
+    assert_eq!(called(&s.sim), vec![FREE_A]);
+}
+
+#[tokio::test]
+async fn an_auth_failure_opens_the_platform_circuit_for_every_platform_route() {
+    let s = setup("auth").await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "unauthorized_401", "model": FREE_A}),
+    ));
+    let (_, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, PAID]),
+        WhenResting::Refuse,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Failed, Some(Code::AuthFailed)));
+    assert_eq!(
+        called(&s.sim),
+        vec![FREE_A],
+        "the paid route shares the platform key: closed too"
+    );
+    let rests = s.h.rests.list().await.unwrap();
+    assert!(
+        rests
+            .iter()
+            .any(|r| r.scope == "connection" && r.key == "platform" && r.remaining_ms > 3_500_000),
+        "{rests:?}"
+    );
+    let closures =
+        s.h.rests
+            .closures(&[Route::resolve(&RouteSpec::parse_cli(PAID)).unwrap()])
+            .await
+            .unwrap();
+    assert_eq!(
+        closures[0].as_ref().map(|c| c.kind),
+        Some(RestKind::Circuit)
+    );
+}
+
+#[tokio::test]
+async fn a_client_error_moves_on_and_ends_upstream_rejected_when_nothing_is_left() {
+    let s = setup("client").await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "bad_request_400", "count": 3}),
+    ));
+    let (_, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::UpstreamRejected))
+    );
+    assert_eq!(called(&s.sim), vec![FREE_A, PAID]);
+    assert!(
+        s.h.rests.list().await.unwrap().is_empty(),
+        "a client error rests nothing"
+    );
+}
+
+#[tokio::test]
+async fn events_go_to_the_runs_redis_stream_and_expire_after_it_ends() {
+    let s = setup("events").await;
+    let mut engine = s.h.engine.clone();
+    engine.events = Arc::new(RedisEvents::new(s.h.conn.clone(), s.h.ns.clone()));
+    let job = RunJob::new(
+        request("u1", "hi [[tools:1]] [[answer:all done]]", &[PAID]),
+        freeway::clock::epoch_ms(),
+    );
+    let routes = job.check().unwrap();
+    let outcome = engine
+        .execute(&job, &routes, WhenResting::Snooze)
+        .await
+        .unwrap();
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    let key = freeway::events::stream_key(&s.h.ns, &job.run_id);
+    let mut conn = s.h.conn.clone();
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = entries.iter().map(|(_, f)| f[0].1.as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"started"));
+    assert_eq!(kinds.last(), Some(&"finished"));
+    for k in ["attempt", "tool_call", "tool_result", "delta"] {
+        assert!(kinds.contains(&k), "{k} in {kinds:?}");
+    }
+    let text: String = entries
+        .iter()
+        .filter(|(_, f)| f[0].1 == "delta")
+        .map(|(_, f)| {
+            serde_json::from_str::<serde_json::Value>(&f[1].1).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(text.contains("all done"), "{text}");
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        ttl > 86_000 && ttl <= 86_400,
+        "expires a day after the run ends: {ttl}"
+    );
+}

@@ -1,0 +1,46 @@
+//! `worker prune --older-than-days N`: the retention command (issue 4 §5).
+//!
+//! SQL rows are the audit trail and are never deleted on their own; an operator runs this (by
+//! hand or from cron) to delete finished runs older than N days. What it keeps and deletes is
+//! described in [`freeway::store::SqlStore::prune`]. Exit 0 after pruning, 1 when the store
+//! cannot be opened or written, 2 on bad configuration.
+
+use crate::run_one::{EXIT_BAD_INPUT, EXIT_FAILED, fail, open_store};
+use freeway::config::Settings;
+use std::process::ExitCode;
+
+const DAY_MS: u64 = 86_400_000;
+
+pub fn main(days: u64) -> ExitCode {
+    let settings = match Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => return fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
+    };
+    crate::logging::init(settings.log_format);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_FAILED, &format!("cannot start the runtime: {e}")),
+    };
+    runtime.block_on(prune(&settings.database_url, days))
+}
+
+async fn prune(url: &str, days: u64) -> ExitCode {
+    let store = match open_store(url).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let cutoff_ms = freeway::clock::epoch_ms().saturating_sub(days.saturating_mul(DAY_MS));
+    let result = store.prune(cutoff_ms).await;
+    store.close().await;
+    match result {
+        Ok(pruned) => {
+            let line = serde_json::json!({ "cutoff_ms": cutoff_ms, "pruned": pruned });
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(EXIT_FAILED, &e.to_string()),
+    }
+}

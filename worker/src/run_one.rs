@@ -1,0 +1,142 @@
+//! `worker run-one JOB.json`: one run without the queue (SPEC §5.2).
+//!
+//! The same pre-flight and engine as the queue, but where the queue would snooze it refuses with
+//! `retry_after_s`. Each event is printed as one JSON line on stdout (and published to the run's
+//! Redis stream as usual); the last line is the `finished` or `refused` event.
+//!
+//! The run is recorded in the store of `DATABASE_URL` (migrated on open), and a route on a user's
+//! connection uses the key stored there, opened with `FREEWAY_SECRET_KEY`. A malformed
+//! `DATABASE_URL` exits 2 (bad configuration); a database that cannot be opened exits 1.
+
+use async_trait::async_trait;
+use freeway::clock::{Clock, SystemClock};
+use freeway::config::Settings;
+use freeway::engine::{Engine, EnvTargets, Outcome, WhenResting};
+use freeway::events::{Event, EventError, EventSink, RedisEvents};
+use freeway::job::{RunJob, RunRequest};
+use freeway::provider::{HttpProvider, Timeouts};
+use freeway::rest::Rests;
+use freeway::run::RunStatus;
+use freeway::store::{SqlStore, StoreError, StoreTargets};
+use freeway::tools::ToolRunner;
+use std::io::Read;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+pub(crate) const EXIT_FAILED: u8 = 1;
+pub(crate) const EXIT_BAD_INPUT: u8 = 2;
+const EXIT_REFUSED: u8 = 75;
+
+/// Prints every event as a JSON line, then hands it on.
+struct PrintingEvents(RedisEvents);
+
+#[async_trait]
+impl EventSink for PrintingEvents {
+    async fn publish(&self, run_id: &str, event: &Event) -> Result<(), EventError> {
+        println!("{}", event.to_json());
+        self.0.publish(run_id, event).await
+    }
+}
+
+pub fn main(path: &str) -> ExitCode {
+    let settings = match Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => return fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
+    };
+    crate::logging::init(settings.log_format);
+    let bytes = match read_job(path) {
+        Ok(b) => b,
+        Err(e) => return fail(EXIT_BAD_INPUT, &format!("cannot read {path}: {e}")),
+    };
+    let request = match RunRequest::from_json(&bytes) {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_BAD_INPUT, &format!("invalid job: {e}")),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_FAILED, &format!("cannot start the runtime: {e}")),
+    };
+    runtime.block_on(run(settings, request))
+}
+
+/// Open the store of `DATABASE_URL`, or say why not in one line and give the exit code.
+pub(crate) async fn open_store(url: &str) -> Result<SqlStore, ExitCode> {
+    SqlStore::open(url).await.map_err(|e| match e {
+        StoreError::BadUrl(_) => fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
+        _ => fail(EXIT_FAILED, &e.to_string()),
+    })
+}
+
+async fn run(settings: Settings, request: RunRequest) -> ExitCode {
+    let store = match open_store(&settings.database_url).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let conn = match freeway::connect::redis(&settings.redis_url).await {
+        Ok(c) => c,
+        Err(e) => return fail(EXIT_FAILED, &e.to_string()),
+    };
+    let (provider, tools) = match (
+        HttpProvider::new(Timeouts::default()),
+        ToolRunner::new(settings.tool_url.clone()),
+    ) {
+        (Ok(p), Ok(t)) => (p, t),
+        _ => return fail(EXIT_FAILED, "cannot build the HTTP client"),
+    };
+    let engine = Engine {
+        provider: Arc::new(provider),
+        store: Arc::new(store.clone()),
+        events: Arc::new(PrintingEvents(RedisEvents::new(
+            conn.clone(),
+            settings.namespace.clone(),
+        ))),
+        rests: Rests::new(conn, settings.namespace.clone()),
+        clock: Arc::new(SystemClock),
+        targets: Arc::new(StoreTargets::new(
+            EnvTargets {
+                openrouter_base_url: settings.openrouter_base_url.clone(),
+                platform_key: settings.openrouter_api_key.clone(),
+            },
+            store,
+            settings.secret_key.clone(),
+        )),
+        tools,
+        summary: settings.summary,
+        worker: format!("run-one-{}", std::process::id()),
+    };
+    let job = RunJob::new(request, SystemClock.now_ms());
+    let routes = match job.check() {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_BAD_INPUT, &format!("invalid job: {e}")),
+    };
+    match engine.execute(&job, &routes, WhenResting::Refuse).await {
+        Ok(
+            Outcome::Finished {
+                status: RunStatus::Succeeded,
+                ..
+            }
+            | Outcome::AwaitingApproval(_),
+        ) => ExitCode::SUCCESS,
+        Ok(Outcome::Refused { .. } | Outcome::Snoozed { .. }) => ExitCode::from(EXIT_REFUSED),
+        Ok(Outcome::Finished { .. } | Outcome::Skipped(_)) => ExitCode::from(EXIT_FAILED),
+        Err(e) => fail(EXIT_FAILED, &e.to_string()),
+    }
+}
+
+fn read_job(path: &str) -> std::io::Result<Vec<u8>> {
+    if path == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf)?;
+        Ok(buf)
+    } else {
+        std::fs::read(path)
+    }
+}
+
+pub(crate) fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("worker: {message}");
+    ExitCode::from(code)
+}
