@@ -43,6 +43,11 @@ pub struct Settings {
     /// `FREEWAY_SECRET_KEY`: seals users' connection keys in the store; without it user
     /// connections cannot be stored or used.
     pub secret_key: Option<SecretKey>,
+    /// `FREEWAY_API_TOKEN`: the bearer token every `/v1` route needs; without it the API binds
+    /// only to loopback. Never printed (its `Debug` is redacted).
+    pub api_token: Option<ApiKey>,
+    /// `FREEWAY_ADMIN_TOKEN`: the bearer token of the operator's rest clear.
+    pub admin_token: Option<ApiKey>,
 }
 
 impl Settings {
@@ -118,6 +123,8 @@ impl Settings {
             summary,
             log_format,
             secret_key,
+            api_token: get("FREEWAY_API_TOKEN").map(ApiKey::new),
+            admin_token: get("FREEWAY_ADMIN_TOKEN").map(ApiKey::new),
         })
     }
 }
@@ -166,7 +173,17 @@ mod tests {
 
     #[test]
     fn the_key_never_prints() {
-        let s = Settings::from_vars(&vars(&[("OPENROUTER_API_KEY", "sk-or-v1-hunter2")])).unwrap();
-        assert!(!format!("{s:?}").contains("hunter2"));
+        let s = Settings::from_vars(&vars(&[
+            ("OPENROUTER_API_KEY", "sk-or-v1-hunter2"),
+            ("FREEWAY_API_TOKEN", "api-hunter3"),
+            ("FREEWAY_ADMIN_TOKEN", "admin-hunter4"),
+        ]))
+        .unwrap();
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("hunter"), "{shown}");
+        assert_eq!(
+            s.api_token.as_ref().map(ApiKey::expose),
+            Some("api-hunter3")
+        );
     }
 }

@@ -4,6 +4,7 @@
 use crate::budget::{Counters, Kind};
 use crate::chat::{ToolCall, Usage};
 use crate::classify::Verdict;
+use crate::job::RunJob;
 use crate::route::RouteSpec;
 use serde::{Deserialize, Serialize};
 
@@ -132,6 +133,33 @@ pub struct RunRecord {
     pub created_ms: u64,
     pub updated_ms: u64,
     pub deadline_ms: u64,
+}
+
+impl RunRecord {
+    /// The record of a run as it is first stored: the producer stores it at enqueue, and the
+    /// worker offers it again at each delivery, where the store keeps the first.
+    pub fn queued(job: &RunJob, now_ms: u64) -> RunRecord {
+        RunRecord {
+            run_id: job.run_id.clone(),
+            user_id: job.request.user_id.clone(),
+            conversation_id: job.conversation_id.clone(),
+            kind: job.request.kind,
+            routes: job.request.routes.clone(),
+            parent_run_id: job.continuation.as_ref().map(|c| c.parent_run_id.clone()),
+            idempotency_key: job.request.idempotency_key.clone(),
+            status: RunStatus::Queued,
+            code: None,
+            state: RunState::default(),
+            output: String::new(),
+            incomplete: false,
+            usage: Usage::default(),
+            pending_tool_call: None,
+            summary: None,
+            created_ms: now_ms,
+            updated_ms: now_ms,
+            deadline_ms: job.deadline_ms,
+        }
+    }
 }
 
 /// One provider call, failed or not: the fields that explain every failover after the fact.

@@ -514,7 +514,7 @@ async fn the_transcript_keeps_tool_calls_and_results_intact() {
             ),
             Message::tool_result("call_1", "result one"),
             Message::tool_result("call_2", ""),
-            Message::assistant(Some("done".into()), vec![]),
+            Message::assistant(Some("done — ünïcode ✓ 'quoted' \"double\"".into()), vec![]),
         ];
         for (i, m) in messages.iter().enumerate() {
             s.append_message(&conv, "run_t", &format!("k{i}"), m)
@@ -522,6 +522,16 @@ async fn the_transcript_keeps_tool_calls_and_results_intact() {
                 .unwrap();
         }
         assert_eq!(s.transcript(&conv).await.unwrap(), messages, "{}", db.label);
+        // A NUL (which PostgreSQL refuses in text) is stored as U+FFFD on both backends.
+        let nul = Message::tool_result("call_2", "a\0b");
+        s.append_message(&conv, "run_t", "nul", &nul).await.unwrap();
+        let last = s
+            .transcript(&conv)
+            .await
+            .unwrap()
+            .pop()
+            .and_then(|m| m.content);
+        assert_eq!(last.as_deref(), Some("a\u{FFFD}b"), "{}", db.label);
         db.finish().await;
     }
 }
@@ -951,7 +961,11 @@ fn account_429() -> Result<Completion, CallError> {
     Err(CallError::Http {
         status: 429,
         headers,
-        body: r#"{"error":{"message":"Rate limit exceeded: free-models-per-min.","code":429,"metadata":{"limit_source":"openrouter_free_tier_per_minute"}}}"#.into(),
+        body: concat!(
+            r#"{"error":{"message":"Rate limit exceeded: free-models-per-min.","code":429,"#,
+            r#""metadata":{"limit_source":"openrouter_free_tier_per_minute"}}}"#
+        )
+        .into(),
     })
 }
 

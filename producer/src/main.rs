@@ -1,1 +1,66 @@
-fn main() {}
+//! `producer`: the HTTP API (`serve`), and `enqueue` / `status` for people and scripts
+//! (SPEC §5.2). All configuration comes from the environment (SPEC §5.3); bad configuration is
+//! one line on stderr and exit 2.
+
+mod cli;
+mod logging;
+
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "producer",
+    version,
+    about = "freeway producer: the HTTP API that enqueues LLM runs, and an enqueue CLI",
+    after_help = "Environment: REDIS_URL, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_API_TOKEN, \
+                  FREEWAY_ADMIN_TOKEN, FREEWAY_SECRET_KEY, RUST_LOG, FREEWAY_LOG_FORMAT"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API. Without FREEWAY_API_TOKEN it listens only on a loopback address.
+    Serve {
+        /// The address to listen on, IP:PORT.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+    },
+    /// Enqueue one run, with the same pre-flight as POST /v1/runs, and print its id. Exit 0
+    /// enqueued (or succeeded with --wait), 1 failed, 2 bad input, 75 refused (the retry delay is
+    /// printed).
+    Enqueue(cli::enqueue::Args),
+    /// Print a run as JSON (the body of GET /v1/runs/{id}).
+    Status { run_id: String },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match freeway::config::Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => return cli::fail(cli::EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
+    };
+    let default_filter = match cli.command {
+        Command::Serve { .. } => "info",
+        _ => "warn",
+    };
+    logging::init(settings.log_format, default_filter);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return cli::fail(cli::EXIT_FAILED, &format!("cannot start the runtime: {e}")),
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve { addr } => cli::serve::run(settings, addr).await,
+            Command::Enqueue(args) => cli::enqueue::run(settings, args).await,
+            Command::Status { run_id } => cli::status::run(settings, &run_id).await,
+        }
+    })
+}

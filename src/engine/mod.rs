@@ -13,7 +13,7 @@ mod walk;
 pub use targets::{EnvTargets, TargetError, Targets};
 
 use crate::budget::Budget;
-use crate::chat::{Approval, Message, Role, ToolCall, Usage};
+use crate::chat::{Approval, Message, Role, ToolCall};
 use crate::classify::Verdict;
 use crate::clock::Clock;
 use crate::events::{Event, EventError, EventSink};
@@ -21,7 +21,7 @@ use crate::job::RunJob;
 use crate::provider::{ChatProvider, Completion};
 use crate::rest::{Closure, RestError, RestKind, Rests};
 use crate::route::Route;
-use crate::run::{Code, RunRecord, RunState, RunStatus};
+use crate::run::{Code, RunRecord, RunStatus};
 use crate::store::{Store, StoreError};
 use crate::tools::{ToolContext, ToolRunner};
 use std::sync::Arc;
@@ -112,7 +112,7 @@ impl Engine {
         routes: &[Route],
         when_resting: WhenResting,
     ) -> Result<Outcome, EngineError> {
-        let fresh = new_record(job, self.clock.now_ms());
+        let fresh = RunRecord::queued(job, self.clock.now_ms());
         let rec = self.store.create_run(&fresh).await?;
         if rec.status.is_settled() {
             return Ok(Outcome::Skipped(rec.status));
@@ -515,30 +515,6 @@ impl Engine {
             run.rec.state.emitted = true;
         }
         Ok(self.events.publish(&run.rec.run_id, &event).await?)
-    }
-}
-
-/// The record of a run at its first delivery.
-fn new_record(job: &RunJob, now: u64) -> RunRecord {
-    RunRecord {
-        run_id: job.run_id.clone(),
-        user_id: job.request.user_id.clone(),
-        conversation_id: job.conversation_id.clone(),
-        kind: job.request.kind,
-        routes: job.request.routes.clone(),
-        parent_run_id: job.continuation.as_ref().map(|c| c.parent_run_id.clone()),
-        idempotency_key: job.request.idempotency_key.clone(),
-        status: RunStatus::Queued,
-        code: None,
-        state: RunState::default(),
-        output: String::new(),
-        incomplete: false,
-        usage: Usage::default(),
-        pending_tool_call: None,
-        summary: None,
-        created_ms: now,
-        updated_ms: now,
-        deadline_ms: job.deadline_ms,
     }
 }
 

@@ -257,7 +257,8 @@ impl SqlStore {
         &self,
         id: &str,
     ) -> Result<Option<(ConnectionInfo, String)>, StoreError> {
-        const SQL: &str = "SELECT id, user_id, provider, sealed_key, created_ms, updated_ms FROM connections WHERE id = $1";
+        const SQL: &str = "SELECT id, user_id, provider, sealed_key, created_ms, updated_ms \
+             FROM connections WHERE id = $1";
         on_db!(self, |pool| {
             match sqlx::query(SQL)
                 .bind(id)
@@ -315,7 +316,12 @@ impl Targets for StoreTargets {
             }
         };
         if info.provider != route.provider {
-            tracing::warn!(connection = %id, provider = %info.provider, route = %route, "the connection is for another provider");
+            tracing::warn!(
+                connection = %id,
+                provider = %info.provider,
+                route = %route,
+                "the connection is for another provider"
+            );
             return Err(unknown());
         }
         Ok(Target { base_url, api_key })

@@ -4,7 +4,7 @@
 //! [`SqlStore`] is the real store: SQLite (the embedded default) or PostgreSQL through sqlx, with
 //! the migrations of `migrations/` applied when it opens. [`MemoryStore`] serves tests and
 //! benchmarks. Users' provider keys live in the SQL store too, sealed with `FREEWAY_SECRET_KEY`
-//! ([`connections`]), and [`StoreTargets`] opens them only at call time.
+//! (see [`SecretKey`]), and [`StoreTargets`] opens them only at call time.
 
 mod connections;
 mod memory;

@@ -1,7 +1,7 @@
 //! The SQL store of SPEC §7: SQLite (one file, WAL) or PostgreSQL, chosen by `DATABASE_URL`.
 //!
 //! Both backends run the same SQL text (`$n` parameters, `ON CONFLICT`, `RETURNING`), written
-//! once in each method and expanded for each driver by [`on_db!`], so there is no driver-neutral
+//! once in each method and expanded for each driver by `on_db!`, so there is no driver-neutral
 //! layer to lose types in. Queries are checked at run time: there is no database at build time.
 //!
 //! Appends to a transcript run in a write transaction that first takes the conversation's row
@@ -304,6 +304,12 @@ fn flag(v: i64, col: &str) -> Result<bool, StoreError> {
     }
 }
 
+/// Text as both backends can store it: PostgreSQL refuses NUL in text, and a model's output or a
+/// tool's result may carry one; it becomes U+FFFD on either backend, so they agree.
+fn clean(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
+}
+
 /// An enum as the text serde gives it (`succeeded`, `rate_limited`, `assistant`…).
 fn enum_text<T: Serialize>(v: &T, what: &str) -> Result<String, StoreError> {
     match serde_json::to_value(v) {
@@ -454,7 +460,7 @@ impl RunRow {
             ambiguous_stop: i64::from(s.ambiguous_stop),
             emitted: i64::from(s.emitted),
             snoozes: i64::from(s.snoozes),
-            output: r.output.clone(),
+            output: clean(&r.output),
             incomplete: i64::from(r.incomplete),
             prompt_tokens: to_i64(r.usage.prompt_tokens, "prompt_tokens")?,
             completion_tokens: to_i64(r.usage.completion_tokens, "completion_tokens")?,
@@ -464,7 +470,7 @@ impl RunRow {
                 .as_ref()
                 .map(|c| json_text(c, "pending_tool_call"))
                 .transpose()?,
-            summary: r.summary.clone(),
+            summary: r.summary.as_deref().map(clean),
             deadline_ms: to_i64(r.deadline_ms, "deadline_ms")?,
             created_ms: to_i64(r.created_ms, "created_ms")?,
             updated_ms: to_i64(r.updated_ms, "updated_ms")?,
@@ -688,7 +694,8 @@ impl Store for SqlStore {
     ) -> Result<(), StoreError> {
         const ENSURE: &str = "INSERT INTO conversations (id, next_seq, created_ms, updated_ms) \
              VALUES ($1, 0, $2, $2) ON CONFLICT (id) DO NOTHING";
-        const NEXT_SEQ: &str = "UPDATE conversations SET next_seq = next_seq + 1, updated_ms = $2 WHERE id = $1 RETURNING next_seq";
+        const NEXT_SEQ: &str = "UPDATE conversations SET next_seq = next_seq + 1, updated_ms = $2 \
+             WHERE id = $1 RETURNING next_seq";
         const EXISTS: &str =
             "SELECT COUNT(*) AS n FROM messages WHERE run_id = $1 AND msg_key = $2";
         const INSERT: &str = "INSERT INTO messages \
@@ -696,6 +703,8 @@ impl Store for SqlStore {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
         let now = now_ms()?;
         let role = enum_text(&message.role, "role")?;
+        let content = message.content.as_deref().map(clean);
+        let tool_call_id = message.tool_call_id.as_deref().map(clean);
         let tool_calls = if message.tool_calls.is_empty() {
             None
         } else {
@@ -736,9 +745,9 @@ impl Store for SqlStore {
                 .bind(run_id)
                 .bind(key)
                 .bind(&role)
-                .bind(&message.content)
+                .bind(&content)
                 .bind(&tool_calls)
-                .bind(&message.tool_call_id)
+                .bind(&tool_call_id)
                 .bind(now)
                 .execute(&mut *tx)
                 .await
@@ -780,13 +789,13 @@ impl Store for SqlStore {
                 .bind(&a.run_id)
                 .bind(i64::from(a.n))
                 .bind(i64::from(a.step))
-                .bind(&a.route)
+                .bind(clean(&a.route))
                 .bind(a.http_status.map(i64::from))
-                .bind(&a.error)
+                .bind(a.error.as_deref().map(clean))
                 .bind(&verdict)
                 .bind(retry_hint_ms)
                 .bind(a.ratelimit_remaining)
-                .bind(&a.provider_name)
+                .bind(a.provider_name.as_deref().map(clean))
                 .bind(latency_ms)
                 .bind(t_ms)
                 .execute(pool)

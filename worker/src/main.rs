@@ -1,10 +1,13 @@
-//! `worker`: executes runs. `worker run-one JOB.json` runs one job without the queue;
-//! `worker classify` shows how a provider's answer is read (SPEC §3, §5.2).
+//! `worker`: executes runs. Without a command it takes runs from the queue (SPEC §4.3);
+//! `worker run-one JOB.json` runs one job without the queue; `worker classify` shows how a
+//! provider's answer is read (SPEC §3, §5.2); `worker prune` deletes old finished runs.
 
 mod classify_cmd;
+mod consume;
 mod logging;
 mod prune;
 mod run_one;
+mod wiring;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -19,8 +22,18 @@ use std::process::ExitCode;
                   FREEWAY_LOG_FORMAT"
 )]
 struct Cli {
+    /// Runs executed at once by this replica (runs are I/O-bound).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    concurrency: u16,
+    /// Seconds to let running jobs finish after SIGTERM/SIGINT before the rest are released.
+    #[arg(long, default_value_t = 30)]
+    grace_s: u64,
+    /// Seconds between heartbeats; a replica that misses 3 is presumed dead and its runs are
+    /// taken over by the others.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    heartbeat_s: u64,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
@@ -51,9 +64,14 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Classify { route } => classify(&route),
-        Command::RunOne { job } => run_one::main(&job),
-        Command::Prune { older_than_days } => prune::main(older_than_days),
+        None => serve(
+            usize::from(cli.concurrency),
+            std::time::Duration::from_secs(cli.grace_s),
+            std::time::Duration::from_secs(cli.heartbeat_s),
+        ),
+        Some(Command::Classify { route }) => classify(&route),
+        Some(Command::RunOne { job }) => run_one::main(&job),
+        Some(Command::Prune { older_than_days }) => prune::main(older_than_days),
     }
 }
 
@@ -75,4 +93,56 @@ fn classify(route: &str) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `worker`: the queue worker (SPEC §4.3).
+fn serve(
+    concurrency: usize,
+    grace: std::time::Duration,
+    heartbeat: std::time::Duration,
+) -> ExitCode {
+    let settings = match freeway::config::Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("worker: bad configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    logging::init(settings.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("worker: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let name = format!("worker-{}", std::process::id());
+        let events = |conn| {
+            std::sync::Arc::new(freeway::events::RedisEvents::new(
+                conn,
+                settings.namespace.clone(),
+            )) as _
+        };
+        let wired = match wiring::engine(&settings, name, events).await {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("worker: {}", e.message);
+                return ExitCode::from(if e.bad_config { 2 } else { 1 });
+            }
+        };
+        let queue =
+            producer::Queue::new(wired.conn.clone(), &settings.namespace).with_heartbeat(heartbeat);
+        let app = std::sync::Arc::new(consume::App {
+            engine: wired.engine,
+            queue,
+        });
+        match consume::run(app, concurrency, grace).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("worker: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }

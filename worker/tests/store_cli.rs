@@ -164,7 +164,8 @@ fn refusing_provider() -> (String, Arc<Mutex<Vec<String>>>) {
             let _ = std::io::Read::read_exact(&mut reader, &mut body);
             let answer = r#"{"error":{"code":401,"message":"User not found."}}"#;
             let response = format!(
-                "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{answer}",
                 answer.len()
             );
             let mut stream = stream;
@@ -194,7 +195,11 @@ fn run_one_opens_the_stored_connection_at_call_time_and_its_key_leaks_nowhere() 
         store.close().await;
     });
     let (base_url, seen) = refusing_provider();
-    let job = br#"{"user_id":"u1","conversation_id":"conv_cli","input":"hi","routes":[{"model":"vendor/paid","connection":"conn_cli"}]}"#;
+    let job = concat!(
+        r#"{"user_id":"u1","conversation_id":"conv_cli","input":"hi","#,
+        r#""routes":[{"model":"vendor/paid","connection":"conn_cli"}]}"#
+    )
+    .as_bytes();
     let ns = unique("t-cli");
     let env = [
         ("DATABASE_URL", url.as_str()),

@@ -1,0 +1,197 @@
+//! The API's one error shape, `{"error":{"code":"…","message":"…"}}` (SPEC §5.1), with the codes
+//! of SPEC §6 and their HTTP statuses, and the extractors that turn axum's own rejections (bad
+//! JSON, a body over the limit, a bad path) into it.
+
+use crate::enqueue::EnqueueError;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use freeway::run::Code;
+use freeway::store::StoreError;
+use serde::de::DeserializeOwned;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// No token, or not the one configured.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A valid token without the right (the operator's clear needs the admin token). SPEC §6
+    /// has no `forbidden` code: the code stays `unauthorized`, the status says 403.
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// Every route rests and the request said `on_rest: refuse`.
+    #[error("{}", refused_message(*code, *retry_after_s))]
+    Refused { code: Code, retry_after_s: u64 },
+    /// The server lacks a setting the request needs (`FREEWAY_SECRET_KEY`).
+    #[error("{0}")]
+    NotConfigured(String),
+    /// Redis or the store failed; the detail is logged, not returned.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+fn refused_message(code: Code, retry_after_s: u64) -> String {
+    let what = match code {
+        Code::AccountResting => "the shared account is resting",
+        _ => "every route of the chain is resting",
+    };
+    format!("{what}; retry in {retry_after_s} s")
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Refused { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::NotConfigured(_) | ApiError::Unavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidRequest(_) => "invalid_request",
+            ApiError::Unauthorized(_) | ApiError::Forbidden(_) => "unauthorized",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::Refused { code, .. } => code.as_str(),
+            ApiError::NotConfigured(_) => "not_configured",
+            ApiError::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// An infrastructure fault: logged in full, answered with a generic message.
+    pub fn unavailable(what: &str, error: &dyn std::fmt::Display) -> ApiError {
+        tracing::error!(%error, "{what} failed");
+        ApiError::Unavailable(format!("{what} is unavailable; try again"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = serde_json::json!({
+            "error": { "code": self.code(), "message": self.to_string() }
+        });
+        let retry_after = match &self {
+            ApiError::Refused { retry_after_s, .. } => {
+                body["error"]["retry_after_s"] = (*retry_after_s).into();
+                Some(*retry_after_s)
+            }
+            _ => None,
+        };
+        let mut response = (self.status(), Json(body)).into_response();
+        if let Some(s) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::Invalid(m) => ApiError::InvalidRequest(m),
+            StoreError::Conflict(m) => ApiError::Conflict(m),
+            StoreError::NoSecretKey => ApiError::NotConfigured(e.to_string()),
+            other => ApiError::unavailable("the store", &other),
+        }
+    }
+}
+
+impl From<EnqueueError> for ApiError {
+    fn from(e: EnqueueError) -> ApiError {
+        match e {
+            EnqueueError::Invalid(e) => ApiError::InvalidRequest(e.to_string()),
+            EnqueueError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            EnqueueError::Conflict(m) => ApiError::Conflict(m),
+            EnqueueError::Store(s) => s.into(),
+            EnqueueError::CorruptJob { .. } => ApiError::unavailable("the job copy", &e),
+            EnqueueError::Redis(_)
+            | EnqueueError::Rest(_)
+            | EnqueueError::Event(_)
+            | EnqueueError::Queue(_) => ApiError::unavailable("redis", &e),
+        }
+    }
+}
+
+impl From<redis::RedisError> for ApiError {
+    fn from(e: redis::RedisError) -> ApiError {
+        ApiError::unavailable("redis", &e)
+    }
+}
+
+/// The request body as bytes, with axum's limit turned into `payload_too_large`.
+pub struct Body(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        Bytes::from_request(req, state)
+            .await
+            .map(Body)
+            .map_err(|r: BytesRejection| {
+                if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(format!(
+                        "the body is larger than {} bytes",
+                        super::BODY_LIMIT
+                    ))
+                } else {
+                    ApiError::InvalidRequest(r.body_text())
+                }
+            })
+    }
+}
+
+/// A JSON body: serde's message on a parse error, `payload_too_large` over the limit.
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let Body(bytes) = Body::from_request(req, state).await?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::InvalidRequest(format!("body: {e}")))
+    }
+}
+
+/// Path parameters, with a malformed path turned into `invalid_request`.
+pub struct PathParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PathParams(p.0))
+            .map_err(|r: PathRejection| ApiError::InvalidRequest(r.body_text()))
+    }
+}

@@ -1,0 +1,89 @@
+//! The HTTP API of SPEC §5.1 on axum: thin handlers over [`crate::enqueue::Enqueuer`], the store
+//! and Redis, with the state passed explicitly in [`AppState`] (tests build one per test, with
+//! their own namespace and tokens, and serve [`router`] in-process).
+//!
+//! Every error is `{"error":{"code","message"}}` ([`error::ApiError`]), including unknown routes,
+//! wrong methods, bad JSON and bodies over [`BODY_LIMIT`].
+
+pub mod approvals;
+pub mod auth;
+pub mod connections;
+pub mod error;
+pub mod events;
+pub mod health;
+pub mod rests;
+pub mod runs;
+
+use crate::enqueue::Enqueuer;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
+use axum::middleware;
+use axum::routing::{delete, get, post, put};
+use error::ApiError;
+use freeway::store::{SecretKey, SqlStore};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The largest request body (SPEC §5.1): 256 KiB.
+pub const BODY_LIMIT: usize = 256 * 1024;
+
+/// Everything a handler needs.
+pub struct AppState {
+    pub enqueuer: Enqueuer,
+    /// The SQL store: runs, attempts and users' connections.
+    pub store: SqlStore,
+    /// For connections of their own: each event stream blocks on one (see [`crate::stream`]).
+    pub redis: redis::Client,
+    pub tokens: auth::Tokens,
+    /// `FREEWAY_SECRET_KEY`: without it connections cannot be stored.
+    pub secret_key: Option<SecretKey>,
+    /// Turns `true` when the server shuts down, so open event streams end and the graceful
+    /// shutdown does not wait for them.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// Resolves when the server shuts down; never when no one can signal it any more.
+    pub async fn shutting_down(&self) {
+        let mut rx = self.shutdown.clone();
+        if rx.wait_for(|&down| down).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// The API's routes on `state`.
+pub fn router(state: Arc<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/runs", post(runs::create))
+        .route("/runs/{id}", get(runs::show))
+        .route("/runs/{id}/events", get(events::stream))
+        .route("/runs/{id}/approvals", post(approvals::create))
+        .route(
+            "/connections/{id}",
+            put(connections::put).delete(connections::delete),
+        )
+        .route("/rests", get(rests::list))
+        .route("/rests/{scope}/{*key}", delete(rests::clear))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_api_token,
+        ));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("no route for {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
+}

@@ -1,0 +1,58 @@
+//! `GET /v1/rests` (every active rest and circuit) and `DELETE /v1/rests/{scope}/{key}`, the
+//! operator's clear: the only way to shorten a rest (SPEC §3), so it needs the admin token and
+//! is logged (what and by which credential, never the token itself).
+
+use super::AppState;
+use super::auth::require_admin;
+use super::error::{ApiError, PathParams};
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use freeway::rest::ActiveRest;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// The scopes a rest can have, as [`freeway::rest::Rests::list`] names them.
+const SCOPES: [&str; 3] = ["pool", "route", "connection"];
+
+#[derive(Serialize)]
+pub struct RestList {
+    rests: Vec<ActiveRest>,
+}
+
+pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<RestList>, ApiError> {
+    let rests = state
+        .enqueuer
+        .rests()
+        .list()
+        .await
+        .map_err(|e| ApiError::unavailable("redis", &e))?;
+    Ok(Json(RestList { rests }))
+}
+
+/// `204` when a rest was cleared, `404` when nothing rested there. A route key may hold `/`
+/// (`openrouter/vendor/model:free`): the path's tail is the key.
+pub async fn clear(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    PathParams((scope, key)): PathParams<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    require_admin(&state.tokens, &headers)?;
+    if !SCOPES.contains(&scope.as_str()) {
+        return Err(ApiError::InvalidRequest(format!(
+            "scope must be one of pool, route, connection; got {scope:?}"
+        )));
+    }
+    let removed = state
+        .enqueuer
+        .rests()
+        .clear(&scope, &key)
+        .await
+        .map_err(|e| ApiError::unavailable("redis", &e))?;
+    tracing::warn!(%scope, %key, removed, by = "admin token", "DELETE /v1/rests: operator clear");
+    if removed {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!("no {scope} rest on {key}")))
+    }
+}

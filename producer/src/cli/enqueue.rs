@@ -1,0 +1,223 @@
+//! `producer enqueue`: one run through the same [`Enqueuer`] as `POST /v1/runs` (validation,
+//! pre-flight, record, push), without the HTTP server. With `--wait` it follows the run's event
+//! stream: the answer goes to stdout as it streams, the progress (attempts, failovers, delays,
+//! tools) to stderr.
+
+use super::{
+    EXIT_BAD_INPUT, EXIT_FAILED, EXIT_REFUSED, connect_redis, fail, open_store, redis_client,
+};
+use freeway::config::Settings;
+use freeway::job::RunRequest;
+use freeway::route::RouteSpec;
+use producer::stream::{Entry, Reader};
+use producer::{Enqueuer, Outcome};
+use serde_json::Value;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The user the run is for.
+    #[arg(long)]
+    user: String,
+    /// The user's message.
+    #[arg(long)]
+    input: String,
+    /// A route MODEL[@CONNECTION]; repeat for a chain (1 to 8), in order.
+    #[arg(long = "route", value_name = "MODEL[@CONNECTION]", required = true)]
+    routes: Vec<String>,
+    /// The run's kind: its step budget (SPEC §2.1).
+    #[arg(long, default_value = "chat", value_parser = ["chat", "research", "complete"])]
+    kind: String,
+    /// What to do when every route rests: refuse now, or queue and wait for a reopening.
+    #[arg(long, default_value = "refuse", value_parser = ["refuse", "queue"])]
+    on_rest: String,
+    /// Continue this conversation (a new one by default).
+    #[arg(long)]
+    conversation: Option<String>,
+    /// Follow the run: the answer on stdout as it streams, progress on stderr; exit 0
+    /// succeeded (or paused for an approval), 1 failed, 75 refused.
+    #[arg(long)]
+    wait: bool,
+}
+
+impl Args {
+    /// The request, validated exactly as `POST /v1/runs` validates its body.
+    fn request(&self) -> Result<RunRequest, String> {
+        let routes: Vec<RouteSpec> = self
+            .routes
+            .iter()
+            .map(|r| RouteSpec::parse_cli(r))
+            .collect();
+        let body = serde_json::json!({
+            "user_id": self.user,
+            "conversation_id": self.conversation,
+            "kind": self.kind,
+            "input": self.input,
+            "routes": routes,
+            "on_rest": self.on_rest,
+        });
+        RunRequest::from_json(body.to_string().as_bytes()).map_err(|e| e.to_string())
+    }
+}
+
+pub async fn run(settings: Settings, args: Args) -> ExitCode {
+    let request = match args.request() {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_BAD_INPUT, &format!("invalid request: {e}")),
+    };
+    let store = match open_store(&settings).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let conn = match connect_redis(&settings).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store));
+    let run_id = match enqueuer.enqueue(request).await {
+        Ok(Outcome::Enqueued { run_id } | Outcome::Duplicate { run_id }) => run_id,
+        Ok(Outcome::Refused {
+            code,
+            retry_after_s,
+        }) => {
+            return fail(
+                EXIT_REFUSED,
+                &format!(
+                    "refused: {} (every route is resting); retry in {retry_after_s} s",
+                    code.as_str()
+                ),
+            );
+        }
+        Err(e) => return fail(EXIT_FAILED, &e.to_string()),
+    };
+    println!("{run_id}");
+    if !args.wait {
+        return ExitCode::SUCCESS;
+    }
+    let client = match redis_client(&settings) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    follow(&client, &settings.namespace, &run_id).await
+}
+
+/// Print the run's events until its last one; the exit code follows how it ended.
+async fn follow(client: &redis::Client, ns: &str, run_id: &str) -> ExitCode {
+    let mut reader = match Reader::open(client, ns, run_id, None).await {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_FAILED, &format!("cannot follow the run: {e}")),
+    };
+    let mut display = Display::default();
+    loop {
+        let batch = match reader.next_batch().await {
+            Ok(b) => b,
+            Err(e) => return fail(EXIT_FAILED, &format!("cannot follow the run: {e}")),
+        };
+        for entry in batch {
+            if let Some(code) = display.show(run_id, &entry) {
+                return code;
+            }
+        }
+    }
+}
+
+/// Turns events into output: deltas to stdout, the rest as a progress line on stderr.
+#[derive(Default)]
+struct Display {
+    /// Text went to stdout without a final newline yet.
+    open_line: bool,
+}
+
+impl Display {
+    /// Show one event; `Some(exit code)` after the last one.
+    fn show(&mut self, run_id: &str, entry: &Entry) -> Option<ExitCode> {
+        let event: Value = serde_json::from_str(&entry.data).unwrap_or(Value::Null);
+        let s = |field: &str| event[field].as_str().unwrap_or_default().to_string();
+        let n = |field: &str| event[field].as_u64().unwrap_or_default();
+        match entry.kind.as_str() {
+            "delta" => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(s("text").as_bytes());
+                let _ = out.flush();
+                self.open_line = true;
+                None
+            }
+            "queued" => self.progress("[queued]"),
+            "started" => self.progress(&format!("[started on {}]", s("worker"))),
+            "delayed" => {
+                let wait_ms = n("until_ms").saturating_sub(freeway::clock::epoch_ms());
+                self.progress(&format!(
+                    "[delayed {} s: {}]",
+                    wait_ms.div_ceil(1000),
+                    s("reason")
+                ))
+            }
+            "attempt" => self.progress(&format!(
+                "[attempt {} step {} route {}]",
+                n("n"),
+                n("step"),
+                s("route")
+            )),
+            "failover" => {
+                let to = event["to"].as_str().unwrap_or("nothing");
+                self.progress(&format!(
+                    "[failover {} -> {to} ({})]",
+                    s("from"),
+                    s("verdict")
+                ))
+            }
+            "tool_call" => self.progress(&format!("[tool call {}({})]", s("name"), s("arguments"))),
+            "tool_result" => self.progress(&format!(
+                "[tool result {}: {}]",
+                s("id"),
+                s("content").chars().take(200).collect::<String>()
+            )),
+            "awaiting_approval" => {
+                let call = &event["tool_call"];
+                self.progress(&format!(
+                    "[awaiting approval of {} ({}): POST /v1/runs/{run_id}/approvals]",
+                    call["name"].as_str().unwrap_or_default(),
+                    call["id"].as_str().unwrap_or_default()
+                ));
+                Some(ExitCode::SUCCESS)
+            }
+            "refused" => {
+                self.end_line();
+                Some(fail(
+                    EXIT_REFUSED,
+                    &format!("refused: {}; retry in {} s", s("code"), n("retry_after_s")),
+                ))
+            }
+            "finished" => {
+                let status = s("status");
+                let code = event["code"]
+                    .as_str()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default();
+                self.progress(&format!("[finished: {status}{code}]"));
+                Some(if status == "succeeded" {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(EXIT_FAILED)
+                })
+            }
+            other => self.progress(&format!("[{other}]")),
+        }
+    }
+
+    fn progress(&mut self, line: &str) -> Option<ExitCode> {
+        self.end_line();
+        eprintln!("{line}");
+        None
+    }
+
+    /// Close the answer's line on stdout before anything else is printed.
+    fn end_line(&mut self) {
+        if self.open_line {
+            println!();
+            self.open_line = false;
+        }
+    }
+}

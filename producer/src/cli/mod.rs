@@ -1,0 +1,49 @@
+//! The commands of the `producer` binary, and what they share: exit codes and connecting to
+//! Redis and the store with one clear line on failure.
+
+pub mod enqueue;
+pub mod serve;
+pub mod status;
+
+use freeway::config::Settings;
+use freeway::store::{SqlStore, StoreError};
+use redis::aio::ConnectionManager;
+use std::process::ExitCode;
+
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_BAD_INPUT: u8 = 2;
+pub const EXIT_REFUSED: u8 = 75;
+
+/// Print `producer: <message>` on stderr and give the exit code.
+pub fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("producer: {message}");
+    ExitCode::from(code)
+}
+
+/// Open the store of `DATABASE_URL` (a malformed URL is bad configuration: exit 2).
+pub async fn open_store(settings: &Settings) -> Result<SqlStore, ExitCode> {
+    SqlStore::open(&settings.database_url)
+        .await
+        .map_err(|e| match e {
+            StoreError::BadUrl(_) => fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
+            _ => fail(EXIT_FAILED, &e.to_string()),
+        })
+}
+
+/// Connect to `REDIS_URL`.
+pub async fn connect_redis(settings: &Settings) -> Result<ConnectionManager, ExitCode> {
+    freeway::connect::redis(&settings.redis_url)
+        .await
+        .map_err(|e| fail(EXIT_FAILED, &e.to_string()))
+}
+
+/// A client for connections of one's own (a blocking stream read each).
+pub fn redis_client(settings: &Settings) -> Result<redis::Client, ExitCode> {
+    redis::Client::open(settings.redis_url.as_str()).map_err(|e| {
+        let url = freeway::connect::redact(&settings.redis_url);
+        fail(
+            EXIT_BAD_INPUT,
+            &format!("bad configuration: REDIS_URL {url}: {e}"),
+        )
+    })
+}

@@ -1,0 +1,84 @@
+//! `producer serve [--addr A]`: the HTTP API until SIGINT or SIGTERM, then a graceful shutdown
+//! (open event streams are ended so in-flight requests can finish).
+
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, open_store, redis_client};
+use freeway::config::Settings;
+use producer::Enqueuer;
+use producer::api::{self, AppState, auth::Tokens};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
+    if settings.api_token.is_none() && !addr.ip().is_loopback() {
+        return fail(
+            EXIT_BAD_INPUT,
+            &format!(
+                "refusing to listen on {addr}: FREEWAY_API_TOKEN is not set, and without it the API listens only on a loopback address"
+            ),
+        );
+    }
+    let store = match open_store(&settings).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let (conn, redis) = match (connect_redis(&settings).await, redis_client(&settings)) {
+        (Ok(conn), Ok(client)) => (conn, client),
+        (Err(code), _) | (_, Err(code)) => return code,
+    };
+    let (shutdown_tx, shutdown) = watch::channel(false);
+    let state = Arc::new(AppState {
+        enqueuer: Enqueuer::new(conn, &settings.namespace, Arc::new(store.clone())),
+        store,
+        redis,
+        tokens: Tokens {
+            api: settings.api_token.clone(),
+            admin: settings.admin_token.clone(),
+        },
+        secret_key: settings.secret_key.clone(),
+        shutdown,
+    });
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => return fail(EXIT_FAILED, &format!("cannot listen on {addr}: {e}")),
+    };
+    let bound = listener.local_addr().unwrap_or(addr);
+    tracing::info!(addr = %bound, auth = settings.api_token.is_some(), "producer listening");
+    let served = axum::serve(listener, api::router(state))
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            let _ = shutdown_tx.send(true);
+        })
+        .await;
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(EXIT_FAILED, &format!("server error: {e}")),
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; SIGINT still stops the server");
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

@@ -1,0 +1,385 @@
+//! Enqueueing a run, as one function shared by `POST /v1/runs`, `producer enqueue` and any Rust
+//! web app that links this crate: validate → pre-flight → record → `queued` event → push.
+//!
+//! Why here and not in the worker: a run refused at enqueue costs nothing at all (no record, no
+//! event, no job), and the web app learns at once, with `Retry-After`, that the shared account
+//! rests (SPEC §5.1). The worker still runs its own pre-flight (SPEC §4.1) when it takes the job,
+//! because rests change while a job waits.
+//!
+//! Redis keys written here, besides the queue's and the run's event stream:
+//!
+//! | key | what | TTL |
+//! |---|---|---|
+//! | `{ns}:idem:{user_id}/{idempotency_key}` | the run id of the first request with that key (`/` cannot occur in either id, so two users never share a key) | 48 h |
+//! | `{ns}:job:{run_id}` | the job as it was pushed: an approval reads the parent's tools and request back from it | deadline + 24 h |
+//! | `{ns}:approval:{run_id}:{tool_call_id}` | the continuation that answered this tool call: the claim that makes a second approval a conflict | 48 h |
+//!
+//! The job copy exists because the store keeps a run's record, not its request (tools, system
+//! prompt, deadline). An approval later than a day after the parent's deadline finds no job and
+//! is refused as a conflict.
+
+use crate::queue::{IDEMPOTENCY_TTL, Queue, QueueError};
+use freeway::chat::ToolCall;
+use freeway::events::{Event, EventError, EventSink, RedisEvents};
+use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
+use freeway::rest::{Closure, RestError, RestKind, Rests};
+use freeway::route::Route;
+use freeway::run::{Code, RunRecord, RunStatus};
+use freeway::store::{Store, StoreError};
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// How long a job copy outlives its run's deadline (an approval may come that late).
+const JOB_GRACE_MS: u64 = 24 * 3600 * 1000;
+/// What the model sees when the web app approves or denies without a result of its own.
+pub const APPROVED: &str = "approved";
+pub const DENIED: &str = "denied by the user";
+
+/// How an enqueue ended (errors aside).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Recorded, announced and pushed.
+    Enqueued { run_id: String },
+    /// The same user sent the same idempotency key before: that run, nothing enqueued again.
+    Duplicate { run_id: String },
+    /// Every route is closed and the request said `on_rest: refuse`: nothing was written.
+    Refused { code: Code, retry_after_s: u64 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnqueueError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidRequest),
+    #[error("run {0} not found")]
+    NotFound(String),
+    /// The run is not in a state that allows the request (an approval it is not waiting for).
+    #[error("{0}")]
+    Conflict(String),
+    /// A stored job copy that does not read back.
+    #[error("the kept job of run {run_id} is unreadable: {error}")]
+    CorruptJob {
+        run_id: String,
+        error: InvalidRequest,
+    },
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Rest(#[from] RestError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Event(#[from] EventError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+/// A person's answer to a run paused on a tool call (`POST /v1/runs/{id}/approvals`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    pub tool_call_id: String,
+    pub decision: Decision,
+    /// The tool result the model sees; by default "approved" or "denied by the user".
+    #[serde(default)]
+    pub result: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+/// Enqueues runs: the producer side of freeway as a library.
+#[derive(Clone)]
+pub struct Enqueuer {
+    queue: Queue,
+    rests: Rests,
+    events: RedisEvents,
+    store: Arc<dyn Store>,
+    conn: ConnectionManager,
+    ns: String,
+}
+
+impl Enqueuer {
+    pub fn new(conn: ConnectionManager, ns: &str, store: Arc<dyn Store>) -> Enqueuer {
+        Enqueuer {
+            queue: Queue::new(conn.clone(), ns),
+            rests: Rests::new(conn.clone(), ns),
+            events: RedisEvents::new(conn.clone(), ns),
+            store,
+            conn,
+            ns: ns.to_string(),
+        }
+    }
+
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    pub fn rests(&self) -> &Rests {
+        &self.rests
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    /// The shared Redis connection (never for blocking commands).
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// Enqueue a run for `request`: validate, refuse while every route rests (`on_rest:
+    /// refuse`), else record it (queued), publish `queued` and push it.
+    pub async fn enqueue(&self, request: RunRequest) -> Result<Outcome, EnqueueError> {
+        let routes = request.validate()?;
+        let idem = request
+            .idempotency_key
+            .as_ref()
+            .map(|k| self.idem_key(&request.user_id, k));
+        let mut conn = self.conn.clone();
+        if let Some(key) = &idem
+            && let Some(run_id) = conn.get::<_, Option<String>>(key).await?
+        {
+            return Ok(Outcome::Duplicate { run_id });
+        }
+        if request.on_rest == OnRest::Refuse {
+            let closures = self.rests.closures(&routes).await?;
+            if let Some((code, retry_after_s)) = refusal(&routes, &closures) {
+                return Ok(Outcome::Refused {
+                    code,
+                    retry_after_s,
+                });
+            }
+        }
+        let job = RunJob::new(request, freeway::clock::epoch_ms());
+        if let Some(key) = &idem {
+            let claimed: bool = redis::cmd("SET")
+                .arg(key)
+                .arg(&job.run_id)
+                .arg("NX")
+                .arg("PX")
+                .arg(IDEMPOTENCY_TTL.as_millis() as u64)
+                .query_async::<Option<String>>(&mut conn)
+                .await?
+                .is_some();
+            if !claimed {
+                // Another request with the same key won the race between the GET and the SET.
+                let run_id: String = conn.get(key).await?;
+                return Ok(Outcome::Duplicate { run_id });
+            }
+        }
+        match self.submit(&job).await {
+            Ok(()) => Ok(Outcome::Enqueued { run_id: job.run_id }),
+            Err(e) => {
+                if let Some(key) = &idem {
+                    // Let a retry with the same key enqueue for real.
+                    let released: Result<(), _> = conn.del(key).await;
+                    if let Err(error) = released {
+                        tracing::warn!(%error, "cannot release an idempotency key");
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Answer the tool call `run_id` is paused on: enqueue its continuation (SPEC §2.4) and mark
+    /// the run done with its part. Returns the continuation's run id.
+    pub async fn approve(&self, run_id: &str, approval: Approval) -> Result<String, EnqueueError> {
+        let mut parent = self
+            .store
+            .run(run_id)
+            .await?
+            .ok_or_else(|| EnqueueError::NotFound(run_id.to_string()))?;
+        let call = awaited_call(&parent, &approval.tool_call_id)?;
+        let parent_job = self.job(run_id).await?.ok_or_else(|| {
+            EnqueueError::Conflict(format!(
+                "run {run_id} is too old to continue: its job is no longer kept"
+            ))
+        })?;
+        let result = approval.result.unwrap_or_else(|| {
+            match approval.decision {
+                Decision::Approve => APPROVED,
+                Decision::Deny => DENIED,
+            }
+            .to_string()
+        });
+        let mut request = parent_job.request;
+        request.conversation_id = Some(parent_job.conversation_id);
+        request.idempotency_key = None;
+        let now = freeway::clock::epoch_ms();
+        let mut job = RunJob::new(request, now);
+        job.continuation = Some(Continuation {
+            parent_run_id: run_id.to_string(),
+            tool_call: call.clone(),
+            result,
+        });
+        job.check()?;
+        let claim = format!("{}:approval:{run_id}:{}", self.ns, call.id);
+        let mut conn = self.conn.clone();
+        let claimed = redis::cmd("SET")
+            .arg(&claim)
+            .arg(&job.run_id)
+            .arg("NX")
+            .arg("PX")
+            .arg(IDEMPOTENCY_TTL.as_millis() as u64)
+            .query_async::<Option<String>>(&mut conn)
+            .await?
+            .is_some();
+        if !claimed {
+            return Err(already_answered(run_id, &call));
+        }
+        if let Err(e) = self.submit(&job).await {
+            let released: Result<(), _> = conn.del(&claim).await;
+            if let Err(error) = released {
+                tracing::warn!(%error, "cannot release an approval claim");
+            }
+            return Err(e);
+        }
+        // The run's part is done; the continuation carries the conversation on.
+        parent.pending_tool_call = None;
+        parent.status = RunStatus::Succeeded;
+        parent.updated_ms = now;
+        if let Err(error) = self.store.save_run(&parent).await {
+            // The continuation is queued and the claim stops a second one: report success.
+            tracing::error!(run_id, %error, "continuation enqueued but the parent run not marked");
+        }
+        tracing::info!(run_id, continuation = %job.run_id, decision = ?approval.decision, "tool call answered");
+        Ok(job.run_id)
+    }
+
+    /// The job of `run_id` as it was pushed, while it is kept.
+    pub async fn job(&self, run_id: &str) -> Result<Option<RunJob>, EnqueueError> {
+        let mut conn = self.conn.clone();
+        let bytes: Option<Vec<u8>> = conn.get(self.job_key(run_id)).await?;
+        match bytes {
+            None => Ok(None),
+            Some(b) => match RunJob::from_json(&b) {
+                Ok((job, _)) => Ok(Some(job)),
+                Err(error) => Err(EnqueueError::CorruptJob {
+                    run_id: run_id.to_string(),
+                    error,
+                }),
+            },
+        }
+    }
+
+    /// Record, keep, announce and push a job that passed pre-flight.
+    async fn submit(&self, job: &RunJob) -> Result<(), EnqueueError> {
+        let now = freeway::clock::epoch_ms();
+        self.store.create_run(&RunRecord::queued(job, now)).await?;
+        let ttl_ms = job.deadline_ms.saturating_sub(now) + JOB_GRACE_MS;
+        let payload = serde_json::to_vec(job).map_err(QueueError::from)?;
+        let mut conn = self.conn.clone();
+        conn.pset_ex::<_, _, ()>(self.job_key(&job.run_id), payload, ttl_ms)
+            .await?;
+        self.events.publish(&job.run_id, &Event::Queued).await?;
+        self.queue.push(std::slice::from_ref(job)).await?;
+        Ok(())
+    }
+
+    fn idem_key(&self, user_id: &str, key: &str) -> String {
+        format!("{}:idem:{user_id}/{key}", self.ns)
+    }
+
+    fn job_key(&self, run_id: &str) -> String {
+        format!("{}:job:{run_id}", self.ns)
+    }
+}
+
+/// The tool call `run` waits for, if it is `tool_call_id`.
+fn awaited_call(run: &RunRecord, tool_call_id: &str) -> Result<ToolCall, EnqueueError> {
+    match (&run.pending_tool_call, run.status) {
+        (Some(call), RunStatus::AwaitingApproval) if call.id == tool_call_id => Ok(call.clone()),
+        (Some(call), RunStatus::AwaitingApproval) => Err(EnqueueError::Conflict(format!(
+            "run {} awaits approval of tool call {:?}, not {tool_call_id:?}",
+            run.run_id, call.id
+        ))),
+        _ => Err(EnqueueError::Conflict(format!(
+            "run {} is {}, not awaiting approval",
+            run.run_id,
+            run.status.as_str()
+        ))),
+    }
+}
+
+fn already_answered(run_id: &str, call: &ToolCall) -> EnqueueError {
+    EnqueueError::Conflict(format!(
+        "tool call {:?} of run {run_id} was already answered",
+        call.id
+    ))
+}
+
+/// The pre-flight refusal of SPEC §4.1.4 at enqueue: `None` while any route is open, else the
+/// code and the seconds until the earliest reopening. Computed as `Engine::resting_stop` does:
+/// `account_resting` when every route is shared and a pool rest is among the closures.
+pub fn refusal(routes: &[Route], closures: &[Option<Closure>]) -> Option<(Code, u64)> {
+    if closures.is_empty() || closures.iter().any(Option::is_none) {
+        return None;
+    }
+    let reopen_ms = closures.iter().flatten().map(|c| c.remaining_ms).min()?;
+    let all_pool = routes.iter().all(Route::is_shared)
+        && closures.iter().flatten().any(|c| c.kind == RestKind::Pool);
+    let code = if all_pool {
+        Code::AccountResting
+    } else {
+        Code::RoutesResting
+    };
+    Some((code, reopen_ms.div_ceil(1000).max(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use freeway::route::RouteSpec;
+
+    fn route(s: &str) -> Route {
+        Route::resolve(&RouteSpec::parse_cli(s)).expect("a valid route")
+    }
+
+    fn closed(kind: RestKind, remaining_ms: u64) -> Option<Closure> {
+        Some(Closure {
+            kind,
+            remaining_ms,
+            reason: "test".into(),
+        })
+    }
+
+    #[test]
+    fn an_open_route_means_no_refusal() {
+        let routes = [route("a/b:free"), route("c/d")];
+        assert_eq!(
+            refusal(&routes, &[closed(RestKind::Pool, 5_000), None]),
+            None
+        );
+    }
+
+    #[test]
+    fn a_resting_pool_under_shared_routes_is_account_resting() {
+        let routes = [route("a/b:free"), route("c/d:free")];
+        let closures = [
+            closed(RestKind::Pool, 4_001),
+            closed(RestKind::Route, 9_000),
+        ];
+        assert_eq!(refusal(&routes, &closures), Some((Code::AccountResting, 5)));
+    }
+
+    #[test]
+    fn an_off_quota_route_in_the_chain_makes_it_routes_resting() {
+        let routes = [route("a/b:free"), route("c/d@conn_1")];
+        let closures = [
+            closed(RestKind::Pool, 60_000),
+            closed(RestKind::Circuit, 200),
+        ];
+        assert_eq!(refusal(&routes, &closures), Some((Code::RoutesResting, 1)));
+    }
+}

@@ -1,0 +1,288 @@
+//! The run queue on apalis-redis, with the settings and workarounds apalis-redis 1.0.0 needs
+//! (see ../shared/notes/apalis-1.0.md).
+//!
+//! - Every apalis setting is explicit ([`storage_config`]): queue name, batch size, heartbeat,
+//!   missed heartbeats, idempotency TTL (without one, idempotency keys are deleted at once), and
+//!   `lock_tasks(false)` (with leases, every fetch scans the whole active list: O(backlog)).
+//! - apalis-redis promotes *all* due jobs in one Lua `unpack`, which fails at 8,000 ids and kills
+//!   every worker. So nothing here ever lets thousands of jobs become due at once: pushes go in
+//!   chunks, each followed by [`Queue::promote_due`] (a chunked move of due ids into the active
+//!   list), and snoozed runs wait in a sorted set of our own that [`Queue::wake_due`] drips back
+//!   into the queue a chunk at a time.
+//! - A snooze is a re-push of the same run, never an apalis retry (apalis ignores
+//!   `RetryAfterError`'s delay and retries any `Err` 25 times).
+
+use apalis_core::task::builder::TaskBuilder;
+use apalis_core::task::task_id::TaskId;
+use apalis_redis::{Config, RedisStorage};
+use freeway::job::RunJob;
+use redis::aio::ConnectionManager;
+use std::time::Duration;
+
+/// How long apalis keeps an idempotency key: longer than any run's deadline (24 h).
+pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(48 * 3600);
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+pub const MISSED_HEARTBEATS: usize = 3;
+/// Ids moved or pushed per Redis call: far below Lua's 8,000-value `unpack` limit.
+pub const CHUNK: usize = 1_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("queue: {0}")]
+    Apalis(#[from] apalis_redis::Error),
+    #[error("encoding a job: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// The apalis queue name (its key prefix) for a namespace.
+pub fn queue_name(ns: &str) -> String {
+    format!("{ns}:runs")
+}
+
+/// Every apalis-redis setting of SPEC §4.3, set explicitly.
+pub fn storage_config(ns: &str, batch_size: usize, heartbeat: Duration) -> Config {
+    Config::default()
+        .queue(queue_name(ns))
+        .batch_size(batch_size.max(1))
+        .heartbeat_interval(heartbeat)
+        .missed_heartbeats(MISSED_HEARTBEATS)
+        .lock_tasks(false)
+        .emit_events(false)
+        .persist_results(true)
+        .idempotency_ttl(Some(IDEMPOTENCY_TTL))
+}
+
+/// Queue depths, read from apalis's keys and ours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Depths {
+    /// Due and waiting to be taken.
+    pub waiting: u64,
+    /// Pushed with a future run time (apalis's scheduled set, including retries).
+    pub scheduled: u64,
+    /// Snoozed runs waiting for a rest to end.
+    pub delayed: u64,
+    /// Taken by a worker and not finished.
+    pub running: u64,
+    pub done: u64,
+    pub dead: u64,
+}
+
+#[derive(Clone)]
+pub struct Queue {
+    conn: ConnectionManager,
+    config: Config,
+    ns: String,
+    heartbeat: Duration,
+}
+
+impl Queue {
+    pub fn new(conn: ConnectionManager, ns: &str) -> Queue {
+        Queue {
+            conn,
+            config: storage_config(ns, 1, HEARTBEAT),
+            ns: ns.to_string(),
+            heartbeat: HEARTBEAT,
+        }
+    }
+
+    /// A shorter heartbeat makes crash recovery faster (tests); SPEC §4.3 asks for 10 s.
+    pub fn with_heartbeat(mut self, heartbeat: Duration) -> Queue {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// The apalis storage a worker takes jobs from, with its batch size.
+    pub fn storage(&self, batch_size: usize) -> RedisStorage<serde_json::Value> {
+        RedisStorage::new(self.conn.clone()).with_config(storage_config(
+            &self.ns,
+            batch_size,
+            self.heartbeat,
+        ))
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    /// Push runs now (the first delivery uses the idempotency key `run_id:0`).
+    pub async fn push(&self, jobs: &[RunJob]) -> Result<(), QueueError> {
+        for chunk in jobs.chunks(CHUNK) {
+            let tasks = chunk
+                .iter()
+                .map(|job| Ok(task(serde_json::to_vec(job)?, Some(delivery_key(job)))))
+                .collect::<Result<Vec<_>, QueueError>>()?;
+            self.push_raw(tasks).await?;
+        }
+        Ok(())
+    }
+
+    /// Push raw payloads as they are, without a key: for tools and tests that need to put
+    /// arbitrary (even malformed) jobs into the queue.
+    pub async fn push_payloads(&self, payloads: Vec<Vec<u8>>) -> Result<(), QueueError> {
+        for chunk in payloads.chunks(CHUNK) {
+            self.push_raw(chunk.iter().map(|p| task(p.clone(), None)).collect())
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn push_raw(&self, tasks: Vec<apalis_redis::RedisTask>) -> Result<(), QueueError> {
+        let mut conn = self.conn.clone();
+        apalis_redis::queries::push_tasks(&mut conn, &self.config, &tasks).await?;
+        self.promote_due().await?;
+        Ok(())
+    }
+
+    /// Park a run until `until_ms` (SPEC §4.2). The run comes back through [`Queue::wake_due`].
+    pub async fn snooze(&self, job: &RunJob, until_ms: u64) -> Result<(), QueueError> {
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .atomic()
+            .hset(self.snoozed_jobs(), &job.run_id, serde_json::to_vec(job)?)
+            .ignore()
+            .zadd(self.snoozed(), &job.run_id, until_ms)
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Push back at most `limit` snoozed runs whose time has come. Safe to run on every replica
+    /// at once: a run pushed twice is one delivery thanks to its idempotency key.
+    pub async fn wake_due(&self, now_ms: u64, limit: usize) -> Result<usize, QueueError> {
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+            .arg(self.snoozed())
+            .arg("-inf")
+            .arg(now_ms)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut conn)
+            .await?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let payloads: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+            .arg(self.snoozed_jobs())
+            .arg(&ids)
+            .query_async(&mut conn)
+            .await?;
+        let mut tasks = Vec::with_capacity(ids.len());
+        for payload in payloads.into_iter().flatten() {
+            // The key names the snooze, so every replica's copy of this wake-up is one task.
+            let key = serde_json::from_slice::<RunJob>(&payload)
+                .map(|j| delivery_key(&j))
+                .ok();
+            tasks.push(task(payload, key));
+        }
+        self.push_raw(tasks).await?;
+        redis::pipe()
+            .zrem(self.snoozed(), &ids)
+            .ignore()
+            .hdel(self.snoozed_jobs(), &ids)
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await?;
+        Ok(ids.len())
+    }
+
+    /// Move due ids from apalis's scheduled set to its active list, a chunk per call, until none
+    /// are left: apalis's own fetch then never sees a pile of due ids it cannot unpack.
+    pub async fn promote_due(&self) -> Result<usize, QueueError> {
+        let mut conn = self.conn.clone();
+        let mut moved = 0;
+        loop {
+            let n: usize = PROMOTE
+                .key(self.config.scheduled_jobs_set())
+                .key(self.config.active_jobs_list())
+                .arg(CHUNK)
+                .invoke_async(&mut conn)
+                .await?;
+            moved += n;
+            if n < CHUNK {
+                return Ok(moved);
+            }
+        }
+    }
+
+    /// Delete finished jobs' apalis records older than `age` (apalis never deletes them).
+    pub async fn vacuum(&self, age: Duration) -> Result<usize, QueueError> {
+        use apalis_core::backend::Vacuum;
+        let mut storage = self.storage(1);
+        Ok(storage.vacuum_before(age).await?)
+    }
+
+    pub async fn depths(&self) -> Result<Depths, QueueError> {
+        let mut conn = self.conn.clone();
+        let c = &self.config;
+        let (waiting, scheduled, delayed, done, dead): (u64, u64, u64, u64, u64) = redis::pipe()
+            .llen(c.active_jobs_list())
+            .zcard(c.scheduled_jobs_set())
+            .zcard(self.snoozed())
+            .scard(c.done_jobs_set())
+            .scard(c.dead_jobs_set())
+            .query_async(&mut conn)
+            .await?;
+        let workers: Vec<String> = redis::cmd("ZRANGE")
+            .arg(c.workers_set())
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await?;
+        let mut running = 0;
+        for w in workers {
+            let n: u64 = redis::cmd("SCARD")
+                .arg(format!("{}:{w}", c.inflight_jobs_set()))
+                .query_async(&mut conn)
+                .await?;
+            running += n;
+        }
+        Ok(Depths {
+            waiting,
+            scheduled,
+            delayed,
+            running,
+            done,
+            dead,
+        })
+    }
+
+    fn snoozed(&self) -> String {
+        format!("{}:snoozed", queue_name(&self.ns))
+    }
+
+    fn snoozed_jobs(&self) -> String {
+        format!("{}:snoozed:jobs", queue_name(&self.ns))
+    }
+}
+
+/// The idempotency key of one delivery of a run: `run_id:snooze_n` (SPEC §4.2).
+fn delivery_key(job: &RunJob) -> String {
+    format!("{}:{}", job.run_id, job.snooze_n)
+}
+
+fn task(payload: Vec<u8>, key: Option<String>) -> apalis_redis::RedisTask {
+    let builder = TaskBuilder::new(payload).task_id(TaskId::from_ulid(ulid::Ulid::generate()));
+    match key {
+        Some(k) => builder.idempotency_key(k).build(),
+        None => builder.build(),
+    }
+}
+
+/// Due ids from the scheduled set to the active list, at most ARGV[1] of them.
+static PROMOTE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+        local now = tonumber(redis.call('TIME')[1])
+        local ids = redis.call('ZRANGEBYSCORE', KEYS[1], 0, now, 'LIMIT', 0, tonumber(ARGV[1]))
+        if #ids > 0 then
+            redis.call('RPUSH', KEYS[2], unpack(ids))
+            redis.call('ZREM', KEYS[1], unpack(ids))
+        end
+        return #ids
+        ",
+    )
+});

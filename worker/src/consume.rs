@@ -1,0 +1,162 @@
+//! `worker`: take runs from the queue and execute them, with bounded concurrency, until SIGTERM
+//! or SIGINT (SPEC §4).
+//!
+//! apalis does the taking, heartbeats and crash recovery; this module decides what a delivery
+//! means. A job that cannot be read is dead-lettered at once (`invalid_job`, never retried); a
+//! run that must wait is re-pushed to run later and the handler returns `Ok` (a snooze is not a
+//! failure and must not spend apalis's 25 attempts); only infrastructure faults return `Err`.
+
+use apalis::prelude::*;
+use apalis_core::error::AbortError;
+use freeway::engine::{Engine, Outcome, WhenResting};
+use freeway::job::RunJob;
+use producer::Queue;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{Instrument, info, warn};
+
+/// How often a replica wakes snoozed runs and promotes due jobs.
+const TICK: Duration = Duration::from_millis(100);
+/// How often finished jobs' apalis records older than [`KEEP_FINISHED`] are deleted.
+const VACUUM_EVERY: Duration = Duration::from_secs(600);
+const KEEP_FINISHED: Duration = Duration::from_secs(3600);
+/// apalis polls for new jobs this often (its default is only on heartbeat).
+const POLL: Duration = Duration::from_millis(50);
+
+/// What every handler call shares.
+pub struct App {
+    pub engine: Engine,
+    pub queue: Queue,
+}
+
+/// Why a job was dead-lettered: shown as the task's result in apalis's record.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid_job: {0}")]
+struct InvalidJob(String);
+
+/// Handle one delivery.
+async fn handle(
+    payload: serde_json::Value,
+    app: Data<Arc<App>>,
+    id: TaskId,
+) -> Result<String, BoxDynError> {
+    let bytes =
+        serde_json::to_vec(&payload).map_err(|e| AbortError::new(InvalidJob(e.to_string())))?;
+    let (job, routes) = match RunJob::from_json(&bytes) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            warn!(task = %id, reason = %e, "dead-lettering an invalid job");
+            return Err(AbortError::new(InvalidJob(e.to_string())).into());
+        }
+    };
+    let span = tracing::info_span!("run", run_id = %job.run_id, user_id = %job.request.user_id, snooze_n = job.snooze_n);
+    let outcome = app
+        .engine
+        .execute(&job, &routes, WhenResting::Snooze)
+        .instrument(span.clone())
+        .await?;
+    let _entered = span.enter();
+    match outcome {
+        Outcome::Snoozed { until_ms, reason } => {
+            let mut next = job.clone();
+            next.snooze_n += 1;
+            app.queue.snooze(&next, until_ms).await?;
+            info!(until_ms, %reason, "snoozed");
+            Ok("snoozed".into())
+        }
+        Outcome::Skipped(status) => {
+            info!(status = status.as_str(), "already settled: skipped");
+            Ok("skipped".into())
+        }
+        Outcome::Refused {
+            code,
+            retry_after_s,
+        } => {
+            info!(code = code.as_str(), retry_after_s, "refused");
+            Ok("refused".into())
+        }
+        Outcome::AwaitingApproval(call) => {
+            info!(tool = %call.name, "awaiting approval");
+            Ok("awaiting_approval".into())
+        }
+        Outcome::Finished { status, code } => {
+            info!(
+                status = status.as_str(),
+                code = code.map(|c| c.as_str()),
+                "finished"
+            );
+            Ok("finished".into())
+        }
+    }
+}
+
+/// Run the queue worker until a shutdown signal; `grace` bounds the wait for running jobs.
+pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(), String> {
+    let host = hostname();
+    let pid = std::process::id();
+    let storage = app.queue.storage(concurrency);
+    // Before taking anything, move due jobs in chunks: a backlog that piled up while no worker
+    // ran must not reach apalis's fetch in one piece.
+    app.queue.promote_due().await.map_err(|e| e.to_string())?;
+    let ticker = tokio::spawn(tick(app.clone()));
+    let worker_app = app.clone();
+    let monitor = Monitor::new()
+        .register(move |restarts| {
+            WorkerBuilder::new(format!("{host}-{pid}-r{restarts}"))
+                .backend(storage.clone().poll_with_interval(POLL))
+                .data(worker_app.clone())
+                .catch_panic()
+                .concurrency(concurrency)
+                .build(handle)
+        })
+        // A Redis hiccup kills the apalis worker; come back rather than idle without workers.
+        .should_restart(|ctx, err| {
+            warn!(worker = %ctx.name(), error = %err, "worker stopped; restarting");
+            true
+        })
+        .shutdown_timeout(grace);
+    info!(concurrency, "worker started");
+    let result = monitor.run_with_signal(shutdown_signal()).await;
+    ticker.abort();
+    info!("worker stopped");
+    result.map_err(|e| e.to_string())
+}
+
+/// The replica's housekeeping: wake snoozed runs, promote due jobs, vacuum old records.
+async fn tick(app: Arc<App>) {
+    let mut last_vacuum = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(TICK).await;
+        let now = freeway::clock::epoch_ms();
+        if let Err(e) = app.queue.wake_due(now, producer::queue::CHUNK).await {
+            warn!(error = %e, "waking snoozed runs failed");
+        }
+        if let Err(e) = app.queue.promote_due().await {
+            warn!(error = %e, "promoting due jobs failed");
+        }
+        if last_vacuum.elapsed() >= VACUUM_EVERY {
+            last_vacuum = tokio::time::Instant::now();
+            match app.queue.vacuum(KEEP_FINISHED).await {
+                Ok(n) => info!(deleted = n, "vacuumed finished jobs"),
+                Err(e) => warn!(error = %e, "vacuum failed"),
+            }
+        }
+    }
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    info!("shutdown signal: finishing running jobs");
+    Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "worker".to_string())
+}

@@ -1,0 +1,77 @@
+//! Building the engine from the environment: the one place that decides which store, provider,
+//! rests, targets and tools a worker process uses.
+
+use freeway::clock::SystemClock;
+use freeway::config::Settings;
+use freeway::engine::{Engine, EnvTargets};
+use freeway::events::EventSink;
+use freeway::provider::{HttpProvider, Timeouts};
+use freeway::rest::Rests;
+use freeway::store::{SqlStore, StoreTargets};
+use freeway::tools::ToolRunner;
+use redis::aio::ConnectionManager;
+use std::sync::Arc;
+
+/// Why a worker process cannot start; `bad_config` decides the exit code (2, else 1).
+#[derive(Debug)]
+pub struct StartError {
+    pub message: String,
+    pub bad_config: bool,
+}
+
+impl StartError {
+    fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            bad_config: false,
+        }
+    }
+}
+
+/// The parts an engine is made of that the caller may want to keep using.
+pub struct Wired {
+    pub engine: Engine,
+    pub conn: ConnectionManager,
+}
+
+/// Open the store (applying migrations) and Redis, and build an engine whose events go to
+/// `events(conn)`.
+pub async fn engine(
+    settings: &Settings,
+    worker: String,
+    events: impl FnOnce(ConnectionManager) -> Arc<dyn EventSink>,
+) -> Result<Wired, StartError> {
+    let store = SqlStore::open(&settings.database_url)
+        .await
+        .map_err(|e| StartError {
+            bad_config: matches!(e, freeway::store::StoreError::BadUrl(_)),
+            message: e.to_string(),
+        })?;
+    let conn = freeway::connect::redis(&settings.redis_url)
+        .await
+        .map_err(|e| StartError::unavailable(e.to_string()))?;
+    let provider = HttpProvider::new(Timeouts::default())
+        .map_err(|e| StartError::unavailable(e.to_string()))?;
+    let tools = ToolRunner::new(settings.tool_url.clone())
+        .map_err(|e| StartError::unavailable(e.to_string()))?;
+    let targets = StoreTargets::new(
+        EnvTargets {
+            openrouter_base_url: settings.openrouter_base_url.clone(),
+            platform_key: settings.openrouter_api_key.clone(),
+        },
+        store.clone(),
+        settings.secret_key.clone(),
+    );
+    let engine = Engine {
+        provider: Arc::new(provider),
+        store: Arc::new(store),
+        events: events(conn.clone()),
+        rests: Rests::new(conn.clone(), settings.namespace.clone()),
+        clock: Arc::new(SystemClock),
+        targets: Arc::new(targets),
+        tools,
+        summary: settings.summary,
+        worker,
+    };
+    Ok(Wired { engine, conn })
+}

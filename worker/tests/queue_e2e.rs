@@ -1,0 +1,273 @@
+//! The queue end to end (SPEC §4): worker processes on a real Redis take runs, snooze them while
+//! the shared pool rests instead of failing them, survive a `kill -9` of a replica, and
+//! dead-letter poison jobs while valid runs keep completing.
+
+mod support;
+
+use freeway::chat::ToolCall;
+use freeway::classify::{RestLength, RestScope};
+use freeway::job::Continuation;
+use freeway::rest::Rests;
+use freeway::route::OPENROUTER_FREE_POOL;
+use freeway::store::Store;
+use std::time::Duration;
+use support::{Cluster, last, request, types};
+
+const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
+const FREE_B: &str = "qwen/qwen3-coder:free";
+const PAID: &str = "openai/gpt-4o-mini";
+const WAIT: Duration = Duration::from_secs(30);
+
+fn rests(c: &Cluster) -> Rests {
+    Rests::new(c.conn.clone(), c.ns.clone())
+}
+
+async fn rest_pool(c: &Cluster, ms: u64) {
+    rests(c)
+        .write(
+            &RestScope::Pool(OPENROUTER_FREE_POOL.into()),
+            RestLength::For(ms),
+            "test rest",
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn while_the_pool_rests_free_runs_are_delayed_then_complete_and_paid_routes_run_at_once() {
+    let mut c = Cluster::start("rest", sim::SimConfig::default()).await;
+    c.spawn_worker(&[]);
+    c.spawn_worker(&[]);
+    rest_pool(&c, 2_000).await;
+    let free = c.enqueue(request("u1", "hi", &[FREE_A, FREE_B])).await;
+    let paid = c.enqueue(request("u2", "hi", &[FREE_A, PAID])).await;
+
+    let events = c.wait(&paid.run_id, WAIT).await;
+    assert_eq!(last(&events)["status"], "succeeded", "{events:?}");
+    assert!(
+        !types(&events).contains(&"delayed".to_string()),
+        "the paid route runs during the rest"
+    );
+
+    let events = c.wait(&free.run_id, WAIT).await;
+    let kinds = types(&events);
+    assert_eq!(last(&events)["status"], "succeeded", "{events:?}");
+    let delayed = kinds
+        .iter()
+        .position(|k| k == "delayed")
+        .expect("delayed first");
+    let started = kinds
+        .iter()
+        .rposition(|k| k == "started")
+        .expect("started after");
+    assert!(delayed < started, "{kinds:?}");
+    let rec = c.store.run(&free.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        rec.state.counters.calls, 1,
+        "no call was spent into the resting pool"
+    );
+    let models: Vec<String> = c.sim.calls().into_iter().map(|r| r.model).collect();
+    assert_eq!(models.iter().filter(|m| *m == PAID).count(), 1);
+    assert_eq!(
+        models.iter().filter(|m| *m == FREE_A).count(),
+        1,
+        "{models:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_continuation_runs_once_while_the_pool_rests() {
+    let mut c = Cluster::start("continuation", sim::SimConfig::default()).await;
+    c.spawn_worker(&[]);
+    rest_pool(&c, 60_000).await;
+    let mut job = freeway::job::RunJob::new(
+        request("u1", "x", &[FREE_A, PAID]),
+        freeway::clock::epoch_ms(),
+    );
+    job.continuation = Some(Continuation {
+        parent_run_id: "run_parent".into(),
+        tool_call: ToolCall {
+            id: "call_1".into(),
+            name: "lookup".into(),
+            arguments: "{}".into(),
+        },
+        result: "approved".into(),
+    });
+    c.queue.push(std::slice::from_ref(&job)).await.unwrap();
+    let events = c.wait(&job.run_id, WAIT).await;
+    assert_eq!(last(&events)["status"], "succeeded", "{events:?}");
+    let models: Vec<String> = c.sim.calls().into_iter().map(|r| r.model).collect();
+    assert_eq!(
+        models,
+        vec![FREE_A.to_string()],
+        "exactly one attempt, rests ignored"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_survives_a_kill_9_of_its_worker() {
+    let mut c = Cluster::start("kill", sim::SimConfig::default()).await;
+    // The first call hangs long enough to kill the worker in the middle of it.
+    let mut hang = sim::FaultSpec::new(sim::FaultKind::Timeout);
+    hang.delay_ms = Some(60_000);
+    c.sim.inject(hang);
+    let first = c.spawn_worker(&[]);
+    let job = c.enqueue(request("u1", "survive", &[PAID])).await;
+    // Wait for the attempt and for the sim to hold its call: the run is in flight.
+    wait_for_event(&c, &job.run_id, "attempt").await;
+    wait_until_faults_consumed(&c).await;
+    c.kill(first);
+    c.spawn_worker(&[]);
+    let events = c.wait(&job.run_id, Duration::from_secs(60)).await;
+    assert_eq!(last(&events)["status"], "succeeded", "{events:?}");
+    let transcript = c.store.transcript(&job.conversation_id).await.unwrap();
+    let roles: Vec<_> = transcript.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        vec![freeway::chat::Role::User, freeway::chat::Role::Assistant],
+        "one user message, one answer"
+    );
+    let rec = c.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        rec.state.counters.calls, 2,
+        "the interrupted call stays counted"
+    );
+}
+
+/// Poll the sim's pending faults until every injected one has struck.
+async fn wait_until_faults_consumed(c: &Cluster) {
+    let url = c.sim.base_url().replace("/api/v1", "/_sim/faults");
+    let client = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::time::Instant::now() < deadline {
+        let pending: Vec<serde_json::Value> = serde_json::from_slice(
+            &client
+                .get(&url)
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        if pending.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the sim never received the call");
+}
+
+/// Block until the run's stream holds an event of `kind`.
+async fn wait_for_event(c: &Cluster, run_id: &str, kind: &str) {
+    let key = freeway::events::stream_key(&c.ns, run_id);
+    let client = redis::Client::open(c.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut last = "0".to_string();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::time::Instant::now() < deadline {
+        let reply: Option<Vec<(String, Vec<(String, Vec<(String, String)>)>)>> =
+            redis::cmd("XREAD")
+                .arg("BLOCK")
+                .arg(250)
+                .arg("STREAMS")
+                .arg(&key)
+                .arg(&last)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        for (_, entries) in reply.unwrap_or_default() {
+            for (id, fields) in entries {
+                last = id;
+                if fields.iter().any(|(k, v)| k == "type" && v == kind) {
+                    return;
+                }
+            }
+        }
+    }
+    panic!("no {kind} event for {run_id}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poison_jobs_are_dead_lettered_while_valid_runs_complete() {
+    let mut c = Cluster::start("poison", sim::SimConfig::default()).await;
+    let mut payloads: Vec<Vec<u8>> = Vec::new();
+    for i in 0..1000 {
+        payloads.push(match i % 4 {
+            0 => br#"{"v":1}"#.to_vec(),
+            1 => br#"{"hello":"world"}"#.to_vec(),
+            2 => br#"[1,2,3]"#.to_vec(),
+            _ => format!(r#"{{"v":99,"run_id":"run_{i}"}}"#).into_bytes(),
+        });
+    }
+    c.queue.push_payloads(payloads).await.unwrap();
+    let valid = c.enqueue(request("u1", "still works", &[PAID])).await;
+    c.spawn_worker(&[]);
+    c.spawn_worker(&[]);
+    let events = c.wait(&valid.run_id, WAIT).await;
+    assert_eq!(last(&events)["status"], "succeeded");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let depths = c.queue.depths().await.unwrap();
+        if depths.dead == 1000 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "dead-lettered: {depths:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = c.log(0) + &c.log(1);
+    assert!(
+        log.contains("invalid_job") || log.contains("invalid job"),
+        "the reason is logged"
+    );
+    for n in 0..2 {
+        assert!(
+            c.workers[n].try_wait().unwrap().is_none(),
+            "worker {n} is still running"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backlog_of_20000_runs_drains_once_workers_start() {
+    let mut c = Cluster::start("backlog", sim::SimConfig::default()).await;
+    let jobs: Vec<_> = (0..20_000)
+        .map(|i| {
+            freeway::job::RunJob::new(
+                request(&format!("u{}", i % 50), "hi", &[PAID]),
+                freeway::clock::epoch_ms(),
+            )
+        })
+        .collect();
+    c.queue.push(&jobs).await.unwrap();
+    // Everything is due at once before any worker runs: the apalis-redis 1.0.0 trap.
+    let started = std::time::Instant::now();
+    c.spawn_worker(&["--concurrency", "256"]);
+    c.spawn_worker(&["--concurrency", "256"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        let depths = c.queue.depths().await.unwrap();
+        if depths.done >= 20_000 {
+            break;
+        }
+        for n in 0..2 {
+            assert!(
+                c.workers[n].try_wait().unwrap().is_none(),
+                "worker {n} died: {}",
+                c.log_tail(n)
+            );
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not drained: {depths:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("20000 runs drained in {:?}", started.elapsed());
+    let last = c.store.run(&jobs[19_999].run_id).await.unwrap().unwrap();
+    assert_eq!(last.status, freeway::run::RunStatus::Succeeded);
+}

@@ -1,0 +1,191 @@
+//! A small cluster for end-to-end tests: real Redis (REDIS_URL), a SQLite store in a temp
+//! folder, the simulator in-process, and worker *processes* started from the built binary.
+#![allow(dead_code)]
+
+use freeway::events::stream_key;
+use freeway::job::{RunJob, RunRequest};
+use freeway::route::RouteSpec;
+use freeway::store::SqlStore;
+use producer::Queue;
+use redis::aio::ConnectionManager;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const KEY: &str = "sk-or-v1-e2e-platform-key";
+
+pub struct Cluster {
+    pub ns: String,
+    pub redis_url: String,
+    pub db_url: String,
+    pub dir: PathBuf,
+    pub sim: sim::SimHandle,
+    pub queue: Queue,
+    pub conn: ConnectionManager,
+    pub store: SqlStore,
+    pub workers: Vec<Child>,
+}
+
+impl Cluster {
+    pub async fn start(name: &str, sim_config: sim::SimConfig) -> Cluster {
+        freeway::provider::install_crypto();
+        let redis_url =
+            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let ns = format!(
+            "e2e-{name}-{}",
+            ulid::Ulid::generate().to_string().to_lowercase()
+        );
+        let dir = std::env::temp_dir().join(&ns);
+        std::fs::create_dir_all(&dir).unwrap();
+        let db_url = format!("sqlite://{}", dir.join("freeway.db").display());
+        let store = SqlStore::open(&db_url).await.unwrap();
+        let sim = sim::start(sim_config, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let conn = freeway::connect::redis(&redis_url).await.unwrap();
+        let queue = Queue::new(conn.clone(), &ns);
+        Cluster {
+            ns,
+            redis_url,
+            db_url,
+            dir,
+            sim,
+            queue,
+            conn,
+            store,
+            workers: vec![],
+        }
+    }
+
+    /// Start a worker process; its log goes to `worker-N.log` in the cluster's folder.
+    pub fn spawn_worker(&mut self, args: &[&str]) -> usize {
+        let n = self.workers.len();
+        let log = std::fs::File::create(self.dir.join(format!("worker-{n}.log"))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_worker"))
+            .args(["--heartbeat-s", "1", "--grace-s", "5"])
+            .args(args)
+            .env("REDIS_URL", &self.redis_url)
+            .env("DATABASE_URL", &self.db_url)
+            .env("FREEWAY_NAMESPACE", &self.ns)
+            .env("OPENROUTER_BASE_URL", self.sim.base_url())
+            .env("OPENROUTER_API_KEY", KEY)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.workers.push(child);
+        n
+    }
+
+    pub fn log(&self, n: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("worker-{n}.log"))).unwrap_or_default()
+    }
+
+    /// The last lines of a worker's log, for failure messages.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log(n);
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    pub fn kill(&mut self, n: usize) {
+        let _ = self.workers[n].kill();
+        let _ = self.workers[n].wait();
+    }
+
+    pub async fn enqueue(&self, req: RunRequest) -> RunJob {
+        let job = RunJob::new(req, freeway::clock::epoch_ms());
+        self.queue.push(std::slice::from_ref(&job)).await.unwrap();
+        job
+    }
+
+    /// Block until the run's stream carries a last event (`finished`, `refused`,
+    /// `awaiting_approval`); returns every event seen, as JSON.
+    pub async fn wait(&self, run_id: &str, timeout: Duration) -> Vec<serde_json::Value> {
+        let client = redis::Client::open(self.redis_url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let key = stream_key(&self.ns, run_id);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last = "0".to_string();
+        let mut events = vec![];
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            assert!(
+                !left.is_zero(),
+                "run {run_id} did not end in {timeout:?}; events: {events:?}"
+            );
+            let reply: Option<Vec<(String, Vec<(String, Vec<(String, String)>)>)>> =
+                redis::cmd("XREAD")
+                    .arg("BLOCK")
+                    .arg(left.as_millis().min(250) as u64)
+                    .arg("STREAMS")
+                    .arg(&key)
+                    .arg(&last)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+            for (_, entries) in reply.unwrap_or_default() {
+                for (id, fields) in entries {
+                    last = id;
+                    let data = fields
+                        .iter()
+                        .find(|(k, _)| k == "data")
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default();
+                    let event: serde_json::Value = serde_json::from_str(&data).unwrap();
+                    let ended = matches!(
+                        event["type"].as_str(),
+                        Some("finished" | "refused" | "awaiting_approval")
+                    );
+                    events.push(event);
+                    if ended {
+                        return events;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+        // A failed test keeps its logs and database for a look.
+        if std::thread::panicking() {
+            eprintln!("cluster files kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
+    RunRequest {
+        user_id: user.into(),
+        conversation_id: None,
+        kind: Default::default(),
+        input: Some(input.into()),
+        routes: models.iter().map(|m| RouteSpec::parse_cli(m)).collect(),
+        tools: vec![],
+        system: None,
+        deadline_s: None,
+        on_rest: Default::default(),
+        regenerate: false,
+        idempotency_key: None,
+    }
+}
+
+pub fn types(events: &[serde_json::Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+pub fn last(events: &[serde_json::Value]) -> &serde_json::Value {
+    events.last().expect("events")
+}
