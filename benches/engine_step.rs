@@ -60,7 +60,8 @@ fn bench(c: &mut Criterion) {
         provider: Arc::new(Instant),
         store: Arc::new(MemoryStore::default()),
         events: Arc::new(Discard),
-        rests: Rests::new(conn, "bench-engine"),
+        rests: Rests::new(conn.clone(), "bench-engine"),
+        leases: freeway::lease::Leases::new(conn, "bench-engine"),
         clock: Arc::new(SystemClock),
         targets: Arc::new(EnvTargets {
             openrouter_base_url: "http://127.0.0.1:9".into(),

@@ -17,6 +17,7 @@ pub mod engine;
 pub mod events;
 pub mod headers;
 pub mod job;
+pub mod lease;
 pub mod provider;
 pub mod rest;
 pub mod route;

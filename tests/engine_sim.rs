@@ -27,7 +27,6 @@ const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
 const FREE_B: &str = "qwen/qwen3-coder:free";
 const FREE_C: &str = "deepseek/deepseek-chat-v3-0324:free";
 const PAID: &str = "openai/gpt-4o-mini";
-const KEY: &str = "sk-or-v1-platform-test";
 
 struct Setup {
     sim: sim::SimHandle,

@@ -161,21 +161,12 @@ impl Enqueuer {
             }
         }
         let job = RunJob::new(request, freeway::clock::epoch_ms());
-        if let Some(key) = &idem {
-            let claimed: bool = redis::cmd("SET")
-                .arg(key)
-                .arg(&job.run_id)
-                .arg("NX")
-                .arg("PX")
-                .arg(IDEMPOTENCY_TTL.as_millis() as u64)
-                .query_async::<Option<String>>(&mut conn)
-                .await?
-                .is_some();
-            if !claimed {
-                // Another request with the same key won the race between the GET and the SET.
-                let run_id: String = conn.get(key).await?;
-                return Ok(Outcome::Duplicate { run_id });
-            }
+        if let Some(key) = &idem
+            && !self.claim(key, &job.run_id).await?
+        {
+            // Another request with the same key won the race between the GET and the SET.
+            let run_id: String = conn.get(key).await?;
+            return Ok(Outcome::Duplicate { run_id });
         }
         match self.submit(&job).await {
             Ok(()) => Ok(Outcome::Enqueued { run_id: job.run_id }),
@@ -225,20 +216,11 @@ impl Enqueuer {
         });
         job.check()?;
         let claim = format!("{}:approval:{run_id}:{}", self.ns, call.id);
-        let mut conn = self.conn.clone();
-        let claimed = redis::cmd("SET")
-            .arg(&claim)
-            .arg(&job.run_id)
-            .arg("NX")
-            .arg("PX")
-            .arg(IDEMPOTENCY_TTL.as_millis() as u64)
-            .query_async::<Option<String>>(&mut conn)
-            .await?
-            .is_some();
-        if !claimed {
+        if !self.claim(&claim, &job.run_id).await? {
             return Err(already_answered(run_id, &call));
         }
         if let Err(e) = self.submit(&job).await {
+            let mut conn = self.conn.clone();
             let released: Result<(), _> = conn.del(&claim).await;
             if let Err(error) = released {
                 tracing::warn!(%error, "cannot release an approval claim");
@@ -285,6 +267,20 @@ impl Enqueuer {
         self.events.publish(&job.run_id, &Event::Queued).await?;
         self.queue.push(std::slice::from_ref(job)).await?;
         Ok(())
+    }
+
+    /// `SET key value NX` for [`IDEMPOTENCY_TTL`]: whether this call set it.
+    async fn claim(&self, key: &str, value: &str) -> Result<bool, EnqueueError> {
+        let mut conn = self.conn.clone();
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("NX")
+            .arg("PX")
+            .arg(IDEMPOTENCY_TTL.as_millis() as u64)
+            .query_async(&mut conn)
+            .await?;
+        Ok(set.is_some())
     }
 
     fn idem_key(&self, user_id: &str, key: &str) -> String {

@@ -277,6 +277,8 @@ async fn a_stall_pauses_the_stream_then_it_completes() {
         json!({"kind": "stall", "delay_ms": 400, "after_chunks": 1}),
     )
     .await;
+    // Timed from the request, so a busy client reading late cannot hide the stall.
+    let sent = std::time::Instant::now();
     let res = post(
         &client,
         &chat_url(&sim),
@@ -284,6 +286,7 @@ async fn a_stall_pauses_the_stream_then_it_completes() {
         &body(FREE, "a b", true),
     )
     .await;
+    let headers_after = sent.elapsed();
     let (pieces, error) = read_timed(res).await;
     assert!(error.is_none());
     let at = |needle: &str| {
@@ -293,8 +296,15 @@ async fn a_stall_pauses_the_stream_then_it_completes() {
             .map(|(t, _)| *t)
             .unwrap_or_else(|| panic!("{needle} never arrived"))
     };
-    let gap = at(r#""content":"a ""#) - at(r#""content":"Echo: ""#);
-    assert!(gap >= Duration::from_millis(400), "stalled for {gap:?}");
+    assert!(
+        at(r#""content":"Echo: ""#) <= at(r#""content":"a ""#),
+        "in order"
+    );
+    let after = headers_after + at(r#""content":"a ""#);
+    assert!(
+        after >= Duration::from_millis(400),
+        "the second chunk came {after:?} after the request"
+    );
     let text: String = pieces.into_iter().map(|(_, p)| p).collect();
     assert_eq!(streamed_text(&chunks(&sse_events(&text))), "Echo: a b");
     sim.shutdown().await;

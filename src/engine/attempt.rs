@@ -61,6 +61,7 @@ impl Engine {
                 };
                 self.call_relaying(run, &target, &request).await?
             }
+            Err(e @ super::TargetError::Unavailable(_)) => return Err(e.into()),
             // No key to call with: the attempt fails like a refused key, without a call.
             Err(e) => Err(CallError::Http {
                 status: 401,

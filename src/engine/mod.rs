@@ -18,6 +18,7 @@ use crate::classify::Verdict;
 use crate::clock::Clock;
 use crate::events::{Event, EventError, EventSink};
 use crate::job::RunJob;
+use crate::lease::{LEASE_TTL, Lease, Leases};
 use crate::provider::{ChatProvider, Completion};
 use crate::rest::{Closure, RestError, RestKind, Rests};
 use crate::route::Route;
@@ -46,6 +47,10 @@ pub enum WhenResting {
 pub enum Outcome {
     /// The run had already settled (a second delivery); nothing was done.
     Skipped(RunStatus),
+    /// Another delivery of the run is executing; try this one again after `retry_after`.
+    Busy {
+        retry_after: std::time::Duration,
+    },
     /// Re-run the job at `until_ms` (the run's status is `delayed`).
     Snoozed {
         until_ms: u64,
@@ -71,6 +76,8 @@ pub enum EngineError {
     Rest(#[from] RestError),
     #[error(transparent)]
     Event(#[from] EventError),
+    #[error(transparent)]
+    Targets(#[from] TargetError),
 }
 
 /// Everything a run needs, shared by every job a worker runs.
@@ -85,6 +92,8 @@ pub struct Engine {
     pub tools: ToolRunner,
     /// `FREEWAY_SUMMARY=on`.
     pub summary: bool,
+    /// One executor per run at a time, across replicas.
+    pub leases: Leases,
     /// This replica's name, for the `started` event.
     pub worker: String,
 }
@@ -105,8 +114,45 @@ pub(crate) enum Stop {
 }
 
 impl Engine {
-    /// Run one delivery of `job` (already validated; `routes` is its resolved chain).
+    /// Run one delivery of `job` (already validated; `routes` is its resolved chain), holding the
+    /// run's lease while it executes.
     pub async fn execute(
+        &self,
+        job: &RunJob,
+        routes: &[Route],
+        when_resting: WhenResting,
+    ) -> Result<Outcome, EngineError> {
+        let owner = format!("{}:{}", self.worker, ulid::Ulid::generate());
+        let lease = self
+            .leases
+            .acquire(&job.run_id, &owner)
+            .await
+            .map_err(RestError::from)?;
+        if let Lease::HeldFor(retry_after) = lease {
+            return Ok(Outcome::Busy { retry_after });
+        }
+        let run = self.execute_leased(job, routes, when_resting);
+        tokio::pin!(run);
+        let mut renew = tokio::time::interval(LEASE_TTL / 3);
+        renew.tick().await;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut run => break outcome,
+                _ = renew.tick() => {
+                    if !self.leases.renew(&job.run_id, &owner).await.map_err(RestError::from)? {
+                        tracing::warn!(run_id = %job.run_id, "lost the run's lease while executing it");
+                    }
+                }
+            }
+        };
+        self.leases
+            .release(&job.run_id, &owner)
+            .await
+            .map_err(RestError::from)?;
+        outcome
+    }
+
+    async fn execute_leased(
         &self,
         job: &RunJob,
         routes: &[Route],

@@ -15,6 +15,9 @@ pub enum TargetError {
     UnknownProvider(String),
     #[error("connection {0:?} is not known")]
     UnknownConnection(String),
+    /// The keys cannot be read right now (store outage, no secret key): an infrastructure fault.
+    #[error("connection keys unavailable: {0}")]
+    Unavailable(String),
 }
 
 #[async_trait]

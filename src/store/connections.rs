@@ -301,18 +301,20 @@ impl Targets for StoreTargets {
             .base_url(&route.provider)
             .ok_or_else(|| TargetError::UnknownProvider(route.provider.clone()))?;
         let unknown = || TargetError::UnknownConnection(id.clone());
-        // TargetError has no variant for an outage or a missing secret: the call fails like an
-        // unknown connection, and the cause goes to the log (never the key).
+        // An outage is not the connection's fault: the engine hands it to the queue to retry
+        // instead of failing the call. The cause never carries the key.
         let Some(secret) = &self.secret else {
-            tracing::error!(connection = %id, "{}", StoreError::NoSecretKey);
-            return Err(unknown());
+            return Err(TargetError::Unavailable(
+                StoreError::NoSecretKey.to_string(),
+            ));
         };
         let (info, api_key) = match self.store.connection_key(secret, id).await {
             Ok(Some(found)) => found,
             Ok(None) => return Err(unknown()),
             Err(e) => {
-                tracing::error!(connection = %id, "cannot read the connection: {e}");
-                return Err(unknown());
+                return Err(TargetError::Unavailable(format!(
+                    "cannot read connection {id}: {e}"
+                )));
             }
         };
         if info.provider != route.provider {

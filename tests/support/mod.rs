@@ -96,6 +96,7 @@ pub async fn harness_in(
         targets,
         tools: ToolRunner::new(None).unwrap(),
         summary: false,
+        leases: freeway::lease::Leases::new(conn.clone(), ns.clone()),
         worker: "test-worker".into(),
     };
     Harness {

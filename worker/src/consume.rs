@@ -64,6 +64,15 @@ async fn handle(
             info!(until_ms, %reason, "snoozed");
             Ok("snoozed".into())
         }
+        Outcome::Busy { retry_after } => {
+            // Another delivery is executing the run: look again when its lease would lapse.
+            let until_ms = freeway::clock::epoch_ms() + retry_after.as_millis() as u64;
+            let mut next = job.clone();
+            next.snooze_n += 1;
+            app.queue.snooze(&next, until_ms).await?;
+            info!(until_ms, "another delivery holds the run: parked");
+            Ok("busy".into())
+        }
         Outcome::Skipped(status) => {
             info!(status = status.as_str(), "already settled: skipped");
             Ok("skipped".into())

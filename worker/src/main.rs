@@ -4,6 +4,7 @@
 
 mod classify_cmd;
 mod consume;
+mod exit;
 mod logging;
 mod prune;
 mod run_one;
@@ -103,18 +104,12 @@ fn serve(
 ) -> ExitCode {
     let settings = match freeway::config::Settings::from_env() {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("worker: bad configuration: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return exit::fail(exit::BAD_INPUT, &format!("bad configuration: {e}")),
     };
     logging::init(settings.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("worker: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return exit::fail(exit::FAILED, &format!("cannot start the runtime: {e}")),
     };
     runtime.block_on(async move {
         let name = format!("worker-{}", std::process::id());
@@ -126,10 +121,7 @@ fn serve(
         };
         let wired = match wiring::engine(&settings, name, events).await {
             Ok(w) => w,
-            Err(e) => {
-                eprintln!("worker: {}", e.message);
-                return ExitCode::from(if e.bad_config { 2 } else { 1 });
-            }
+            Err(e) => return exit::start_failed(&e),
         };
         let queue =
             producer::Queue::new(wired.conn.clone(), &settings.namespace).with_heartbeat(heartbeat);
@@ -139,10 +131,7 @@ fn serve(
         });
         match consume::run(app, concurrency, grace).await {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("worker: {e}");
-                ExitCode::FAILURE
-            }
+            Err(e) => exit::fail(exit::FAILED, &e),
         }
     })
 }

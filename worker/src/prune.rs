@@ -5,7 +5,7 @@
 //! described in [`freeway::store::SqlStore::prune`]. Exit 0 after pruning, 1 when the store
 //! cannot be opened or written, 2 on bad configuration.
 
-use crate::run_one::{EXIT_BAD_INPUT, EXIT_FAILED, fail, open_store};
+use crate::exit::{BAD_INPUT, FAILED, fail};
 use freeway::config::Settings;
 use std::process::ExitCode;
 
@@ -14,7 +14,7 @@ const DAY_MS: u64 = 86_400_000;
 pub fn main(days: u64) -> ExitCode {
     let settings = match Settings::from_env() {
         Ok(s) => s,
-        Err(e) => return fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
+        Err(e) => return fail(BAD_INPUT, &format!("bad configuration: {e}")),
     };
     crate::logging::init(settings.log_format);
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -22,15 +22,15 @@ pub fn main(days: u64) -> ExitCode {
         .build()
     {
         Ok(r) => r,
-        Err(e) => return fail(EXIT_FAILED, &format!("cannot start the runtime: {e}")),
+        Err(e) => return fail(FAILED, &format!("cannot start the runtime: {e}")),
     };
     runtime.block_on(prune(&settings.database_url, days))
 }
 
 async fn prune(url: &str, days: u64) -> ExitCode {
-    let store = match open_store(url).await {
+    let store = match crate::wiring::store(url).await {
         Ok(s) => s,
-        Err(code) => return code,
+        Err(e) => return crate::exit::start_failed(&e),
     };
     let cutoff_ms = freeway::clock::epoch_ms().saturating_sub(days.saturating_mul(DAY_MS));
     let result = store.prune(cutoff_ms).await;
@@ -41,6 +41,6 @@ async fn prune(url: &str, days: u64) -> ExitCode {
             println!("{line}");
             ExitCode::SUCCESS
         }
-        Err(e) => fail(EXIT_FAILED, &e.to_string()),
+        Err(e) => fail(FAILED, &e.to_string()),
     }
 }

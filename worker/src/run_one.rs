@@ -11,21 +11,17 @@
 use async_trait::async_trait;
 use freeway::clock::{Clock, SystemClock};
 use freeway::config::Settings;
-use freeway::engine::{Engine, EnvTargets, Outcome, WhenResting};
+use freeway::engine::{Outcome, WhenResting};
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::job::{RunJob, RunRequest};
-use freeway::provider::{HttpProvider, Timeouts};
-use freeway::rest::Rests;
 use freeway::run::RunStatus;
-use freeway::store::{SqlStore, StoreError, StoreTargets};
-use freeway::tools::ToolRunner;
 use std::io::Read;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-pub(crate) const EXIT_FAILED: u8 = 1;
-pub(crate) const EXIT_BAD_INPUT: u8 = 2;
-const EXIT_REFUSED: u8 = 75;
+use crate::exit::{
+    BAD_INPUT as EXIT_BAD_INPUT, FAILED as EXIT_FAILED, REFUSED as EXIT_REFUSED, fail,
+};
 
 /// Prints every event as a JSON line, then hands it on.
 struct PrintingEvents(RedisEvents);
@@ -62,50 +58,14 @@ pub fn main(path: &str) -> ExitCode {
     runtime.block_on(run(settings, request))
 }
 
-/// Open the store of `DATABASE_URL`, or say why not in one line and give the exit code.
-pub(crate) async fn open_store(url: &str) -> Result<SqlStore, ExitCode> {
-    SqlStore::open(url).await.map_err(|e| match e {
-        StoreError::BadUrl(_) => fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
-        _ => fail(EXIT_FAILED, &e.to_string()),
-    })
-}
-
 async fn run(settings: Settings, request: RunRequest) -> ExitCode {
-    let store = match open_store(&settings.database_url).await {
-        Ok(s) => s,
-        Err(code) => return code,
-    };
-    let conn = match freeway::connect::redis(&settings.redis_url).await {
-        Ok(c) => c,
-        Err(e) => return fail(EXIT_FAILED, &e.to_string()),
-    };
-    let (provider, tools) = match (
-        HttpProvider::new(Timeouts::default()),
-        ToolRunner::new(settings.tool_url.clone()),
-    ) {
-        (Ok(p), Ok(t)) => (p, t),
-        _ => return fail(EXIT_FAILED, "cannot build the HTTP client"),
-    };
-    let engine = Engine {
-        provider: Arc::new(provider),
-        store: Arc::new(store.clone()),
-        events: Arc::new(PrintingEvents(RedisEvents::new(
-            conn.clone(),
-            settings.namespace.clone(),
-        ))),
-        rests: Rests::new(conn, settings.namespace.clone()),
-        clock: Arc::new(SystemClock),
-        targets: Arc::new(StoreTargets::new(
-            EnvTargets {
-                openrouter_base_url: settings.openrouter_base_url.clone(),
-                platform_key: settings.openrouter_api_key.clone(),
-            },
-            store,
-            settings.secret_key.clone(),
-        )),
-        tools,
-        summary: settings.summary,
-        worker: format!("run-one-{}", std::process::id()),
+    let worker = format!("run-one-{}", std::process::id());
+    let namespace = settings.namespace.clone();
+    let events =
+        |conn| Arc::new(PrintingEvents(RedisEvents::new(conn, namespace))) as Arc<dyn EventSink>;
+    let engine = match crate::wiring::engine(&settings, worker, events).await {
+        Ok(w) => w.engine,
+        Err(e) => return crate::exit::start_failed(&e),
     };
     let job = RunJob::new(request, SystemClock.now_ms());
     let routes = match job.check() {
@@ -121,7 +81,9 @@ async fn run(settings: Settings, request: RunRequest) -> ExitCode {
             | Outcome::AwaitingApproval(_),
         ) => ExitCode::SUCCESS,
         Ok(Outcome::Refused { .. } | Outcome::Snoozed { .. }) => ExitCode::from(EXIT_REFUSED),
-        Ok(Outcome::Finished { .. } | Outcome::Skipped(_)) => ExitCode::from(EXIT_FAILED),
+        Ok(Outcome::Finished { .. } | Outcome::Skipped(_) | Outcome::Busy { .. }) => {
+            ExitCode::from(EXIT_FAILED)
+        }
         Err(e) => fail(EXIT_FAILED, &e.to_string()),
     }
 }
@@ -134,9 +96,4 @@ fn read_job(path: &str) -> std::io::Result<Vec<u8>> {
     } else {
         std::fs::read(path)
     }
-}
-
-pub(crate) fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("worker: {message}");
-    ExitCode::from(code)
 }

@@ -5,6 +5,7 @@ use freeway::clock::SystemClock;
 use freeway::config::Settings;
 use freeway::engine::{Engine, EnvTargets};
 use freeway::events::EventSink;
+use freeway::lease::Leases;
 use freeway::provider::{HttpProvider, Timeouts};
 use freeway::rest::Rests;
 use freeway::store::{SqlStore, StoreTargets};
@@ -26,6 +27,14 @@ impl StartError {
             bad_config: false,
         }
     }
+}
+
+/// Open the store of `DATABASE_URL`, applying its migrations.
+pub async fn store(url: &str) -> Result<SqlStore, StartError> {
+    SqlStore::open(url).await.map_err(|e| StartError {
+        bad_config: matches!(e, freeway::store::StoreError::BadUrl(_)),
+        message: e.to_string(),
+    })
 }
 
 /// The parts an engine is made of that the caller may want to keep using.
@@ -67,6 +76,7 @@ pub async fn engine(
         store: Arc::new(store),
         events: events(conn.clone()),
         rests: Rests::new(conn.clone(), settings.namespace.clone()),
+        leases: Leases::new(conn.clone(), settings.namespace.clone()),
         clock: Arc::new(SystemClock),
         targets: Arc::new(targets),
         tools,

@@ -246,8 +246,8 @@ async fn a_backlog_of_20000_runs_drains_once_workers_start() {
     c.queue.push(&jobs).await.unwrap();
     // Everything is due at once before any worker runs: the apalis-redis 1.0.0 trap.
     let started = std::time::Instant::now();
-    c.spawn_worker(&["--concurrency", "256"]);
-    c.spawn_worker(&["--concurrency", "256"]);
+    c.spawn_worker(&["--concurrency", "256", "--heartbeat-s", "5"]);
+    c.spawn_worker(&["--concurrency", "256", "--heartbeat-s", "5"]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
     loop {
         let depths = c.queue.depths().await.unwrap();
@@ -270,4 +270,70 @@ async fn a_backlog_of_20000_runs_drains_once_workers_start() {
     eprintln!("20000 runs drained in {:?}", started.elapsed());
     let last = c.store.run(&jobs[19_999].run_id).await.unwrap().unwrap();
     assert_eq!(last.status, freeway::run::RunStatus::Succeeded);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn thousands_of_snoozed_runs_waking_at_once_do_not_stall_the_queue() {
+    let mut c = Cluster::start("wake", sim::SimConfig::default()).await;
+    // The paid route rests for 10 s: the runs snooze until about the same moment.
+    let paid = freeway::route::Route::resolve(&freeway::route::RouteSpec::parse_cli(PAID)).unwrap();
+    let scope = RestScope::Route {
+        pool: None,
+        route_key: paid.key(),
+    };
+    rests(&c)
+        .write(&scope, RestLength::For(10_000), "test rest")
+        .await
+        .unwrap();
+    let jobs: Vec<_> = (0..3_000)
+        .map(|i| {
+            let mut req = request(&format!("u{}", i % 40), "hi", &[PAID]);
+            req.on_rest = freeway::job::OnRest::Queue;
+            freeway::job::RunJob::new(req, freeway::clock::epoch_ms())
+        })
+        .collect();
+    c.queue.push(&jobs).await.unwrap();
+    // A heartbeat that a loaded debug build can keep: a replica presumed dead while it is only
+    // slow would have its runs re-run after their calls (still within budget, but not one call).
+    c.spawn_worker(&["--concurrency", "256", "--heartbeat-s", "5"]);
+    c.spawn_worker(&["--concurrency", "256", "--heartbeat-s", "5"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    let mut saw_snoozed = 0;
+    loop {
+        let depths = c.queue.depths().await.unwrap();
+        saw_snoozed = saw_snoozed.max(depths.delayed);
+        let idle = depths.waiting + depths.scheduled + depths.delayed + depths.running == 0;
+        if idle && c.sim.calls().len() >= 3_000 {
+            break;
+        }
+        for n in 0..2 {
+            assert!(
+                c.workers[n].try_wait().unwrap().is_none(),
+                "worker {n} died: {}",
+                c.log_tail(n)
+            );
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stalled: {depths:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        saw_snoozed > 1_000,
+        "most runs were parked at once: {saw_snoozed}"
+    );
+    let mut woke = 0;
+    for job in &jobs {
+        let rec = c.store.run(&job.run_id).await.unwrap().unwrap();
+        assert_eq!(rec.status, freeway::run::RunStatus::Succeeded);
+        let attempts = c.store.attempts(&job.run_id).await.unwrap();
+        assert_eq!(
+            rec.state.counters.calls, 1,
+            "no call into the resting route: {rec:?} {attempts:?}"
+        );
+        woke += usize::from(rec.state.snoozes > 0);
+    }
+    assert!(woke > 1_000, "delayed, then completed: {woke}");
+    assert_eq!(c.sim.calls().len(), 3_000, "one call per run");
 }

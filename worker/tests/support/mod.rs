@@ -61,8 +61,15 @@ impl Cluster {
     pub fn spawn_worker(&mut self, args: &[&str]) -> usize {
         let n = self.workers.len();
         let log = std::fs::File::create(self.dir.join(format!("worker-{n}.log"))).unwrap();
+        // A 1 s heartbeat makes crash recovery quick; a test may ask for another.
+        let heartbeat: &[&str] = if args.contains(&"--heartbeat-s") {
+            &[]
+        } else {
+            &["--heartbeat-s", "1"]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_worker"))
-            .args(["--heartbeat-s", "1", "--grace-s", "5"])
+            .args(heartbeat)
+            .args(["--grace-s", "5"])
             .args(args)
             .env("REDIS_URL", &self.redis_url)
             .env("DATABASE_URL", &self.db_url)

@@ -1,0 +1,343 @@
+//! The `producer` binary as a real process (SPEC §5.2): `--help`, one-line errors with exit 2
+//! for bad input and configuration, the loopback rule of `serve`, `enqueue` (with `--wait`) and
+//! `status` against real Redis and a temporary SQLite store, and a graceful shutdown on SIGTERM
+//! that ends open event streams.
+
+mod common;
+
+use common::{JsonBody, json_of, redis, redis_url, run_body, temp_dir, unique};
+use freeway::chat::Usage;
+use freeway::classify::{RestLength, RestScope};
+use freeway::events::{Event, EventSink, RedisEvents};
+use freeway::rest::Rests;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::Command;
+
+/// A bound for processes that should end on their own; reaching it fails the test.
+const BOUND: Duration = Duration::from_secs(20);
+
+/// Environment of one test: its own namespace and store.
+struct Env {
+    ns: String,
+    db_url: String,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = temp_dir("cli");
+        Env {
+            ns: unique("pcli"),
+            db_url: format!("sqlite://{}", dir.join("freeway.db").display()),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_producer"));
+        cmd.args(args)
+            .env("REDIS_URL", redis_url())
+            .env("DATABASE_URL", &self.db_url)
+            .env("FREEWAY_NAMESPACE", &self.ns)
+            .env_remove("FREEWAY_API_TOKEN")
+            .env_remove("RUST_LOG")
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let out = self.command(args).output();
+        tokio::time::timeout(BOUND, out)
+            .await
+            .expect("the command ends")
+            .expect("the command runs")
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn one_clear_line(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{err}"
+    );
+    err
+}
+
+#[tokio::test]
+async fn help_exits_0_for_every_command() {
+    let env = Env::new();
+    for args in [
+        &["--help"][..],
+        &["serve", "--help"][..],
+        &["enqueue", "--help"][..],
+        &["status", "--help"][..],
+    ] {
+        let out = env.run(args).await;
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(stdout(&out).contains("Usage"), "{args:?}");
+    }
+}
+
+#[tokio::test]
+async fn serve_refuses_a_public_address_without_an_api_token() {
+    let out = Env::new().run(&["serve", "--addr", "0.0.0.0:0"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_clear_line(&out).contains("FREEWAY_API_TOKEN"));
+}
+
+#[tokio::test]
+async fn bad_input_and_bad_configuration_exit_2_in_one_line() {
+    let env = Env::new();
+    let out = env
+        .run(&[
+            "enqueue", "--user", "bad user", "--input", "hi", "--route", "m",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_clear_line(&out).contains("user_id"));
+    let out = env.run(&["enqueue", "--user", "u1", "--input", "hi"]).await;
+    assert_eq!(out.status.code(), Some(2), "a route is required");
+    let out = env
+        .run(&[
+            "enqueue", "--user", "u1", "--input", "hi", "--route", "m", "--kind", "poem",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(2));
+
+    let mut cmd = env.command(&["status", "run_x"]);
+    cmd.env("FREEWAY_LOG_FORMAT", "xml");
+    let out = cmd.output().await.expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_clear_line(&out).contains("FREEWAY_LOG_FORMAT"));
+    let mut cmd = env.command(&["status", "run_x"]);
+    cmd.env("DATABASE_URL", "mysql://db/x");
+    let out = cmd.output().await.expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_clear_line(&out).contains("DATABASE_URL"));
+}
+
+#[tokio::test]
+async fn enqueue_prints_the_run_id_and_status_shows_the_run() {
+    let env = Env::new();
+    let out = env
+        .run(&[
+            "enqueue",
+            "--user",
+            "u1",
+            "--input",
+            "hi",
+            "--route",
+            "vendor/a",
+            "--route",
+            "vendor/b:free",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let run_id = stdout(&out).trim().to_string();
+    assert!(run_id.starts_with("run_"), "{run_id}");
+
+    let out = env.run(&["status", &run_id]).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(run["run_id"], run_id.as_str());
+    assert_eq!(run["status"], "queued");
+    assert_eq!(run["routes"][1]["model"], "vendor/b:free");
+
+    let out = env.run(&["status", "run_missing"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(one_clear_line(&out).contains("not found"));
+}
+
+#[tokio::test]
+async fn a_refused_enqueue_exits_75_and_prints_the_delay() {
+    let env = Env::new();
+    Rests::new(redis().await, env.ns.clone())
+        .write(
+            &RestScope::Pool("openrouter-free".into()),
+            RestLength::For(40_000),
+            "test rest",
+        )
+        .await
+        .expect("rest written");
+    let out = env
+        .run(&[
+            "enqueue",
+            "--user",
+            "u1",
+            "--input",
+            "hi",
+            "--route",
+            "vendor/m:free",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(75));
+    let err = one_clear_line(&out);
+    assert!(
+        err.contains("account_resting") && err.contains("retry in"),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty());
+}
+
+/// `enqueue --wait` while the test plays the worker's events; returns the process output.
+async fn wait_for(env: &Env, events: Vec<Event>) -> (String, Output) {
+    let mut child = env
+        .command(&[
+            "enqueue", "--user", "u1", "--input", "hi", "--route", "vendor/m", "--wait",
+        ])
+        .spawn()
+        .expect("spawns");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).await.expect("the run id");
+    let run_id = first.trim().to_string();
+    let sink = RedisEvents::new(redis().await, env.ns.clone());
+    for e in &events {
+        sink.publish(&run_id, e).await.expect("publish");
+    }
+    let mut rest = Vec::new();
+    out.read_to_end(&mut rest).await.expect("stdout");
+    let mut output = tokio::time::timeout(BOUND, child.wait_with_output())
+        .await
+        .expect("ends after the last event")
+        .expect("runs");
+    output.stdout = rest;
+    (run_id, output)
+}
+
+#[tokio::test]
+async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
+    let env = Env::new();
+    let finished = |status: &str, code: Option<&str>| Event::Finished {
+        status: status.into(),
+        code: code.map(str::to_string),
+        usage: Usage::default(),
+    };
+    let (_, out) = wait_for(
+        &env,
+        vec![
+            Event::Started {
+                worker: "w1".into(),
+            },
+            Event::Attempt {
+                n: 1,
+                step: 1,
+                route: "openrouter/vendor/m".into(),
+            },
+            Event::Delta {
+                text: "Hello".into(),
+            },
+            Event::Delta {
+                text: " world".into(),
+            },
+            finished("succeeded", None),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(stdout(&out), "Hello world\n");
+    let progress = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        progress.contains("[attempt 1 step 1 route openrouter/vendor/m]"),
+        "{progress}"
+    );
+    assert!(progress.contains("[finished: succeeded]"), "{progress}");
+
+    let (_, out) = wait_for(
+        &env,
+        vec![
+            Event::Failover {
+                from: "openrouter/vendor/m".into(),
+                to: None,
+                verdict: "server".into(),
+            },
+            finished("failed", Some("routes_exhausted")),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("routes_exhausted"));
+
+    let (_, out) = wait_for(
+        &env,
+        vec![Event::Refused {
+            code: "deadline_exceeded".into(),
+            retry_after_s: 0,
+        }],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+}
+
+#[tokio::test]
+async fn serve_shuts_down_gracefully_on_sigterm_ending_open_event_streams() {
+    freeway::provider::install_crypto();
+    let env = Env::new();
+    let mut cmd = env.command(&["serve", "--addr", "127.0.0.1:0"]);
+    cmd.env("FREEWAY_LOG_FORMAT", "json");
+    let mut child = cmd.spawn().expect("spawns");
+    let mut logs = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = logs
+            .next_line()
+            .await
+            .expect("stderr")
+            .expect("a listening line before the end");
+        let log: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+        if log["fields"]["message"] == "producer listening" {
+            break log["fields"]["addr"].as_str().expect("addr").to_string();
+        }
+    };
+    let http = reqwest::Client::new();
+    let base = format!("http://{addr}");
+    let resp = http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(resp.status().as_u16(), 200);
+    let resp = http
+        .post(format!("{base}/v1/runs"))
+        .json_body(&run_body("u1", "vendor/m"))
+        .send()
+        .await
+        .expect("POST");
+    let run_id = json_of(resp).await["run_id"]
+        .as_str()
+        .expect("run id")
+        .to_string();
+    let mut events = http
+        .get(format!("{base}/v1/runs/{run_id}/events"))
+        .send()
+        .await
+        .expect("events");
+    let first = events
+        .chunk()
+        .await
+        .expect("a chunk")
+        .expect("the queued event");
+    assert!(String::from_utf8_lossy(&first).contains("event: queued"));
+
+    let pid = child.id().expect("running").to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .expect("kill");
+    assert!(killed.success());
+    let status = tokio::time::timeout(BOUND, child.wait())
+        .await
+        .expect("the server stops although an event stream was open")
+        .expect("exit status");
+    assert_eq!(status.code(), Some(0));
+    while events.chunk().await.ok().flatten().is_some() {}
+}

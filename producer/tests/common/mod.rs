@@ -1,0 +1,180 @@
+//! What the producer's tests share: a real Redis (`REDIS_URL`, default
+//! `redis://127.0.0.1:6379`), a fresh namespace per test so tests run in parallel, the real SQL
+//! store on a temporary SQLite file, and the API served in-process on 127.0.0.1:0.
+
+#![allow(dead_code)] // each test binary uses part of this module
+
+use freeway::events::{Event, EventSink, RedisEvents};
+use freeway::store::{SecretKey, SqlStore};
+use producer::Enqueuer;
+use producer::api::{self, AppState, auth::Tokens};
+use redis::aio::ConnectionManager;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use tokio::sync::watch;
+
+pub const SECRET_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
+}
+
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(unique(&format!("freeway-producer-{name}")));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+pub async fn redis() -> ConnectionManager {
+    freeway::connect::redis(&redis_url())
+        .await
+        .expect("Redis at REDIS_URL")
+}
+
+/// The API served in-process, with its own namespace, store and tokens.
+pub struct Server {
+    pub base: String,
+    pub ns: String,
+    pub db_url: String,
+    pub db_path: PathBuf,
+    pub store: SqlStore,
+    pub enqueuer: Enqueuer,
+    pub conn: ConnectionManager,
+    pub http: reqwest::Client,
+    _shutdown: watch::Sender<bool>,
+}
+
+impl Server {
+    pub async fn start(tokens: Tokens, secret_key: Option<SecretKey>) -> Server {
+        freeway::provider::install_crypto();
+        let ns = unique("ptest");
+        let dir = temp_dir("db");
+        let db_path = dir.join("freeway.db");
+        let db_url = format!("sqlite://{}", db_path.display());
+        let store = SqlStore::open(&db_url).await.expect("store opens");
+        let conn = redis().await;
+        let enqueuer = Enqueuer::new(conn.clone(), &ns, Arc::new(store.clone()));
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let state = Arc::new(AppState {
+            enqueuer: enqueuer.clone(),
+            store: store.clone(),
+            redis: redis::Client::open(redis_url()).expect("a Redis URL"),
+            tokens,
+            secret_key,
+            shutdown,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let base = format!("http://{}", listener.local_addr().expect("bound"));
+        tokio::spawn(async move {
+            axum::serve(listener, api::router(state))
+                .await
+                .expect("the API serves")
+        });
+        Server {
+            base,
+            ns,
+            db_url,
+            db_path,
+            store,
+            enqueuer,
+            conn,
+            http: reqwest::Client::new(),
+            _shutdown: shutdown_tx,
+        }
+    }
+
+    pub async fn open() -> Server {
+        Server::start(Tokens::default(), None).await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn events(&self) -> RedisEvents {
+        RedisEvents::new(self.conn.clone(), self.ns.clone())
+    }
+
+    pub async fn publish(&self, run_id: &str, events: &[Event]) {
+        let sink = self.events();
+        for e in events {
+            sink.publish(run_id, e).await.expect("publish");
+        }
+    }
+
+    /// POST a run; returns the status and the JSON body.
+    pub async fn post_run(&self, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let resp = self
+            .http
+            .post(self.url("/v1/runs"))
+            .json_body(body)
+            .send()
+            .await
+            .expect("POST /v1/runs");
+        let status = resp.status().as_u16();
+        (status, json_of(resp).await)
+    }
+
+    pub async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
+        let resp = self.http.get(self.url(path)).send().await.expect("GET");
+        let status = resp.status().as_u16();
+        (status, json_of(resp).await)
+    }
+
+    /// Rows in the store's `runs` table.
+    pub async fn stored_runs(&self) -> i64 {
+        let pool = sqlx::SqlitePool::connect(&self.db_url).await.expect("db");
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs")
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+        pool.close().await;
+        n
+    }
+
+    /// Redis keys of this test's namespace that match `pattern` (after `{ns}:`).
+    pub async fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut conn = self.conn.clone();
+        redis::cmd("KEYS")
+            .arg(format!("{}:{pattern}", self.ns))
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS")
+    }
+}
+
+/// JSON bodies without reqwest's `json` feature.
+pub trait JsonBody {
+    fn json_body(self, body: &serde_json::Value) -> Self;
+}
+
+impl JsonBody for reqwest::RequestBuilder {
+    fn json_body(self, body: &serde_json::Value) -> Self {
+        self.header("content-type", "application/json")
+            .body(body.to_string())
+    }
+}
+
+pub async fn json_of(resp: reqwest::Response) -> serde_json::Value {
+    let text = resp.text().await.expect("a body");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+pub fn run_body(user: &str, model: &str) -> serde_json::Value {
+    serde_json::json!({ "user_id": user, "input": "hello", "routes": [{ "model": model }] })
+}

@@ -1,0 +1,242 @@
+//! What a scenario runs on: the simulator on a thread of its own, a fresh namespace and SQLite
+//! store, worker processes, and the cleanup that leaves Redis and the temp folder as they were.
+
+use crate::BoxError;
+use freeway::store::SqlStore;
+use producer::Queue;
+use redis::aio::ConnectionManager;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const PLATFORM_KEY: &str = "sk-or-v1-load-platform-key";
+
+/// The simulator, served by a single-threaded runtime on its own thread: it gets a core of its
+/// own instead of competing with the benchmark's polling for the main runtime's threads.
+pub struct Sim {
+    handle: Option<sim::SimHandle>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// The sim thread's id, to read its CPU time from /proc.
+    pub tid: Option<u32>,
+}
+
+impl Sim {
+    pub fn start(config: sim::SimConfig) -> Result<Sim, BoxError> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("sim".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("sim runtime: {e}")));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let addr = "127.0.0.1:0".parse().expect("a socket address");
+                    let started = sim::start(config, addr)
+                        .await
+                        .map(|h| (h, thread_id()))
+                        .map_err(|e| format!("cannot start the simulator: {e}"));
+                    let ok = started.is_ok();
+                    let _ = ready_tx.send(started);
+                    // The server task runs on this runtime: keep it turning until told to stop.
+                    if ok {
+                        let _ = stop_rx.await;
+                    }
+                });
+            })?;
+        let (handle, tid) = ready_rx
+            .recv()
+            .map_err(|_| "the simulator thread ended before starting")??;
+        Ok(Sim {
+            handle: Some(handle),
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            tid,
+        })
+    }
+
+    pub fn handle(&self) -> &sim::SimHandle {
+        self.handle.as_ref().expect("the simulator runs until stop")
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown().await;
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// This thread's kernel id (from the `/proc/thread-self` link, `PID/task/TID`).
+fn thread_id() -> Option<u32> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}
+
+/// A namespace with its store, its queue and its worker processes.
+pub struct Cluster {
+    pub ns: String,
+    pub dir: PathBuf,
+    db_url: String,
+    redis_url: String,
+    pub conn: ConnectionManager,
+    pub queue: Queue,
+    pub store: SqlStore,
+    workers: Vec<Child>,
+}
+
+impl Cluster {
+    pub async fn start(redis_url: &str, scenario: &str) -> Result<Cluster, BoxError> {
+        let ns = fresh_namespace(scenario);
+        let dir = std::env::temp_dir().join(&ns);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let db_url = format!("sqlite://{}", dir.join("freeway.db").display());
+        // Opened here first so the migrations are done before any worker starts.
+        let store = SqlStore::open(&db_url).await?;
+        let conn = freeway::connect::redis(redis_url).await?;
+        let queue = Queue::new(conn.clone(), &ns);
+        Ok(Cluster {
+            ns,
+            dir,
+            db_url,
+            redis_url: redis_url.to_string(),
+            conn,
+            queue,
+            store,
+            workers: vec![],
+        })
+    }
+
+    /// Start `replicas` worker processes against `sim_url`; each logs to `worker-N.log`.
+    pub fn spawn_workers(
+        &mut self,
+        bin: &Path,
+        replicas: u16,
+        concurrency: u16,
+        sim_url: &str,
+    ) -> Result<(), BoxError> {
+        // Per-run info lines would cost the workers CPU the benchmark should measure elsewhere.
+        let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
+        for _ in 0..replicas {
+            let path = self.dir.join(format!("worker-{}.log", self.workers.len()));
+            let log = std::fs::File::create(&path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let child = Command::new(bin)
+                .args(["--concurrency", &concurrency.to_string()])
+                .args(["--heartbeat-s", "10", "--grace-s", "5"])
+                .env("REDIS_URL", &self.redis_url)
+                .env("DATABASE_URL", &self.db_url)
+                .env("FREEWAY_NAMESPACE", &self.ns)
+                .env("OPENROUTER_BASE_URL", sim_url)
+                .env("OPENROUTER_API_KEY", PLATFORM_KEY)
+                .env("RUST_LOG", &log_level)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+            self.workers.push(child);
+        }
+        Ok(())
+    }
+
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.workers.iter().map(Child::id).collect()
+    }
+
+    /// An error naming the first worker that exited, with the end of its log: a replica that
+    /// dies would otherwise show up only as a timeout.
+    pub fn check_workers(&mut self) -> Result<(), BoxError> {
+        for (n, w) in self.workers.iter_mut().enumerate() {
+            if let Some(status) = w.try_wait()? {
+                let log = std::fs::read_to_string(self.dir.join(format!("worker-{n}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(10).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Err(format!(
+                    "worker {n} exited ({status}); the end of its log:\n{}",
+                    tail.join("\n")
+                )
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Kill the workers, delete the namespace's keys and the temp folder.
+    pub async fn close(mut self) {
+        for w in &mut self.workers {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+        self.workers.clear();
+        self.store.close().await;
+        if let Err(e) = delete_namespace(&mut self.conn, &self.ns).await {
+            eprintln!("load: could not delete the keys of {}: {e}", self.ns);
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            eprintln!("load: could not remove {}: {e}", self.dir.display());
+        }
+    }
+}
+
+impl Drop for Cluster {
+    /// A benchmark that panics must not leave replicas running (the keys stay; they are named).
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+}
+
+pub fn fresh_namespace(scenario: &str) -> String {
+    format!(
+        "load-{scenario}-{}",
+        ulid::Ulid::generate().to_string().to_lowercase()
+    )
+}
+
+/// Every key of the namespace (`{ns}:…`), and apalis's entry for its queue in the global list.
+pub async fn delete_namespace(conn: &mut ConnectionManager, ns: &str) -> Result<(), BoxError> {
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{ns}:*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        if !keys.is_empty() {
+            redis::cmd("UNLINK")
+                .arg(&keys)
+                .query_async::<()>(conn)
+                .await?;
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let workers = format!("{}:workers", producer::queue::queue_name(ns));
+    redis::cmd("ZREM")
+        .arg("core:apalis:queues:list")
+        .arg(workers)
+        .query_async::<()>(conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! `load`: freeway's load benchmark (issue 5 item 7), a committed command rather than a one-off
+//! experiment, so that a change to the queue, the engine or the store can be checked against the
+//! same figures.
+//!
+//! Two scenarios, each on a fresh namespace of the Redis at `REDIS_URL`, a fresh SQLite store in
+//! a temp folder, the simulator in-process on a thread of its own (one core, as
+//! `sim/examples/loadgen.rs` does) and real `worker` processes (the binary next to this one):
+//!
+//! - `throughput`: N runs on one paid route with the simulator at zero latency, pushed while no
+//!   worker runs, then drained by K replicas; the same N as bare apalis no-op jobs on the same
+//!   Redis with the same queue settings. notes/apalis-1.0.md §11 explains why: the pipeline must
+//!   reach what bare apalis does (~5,000 jobs/s here), and a backlog must not slow the fetch.
+//! - `quota`: K replicas and M users share one free-model account of R calls a window, offered
+//!   more than R; it shows what the shared rests buy: calls per run, 429s, delayed and failed
+//!   runs, and goodput as a fraction of R.
+//!
+//! `cargo build --release -p worker --bins --examples && target/release/examples/load --help`
+
+mod cluster;
+mod measure;
+mod quota;
+mod store_probe;
+mod throughput;
+
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    Throughput,
+    Quota,
+    Both,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "load",
+    about = "freeway's load benchmark: end-to-end throughput against bare apalis, and the \
+             shared-quota scenario",
+    after_help = "Needs a Redis (REDIS_URL) and the worker binary next to this one: \
+                  cargo build --release -p worker --bins --examples. Worker processes log at \
+                  RUST_LOG (default warn) into the scenario's temp folder."
+)]
+pub struct Args {
+    /// Which scenario to run.
+    #[arg(long, value_enum, default_value_t = Scenario::Both)]
+    scenario: Scenario,
+    /// Worker processes (replicas).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub replicas: u16,
+    /// Runs executed at once by each replica (`worker --concurrency`).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub concurrency: u16,
+    /// throughput: runs pushed, and no-op jobs pushed for the bare apalis comparison.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub runs: u64,
+    /// quota: users enqueueing runs.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub users: u16,
+    /// quota: free-model calls the simulated account allows per window (its "rpm"; with a window
+    /// shorter than 60 s it is a per-window limit, not per minute).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rpm: u32,
+    /// quota: the account's window in seconds. 10 s keeps the scenario quick; freeway reads the
+    /// rest's end from `X-RateLimit-Reset`, so it behaves as with the real 60 s window.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub window_s: u64,
+    /// quota: seconds during which users enqueue.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub duration_s: u64,
+    /// quota: offered load as a multiple of the account's rate (R per window).
+    #[arg(long, default_value_t = 1.5)]
+    pub offered: f64,
+    /// Give up waiting for a phase after this many seconds.
+    #[arg(long, default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_s: u64,
+    /// The Redis to use; each scenario works in a fresh namespace and deletes it at the end.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if !(args.offered.is_finite() && args.offered > 0.0) {
+        eprintln!("load: --offered must be a positive number");
+        return ExitCode::from(2);
+    }
+    let worker = match worker_binary() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("load: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Two threads like the worker processes get; the simulator has a thread of its own.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    match runtime.block_on(run(&args, &worker)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args, worker: &std::path::Path) -> Result<(), BoxError> {
+    measure::header(args).await?;
+    if matches!(args.scenario, Scenario::Throughput | Scenario::Both) {
+        throughput::run(args, worker).await?;
+    }
+    if matches!(args.scenario, Scenario::Quota | Scenario::Both) {
+        quota::run(args, worker).await?;
+    }
+    println!("load average at the end: {}", measure::load_average());
+    Ok(())
+}
+
+/// `target/<profile>/worker`, next to `target/<profile>/examples/load`.
+fn worker_binary() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this binary: {e}"))?;
+    let path = exe
+        .parent()
+        .and_then(|examples| examples.parent())
+        .map(|profile| profile.join("worker"))
+        .ok_or_else(|| format!("{} has no grandparent folder", exe.display()))?;
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "the worker binary is missing at {}: build it with \
+             `cargo build --release -p worker --bins --examples`",
+            path.display()
+        ))
+    }
+}

@@ -1,0 +1,181 @@
+//! Cheap readings of where the time goes: CPU seconds of Redis (its `INFO`), of each worker
+//! process and of the simulator's thread (`/proc`), and Redis commands processed. On a 2-core
+//! machine shared with other work these say more than any single rate.
+
+use crate::{Args, BoxError};
+use redis::aio::ConnectionManager;
+use std::collections::BTreeMap;
+
+/// Linux's USER_HZ, the unit of /proc's CPU times: 100 on every mainstream architecture.
+const TICKS_PER_S: f64 = 100.0;
+
+pub async fn header(args: &Args) -> Result<(), BoxError> {
+    let mut conn = freeway::connect::redis(&args.redis_url).await?;
+    let info = info(&mut conn, "server").await?;
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "freeway load benchmark: {cores} cores, load average {}, redis {} at {} (its CPU and \
+         command counts are server-wide)",
+        load_average(),
+        field(&info, "redis_version").unwrap_or("?"),
+        freeway::connect::redact(&args.redis_url)
+    );
+    Ok(())
+}
+
+/// The 1, 5 and 15 minute load averages.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// CPU and command counters at one moment; subtract two to get a phase's share.
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    redis_cpu_s: f64,
+    redis_commands: u64,
+    workers_cpu_s: Vec<f64>,
+    /// The workers' CPU seconds by thread name, summed over the workers, since they started.
+    worker_threads: BTreeMap<String, f64>,
+    sim_cpu_s: f64,
+    this_cpu_s: f64,
+}
+
+impl Snapshot {
+    pub async fn take(
+        conn: &mut ConnectionManager,
+        workers: &[u32],
+        sim_tid: Option<u32>,
+    ) -> Result<Snapshot, BoxError> {
+        let cpu = info(conn, "cpu").await?;
+        let stats = info(conn, "stats").await?;
+        let num = |text: &str, name| field(text, name).and_then(|v| v.parse::<f64>().ok());
+        Ok(Snapshot {
+            redis_cpu_s: num(&cpu, "used_cpu_user").unwrap_or(0.0)
+                + num(&cpu, "used_cpu_sys").unwrap_or(0.0),
+            redis_commands: num(&stats, "total_commands_processed").unwrap_or(0.0) as u64,
+            workers_cpu_s: workers
+                .iter()
+                .map(|pid| cpu_s(&format!("/proc/{pid}/stat")).unwrap_or(0.0))
+                .collect(),
+            worker_threads: workers.iter().fold(BTreeMap::new(), |mut sum, pid| {
+                for (name, s) in threads_cpu_s(*pid) {
+                    *sum.entry(name).or_default() += s;
+                }
+                sum
+            }),
+            sim_cpu_s: sim_tid
+                .and_then(|tid| cpu_s(&format!("/proc/self/task/{tid}/stat")))
+                .unwrap_or(0.0),
+            this_cpu_s: cpu_s("/proc/self/stat").unwrap_or(0.0),
+        })
+    }
+
+    /// CPU seconds per party during the phase, and as a share of one core.
+    pub fn cpu(&self, before: &Snapshot, wall_s: f64) -> String {
+        let share = |s: f64| format!("{s:.2} s ({:.0}%)", 100.0 * s / wall_s.max(1e-9));
+        let workers: Vec<String> = self
+            .workers_cpu_s
+            .iter()
+            .zip(before.workers_cpu_s.iter().chain(std::iter::repeat(&0.0)))
+            .map(|(a, b)| share(a - b))
+            .collect();
+        let sim = self.sim_cpu_s - before.sim_cpu_s;
+        // The sim thread is part of this process: count it once.
+        let this = self.this_cpu_s - before.this_cpu_s - sim;
+        let mut line = format!(
+            "redis {}, this process {}",
+            share(self.redis_cpu_s - before.redis_cpu_s),
+            share(this)
+        );
+        if !workers.is_empty() {
+            line += &format!(", workers {}", workers.join(" + "));
+        }
+        let threads: f64 = self.worker_threads.values().sum();
+        if threads > 0.0 {
+            let mut by_share: Vec<(&String, &f64)> = self.worker_threads.iter().collect();
+            by_share.sort_by(|a, b| b.1.total_cmp(a.1));
+            let shares: Vec<String> = by_share
+                .iter()
+                .map(|(name, s)| format!("{name} {:.0}%", 100.0 * **s / threads))
+                .collect();
+            line += &format!(" [by thread: {}]", shares.join(", "));
+        }
+        if sim > 0.0 {
+            line += &format!(", sim {}", share(sim));
+        }
+        line
+    }
+
+    /// Commands Redis processed during the phase, from every client of the server.
+    pub fn redis_commands(&self, before: &Snapshot) -> u64 {
+        self.redis_commands.saturating_sub(before.redis_commands)
+    }
+}
+
+async fn info(conn: &mut ConnectionManager, section: &str) -> Result<String, BoxError> {
+    Ok(redis::cmd("INFO").arg(section).query_async(conn).await?)
+}
+
+fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+/// CPU seconds of each live thread of `pid`, by thread name; the main thread is `main`.
+fn threads_cpu_s(pid: u32) -> Vec<(String, f64)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return vec![];
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let tid = task.file_name().to_str()?.to_string();
+            let name = if tid == pid.to_string() {
+                "main".to_string()
+            } else {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .ok()?
+                    .trim()
+                    .to_string()
+            };
+            Some((name, cpu_s(task.path().join("stat").to_str()?)?))
+        })
+        .collect()
+}
+
+/// utime + stime of a `/proc/…/stat` file, in seconds.
+fn cpu_s(path: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // The command name may hold spaces; the fields after it do not. utime and stime are fields
+    // 14 and 15, i.e. the 12th and 13th after the name (which is field 2).
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / TICKS_PER_S)
+}
+
+/// The q-quantile (0..=1) of unsorted values; `None` when there are none.
+pub fn quantile(values: &mut [u64], q: f64) -> Option<u64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    let i = ((values.len() - 1) as f64 * q).round() as usize;
+    Some(values[i])
+}
+
+/// `12,345` for a readable rate.
+pub fn thousands(n: f64) -> String {
+    let s = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -1,0 +1,271 @@
+//! The shared-quota scenario: K replicas serve M users whose runs all go to free models of one
+//! simulated account (R calls a window), offered faster than R. What freeway promises here
+//! (SPEC §2.2, §4.2): it does not spend calls into a resting account, so about one 429 a window
+//! (the call that discovers the rest), runs wait instead of failing, and the account's R calls
+//! a window are all used (goodput near 1).
+
+use crate::cluster::{Cluster, Sim};
+use crate::measure::{Snapshot, quantile};
+use crate::{Args, BoxError};
+use freeway::job::{MAX_DEADLINE_S, OnRest, RunJob, RunRequest};
+use freeway::route::RouteSpec;
+use freeway::run::{RunRecord, RunStatus};
+use freeway::store::Store;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
+const FREE_B: &str = "qwen/qwen3-coder:free";
+/// How often the store is read for runs that have not ended yet.
+const POLL: Duration = Duration::from_millis(250);
+/// The account's daily limit, out of the way: the scenario is about the per-window limit.
+const RPD: u32 = 1_000_000;
+
+pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
+    let sim = Sim::start(sim::SimConfig {
+        rpm: args.rpm,
+        rpd: RPD,
+        window_s: args.window_s,
+        latency_ms: 0,
+        ..Default::default()
+    })?;
+    let result = match Cluster::start(&args.redis_url, "quota").await {
+        Ok(mut cluster) => {
+            let result = scenario(args, worker, &sim, &mut cluster).await;
+            cluster.close().await;
+            result
+        }
+        Err(e) => Err(e),
+    };
+    sim.stop().await;
+    result
+}
+
+async fn scenario(
+    args: &Args,
+    worker: &Path,
+    sim: &Sim,
+    cluster: &mut Cluster,
+) -> Result<(), BoxError> {
+    let (r, window_s) = (args.rpm, args.window_s);
+    let rate = args.offered * f64::from(r) / window_s as f64;
+    println!(
+        "quota: {} worker processes × concurrency {}, {} users offering {:.2} runs/s ({} × R) \
+         for {} s to [{FREE_A}, {FREE_B}] (on_rest: queue); sim account R = {r} free calls per \
+         {window_s} s window",
+        args.replicas, args.concurrency, args.users, rate, args.offered, args.duration_s
+    );
+    let mut conn = cluster.conn.clone();
+    let before = Snapshot::take(&mut conn, &[], sim.tid).await?;
+    cluster.spawn_workers(
+        worker,
+        args.replicas,
+        args.concurrency,
+        &sim.handle().base_url(),
+    )?;
+    let started = Instant::now();
+    let jobs = offer(args, rate, &cluster.queue).await?;
+    let enqueued_s = started.elapsed().as_secs_f64();
+
+    let records = settle(args, cluster, &jobs).await?;
+    let total_s = started.elapsed().as_secs_f64();
+    let after = Snapshot::take(&mut conn, &cluster.worker_pids(), sim.tid).await?;
+    let n = jobs.len() as u64;
+    println!(
+        "  runs             {n} enqueued in {enqueued_s:.1} s; all ended {total_s:.1} s after \
+         the first"
+    );
+    report_runs(&jobs, &records);
+    report_calls(args, &sim.handle().calls(), &records, n);
+    println!("  cpu              {}", after.cpu(&before, total_s));
+    Ok(())
+}
+
+/// Each user enqueues at `rate / users` runs/s, users staggered so that the total is steady.
+async fn offer(args: &Args, rate: f64, queue: &producer::Queue) -> Result<Vec<RunJob>, BoxError> {
+    let users = u64::from(args.users);
+    let period = Duration::from_secs_f64(users as f64 / rate);
+    let start = tokio::time::Instant::now();
+    let end = start + Duration::from_secs(args.duration_s);
+    // Long enough for the whole backlog to be served: a run must wait, never miss its deadline.
+    let deadline_s = (args.duration_s + args.timeout_s).clamp(600, MAX_DEADLINE_S);
+    let tasks: Vec<_> = (0..users)
+        .map(|u| {
+            let queue = queue.clone();
+            tokio::spawn(async move {
+                let mut jobs = vec![];
+                let mut at = start + Duration::from_secs_f64(u as f64 / rate);
+                while at < end {
+                    tokio::time::sleep_until(at).await;
+                    let job = RunJob::new(request(u, deadline_s), freeway::clock::epoch_ms());
+                    queue.push(std::slice::from_ref(&job)).await?;
+                    jobs.push(job);
+                    at += period;
+                }
+                Ok::<_, producer::queue::QueueError>(jobs)
+            })
+        })
+        .collect();
+    let mut all = vec![];
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok(all)
+}
+
+/// Wait until every run has ended; returns their records.
+async fn settle(
+    args: &Args,
+    cluster: &mut Cluster,
+    jobs: &[RunJob],
+) -> Result<HashMap<String, RunRecord>, BoxError> {
+    let started = Instant::now();
+    let mut records = HashMap::new();
+    loop {
+        for job in jobs {
+            if records.contains_key(&job.run_id) {
+                continue;
+            }
+            if let Some(rec) = cluster.store.run(&job.run_id).await?
+                && rec.status.is_settled()
+            {
+                records.insert(job.run_id.clone(), rec);
+            }
+        }
+        if records.len() == jobs.len() {
+            return Ok(records);
+        }
+        cluster.check_workers()?;
+        if started.elapsed() > Duration::from_secs(args.timeout_s) {
+            return Err(format!(
+                "only {} of {} runs ended {} s after the last enqueue",
+                records.len(),
+                jobs.len(),
+                args.timeout_s
+            )
+            .into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn report_runs(jobs: &[RunJob], records: &HashMap<String, RunRecord>) {
+    let mut by_status: BTreeMap<String, u64> = BTreeMap::new();
+    let (mut delayed, mut snoozes) = (0, 0);
+    let (mut waits_ms, mut pickups_ms) = (vec![], vec![]);
+    for job in jobs {
+        let Some(rec) = records.get(&job.run_id) else {
+            continue;
+        };
+        let code = rec
+            .code
+            .map_or(String::new(), |c| format!(" {}", c.as_str()));
+        *by_status
+            .entry(format!("{}{code}", rec.status.as_str()))
+            .or_default() += 1;
+        if rec.state.snoozes > 0 {
+            delayed += 1;
+            snoozes += u64::from(rec.state.snoozes);
+        }
+        // The worker creates the record when it first takes the run.
+        pickups_ms.push(rec.created_ms.saturating_sub(job.enqueued_ms));
+        if rec.status == RunStatus::Succeeded {
+            waits_ms.push(rec.updated_ms.saturating_sub(job.enqueued_ms));
+        }
+    }
+    let statuses: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    println!("  outcome          {}", statuses.join(", "));
+    let s = |v: Option<u64>| v.map_or("?".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0));
+    println!(
+        "  pickup           enqueue → first taken by a replica median {}, max {} (an idle \
+         replica polls every 50 ms)",
+        s(quantile(&mut pickups_ms, 0.5)),
+        s(quantile(&mut pickups_ms, 1.0)),
+    );
+    println!(
+        "  delayed          {delayed} runs were snoozed at least once ({snoozes} snoozes in \
+         all); enqueue → succeeded median {}, p90 {}, max {}",
+        s(quantile(&mut waits_ms, 0.5)),
+        s(quantile(&mut waits_ms, 0.9)),
+        s(quantile(&mut waits_ms, 1.0)),
+    );
+}
+
+fn report_calls(
+    args: &Args,
+    calls: &[sim::CallRecord],
+    records: &HashMap<String, RunRecord>,
+    runs: u64,
+) {
+    let counted: u64 = records
+        .values()
+        .map(|r| u64::from(r.state.counters.calls))
+        .sum();
+    let rejected: Vec<&sim::CallRecord> = calls.iter().filter(|c| c.status == 429).collect();
+    let mut variants: BTreeMap<&str, u64> = BTreeMap::new();
+    for c in &rejected {
+        *variants.entry(c.variant.as_str()).or_default() += 1;
+    }
+    let variants: Vec<String> = variants.iter().map(|(v, n)| format!("{v} {n}")).collect();
+    println!(
+        "  calls            {} sim calls = {:.2} a run (the runs' own counters: {counted}); {} \
+         got 429 ({})",
+        calls.len(),
+        calls.len() as f64 / runs.max(1) as f64,
+        rejected.len(),
+        variants.join(", ")
+    );
+
+    // The simulator's windows are aligned to multiples of the window since the epoch.
+    let window_ms = args.window_s * 1000;
+    let mut windows: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for c in calls {
+        let w = windows.entry(c.t_ms / window_ms).or_default();
+        match c.status {
+            200 => w.0 += 1,
+            429 => w.1 += 1,
+            _ => {}
+        }
+    }
+    let (Some(&first), Some(&last)) = (windows.keys().next(), windows.keys().next_back()) else {
+        println!("  goodput          no calls were made");
+        return;
+    };
+    let all: Vec<(u64, u64)> = (first..=last)
+        .map(|w| windows.get(&w).copied().unwrap_or_default())
+        .collect();
+    let shown: Vec<String> = all.iter().map(|(ok, r)| format!("{ok}/{r}")).collect();
+    // The first window is cut by the start of the load and the last by the end of the backlog;
+    // the ones between show the steady state.
+    let steady = if all.len() > 2 {
+        &all[1..all.len() - 1]
+    } else {
+        &all[..]
+    };
+    let ok: u64 = steady.iter().map(|(ok, _)| ok).sum();
+    let goodput = ok as f64 / (steady.len() as f64 * f64::from(args.rpm));
+    println!(
+        "  goodput          {goodput:.2} of R ({ok} successful calls in the {} windows between the \
+         first and the last, R = {}); ok/429 per window: {}",
+        steady.len(),
+        args.rpm,
+        shown.join(" ")
+    );
+}
+
+fn request(user: u64, deadline_s: u64) -> RunRequest {
+    RunRequest {
+        user_id: format!("user-{user}"),
+        conversation_id: None,
+        kind: Default::default(),
+        input: Some("Say something about shared quotas, please.".into()),
+        routes: vec![RouteSpec::parse_cli(FREE_A), RouteSpec::parse_cli(FREE_B)],
+        tools: vec![],
+        system: None,
+        deadline_s: Some(deadline_s),
+        on_rest: OnRest::Queue,
+        regenerate: false,
+        idempotency_key: None,
+    }
+}

@@ -1,0 +1,123 @@
+//! The store alone: the store calls of a one-step chat run, without Redis, HTTP or apalis, from
+//! one process at the replica's concurrency. Its rate is the ceiling the store puts on a replica,
+//! the figure to hold the pipeline's rate against.
+//!
+//! The sequence copies what the engine does today (src/engine/mod.rs `execute`, `start`,
+//! `steps`, `take_completion`, `finish`; src/engine/attempt.rs): 9 write transactions and one
+//! transcript read. It must follow the engine when the engine changes.
+
+use crate::BoxError;
+use crate::cluster::fresh_namespace;
+use crate::measure::thousands;
+use freeway::chat::Message;
+use freeway::job::{RunJob, RunRequest};
+use freeway::route::RouteSpec;
+use freeway::run::{AttemptRecord, RunRecord, RunStatus};
+use freeway::store::{SqlStore, Store};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Enough runs for a steady rate, few enough to keep the probe to a few seconds.
+const MAX_RUNS: u64 = 2_000;
+const WRITES_PER_RUN: u64 = 9;
+
+pub async fn run(runs: u64, concurrency: u16) -> Result<(), BoxError> {
+    let dir = std::env::temp_dir().join(fresh_namespace("store"));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let result = probe(&dir, runs.min(MAX_RUNS), concurrency).await;
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        eprintln!("load: could not remove {}: {e}", dir.display());
+    }
+    result
+}
+
+async fn probe(dir: &std::path::Path, runs: u64, concurrency: u16) -> Result<(), BoxError> {
+    let url = format!("sqlite://{}", dir.join("probe.db").display());
+    let store = Arc::new(SqlStore::open(&url).await?);
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (store, next) = (store.clone(), next.clone());
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < runs {
+                    one_run(store.as_ref()).await?;
+                }
+                Ok::<_, freeway::store::StoreError>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    store.close().await;
+    println!(
+        "  store alone      {runs} runs' store calls ({WRITES_PER_RUN} write transactions + 1 read \
+         each, {concurrency} at once, one process, no Redis or HTTP) in {elapsed:.2} s = {} runs/s \
+         = {} writes/s",
+        thousands(runs as f64 / elapsed),
+        thousands((runs * WRITES_PER_RUN) as f64 / elapsed)
+    );
+    Ok(())
+}
+
+async fn one_run(store: &SqlStore) -> Result<(), freeway::store::StoreError> {
+    let now = freeway::clock::epoch_ms;
+    let job = RunJob::new(
+        RunRequest {
+            user_id: "probe".into(),
+            conversation_id: None,
+            kind: Default::default(),
+            input: Some("Say something about load testing, please.".into()),
+            routes: vec![RouteSpec::parse_cli("openai/gpt-4o-mini")],
+            tools: vec![],
+            system: None,
+            deadline_s: None,
+            on_rest: Default::default(),
+            regenerate: false,
+            idempotency_key: None,
+        },
+        now(),
+    );
+    let conv = job.conversation_id.clone();
+    let mut rec = store.create_run(&RunRecord::queued(&job, now())).await?;
+    rec.status = RunStatus::Running;
+    store.save_run(&rec).await?;
+    let input = Message::user("Say something about load testing, please.");
+    store
+        .append_message(&conv, &rec.run_id, "input", &input)
+        .await?;
+    rec.state.input_applied = true;
+    store.save_run(&rec).await?;
+    store.transcript(&conv).await?;
+    rec.state.counters.calls = 1;
+    rec.state.counters.step1_attempts = 1;
+    store.save_run(&rec).await?;
+    let attempt = AttemptRecord {
+        run_id: rec.run_id.clone(),
+        n: 1,
+        step: 1,
+        route: "openrouter/openai/gpt-4o-mini".into(),
+        http_status: Some(200),
+        error: None,
+        verdict: None,
+        retry_hint_ms: None,
+        ratelimit_remaining: None,
+        provider_name: None,
+        latency_ms: 1,
+        t_ms: now(),
+    };
+    store.record_attempt(&attempt).await?;
+    store.save_run(&rec).await?;
+    let answer = Message::assistant(Some("A load test answer.".into()), vec![]);
+    store
+        .append_message(&conv, &rec.run_id, "step-1", &answer)
+        .await?;
+    rec.state.counters.steps = 1;
+    rec.state.route_index = Some(0);
+    rec.output = "A load test answer.".into();
+    rec.status = RunStatus::Succeeded;
+    store.save_run(&rec).await
+}

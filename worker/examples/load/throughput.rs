@@ -1,0 +1,330 @@
+//! The throughput scenario: N runs through enqueue → worker → sim → store, against N bare
+//! apalis no-op jobs on the same Redis with the same queue settings (notes/apalis-1.0.md §11).
+//!
+//! Both are pushed while nothing consumes them, so the drain starts from a backlog of N: the
+//! case where apalis's O(backlog) lease scan would show, as a first half slower than the second.
+
+use crate::cluster::{Cluster, Sim, delete_namespace, fresh_namespace};
+use crate::measure::{Snapshot, quantile, thousands};
+use crate::{Args, BoxError};
+use apalis::prelude::*;
+use freeway::job::{RunJob, RunRequest};
+use freeway::route::RouteSpec;
+use freeway::run::RunStatus;
+use freeway::store::Store;
+use producer::Queue;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const PAID: &str = "openai/gpt-4o-mini";
+/// The no-op workers' poll interval, as in the worker.
+const POLL: Duration = Duration::from_millis(50);
+/// How often completion is read: bare apalis drains 5,000 jobs in a few tenths of a second, so
+/// the worker's 50 ms would blur its rate; a read is a few Redis commands.
+const READ_EVERY: Duration = Duration::from_millis(10);
+/// notes/apalis-1.0.md §11: bare apalis no-op jobs on this kind of machine with leases on.
+const TARGET: f64 = 5_000.0;
+/// Runs read back from the store to check them and see where their time went.
+const SAMPLE: usize = 200;
+
+pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
+    let sim = Sim::start(sim::SimConfig {
+        latency_ms: 0,
+        ..Default::default()
+    })?;
+    let pipeline = match Cluster::start(&args.redis_url, "tp").await {
+        Ok(mut cluster) => {
+            let rate = pipeline(args, worker, &sim, &mut cluster).await;
+            cluster.close().await;
+            rate
+        }
+        Err(e) => Err(e),
+    };
+    sim.stop().await;
+    let pipeline = pipeline?;
+    crate::store_probe::run(args.runs, args.concurrency).await?;
+    let noop = noop(args).await?;
+    println!(
+        "  ratio            pipeline / bare apalis no-op = {:.3}; the pipeline's target \
+         (notes §11: at least bare apalis's ~{} jobs/s) is {}",
+        pipeline / noop,
+        thousands(TARGET),
+        if pipeline >= TARGET { "met" } else { "NOT met" }
+    );
+    Ok(())
+}
+
+/// The full pipeline; returns its runs/s.
+async fn pipeline(
+    args: &Args,
+    worker: &Path,
+    sim: &Sim,
+    cluster: &mut Cluster,
+) -> Result<f64, BoxError> {
+    let n = args.runs;
+    println!(
+        "throughput: {n} chat runs on {PAID} (sim latency 0 ms), {} worker processes × \
+         concurrency {}, SQLite store",
+        args.replicas, args.concurrency
+    );
+    let now = freeway::clock::epoch_ms();
+    let jobs: Vec<RunJob> = (0..n).map(|i| RunJob::new(request(i), now)).collect();
+    let started = Instant::now();
+    cluster.queue.push(&jobs).await?;
+    let push_s = started.elapsed().as_secs_f64();
+    println!(
+        "  enqueue          {n} runs in {push_s:.2} s = {} runs/s (Queue::push, no worker running)",
+        thousands(n as f64 / push_s)
+    );
+
+    let mut conn = cluster.conn.clone();
+    let before = Snapshot::take(&mut conn, &[], sim.tid).await?;
+    cluster.spawn_workers(
+        worker,
+        args.replicas,
+        args.concurrency,
+        &sim.handle().base_url(),
+    )?;
+    let queue = cluster.queue.clone();
+    let drain = drain(&queue, n, args.timeout_s, || cluster.check_workers()).await?;
+    let after = Snapshot::take(&mut conn, &cluster.worker_pids(), sim.tid).await?;
+    let rate = drain.report("runs", n, "worker start");
+
+    let calls = sim.handle().calls();
+    let not_ok = calls.iter().filter(|c| c.status != 200).count();
+    let step = (jobs.len() / SAMPLE).max(1);
+    let (mut checked, mut succeeded) = (0, 0);
+    let (mut inside_ms, mut call_ms) = (vec![], vec![]);
+    for job in jobs.iter().step_by(step) {
+        checked += 1;
+        let Some(rec) = cluster.store.run(&job.run_id).await? else {
+            continue;
+        };
+        if rec.status == RunStatus::Succeeded {
+            succeeded += 1;
+        }
+        // The worker creates the record when it takes the run (nothing was stored at enqueue).
+        inside_ms.push(rec.updated_ms.saturating_sub(rec.created_ms));
+        let attempts = cluster.store.attempts(&job.run_id).await?;
+        call_ms.extend(attempts.iter().map(|a| a.latency_ms));
+    }
+    println!(
+        "  check            {succeeded}/{checked} sampled runs succeeded in the store; {} sim \
+         calls ({:.2} a run), {not_ok} not 200; {} dead jobs",
+        calls.len(),
+        calls.len() as f64 / n as f64,
+        drain.dead
+    );
+    let mean_inside_s =
+        inside_ms.iter().sum::<u64>() as f64 / inside_ms.len().max(1) as f64 / 1000.0;
+    let ms = |v: Option<u64>| v.map_or("?".into(), |v| format!("{v} ms"));
+    println!(
+        "  inside a run     take → finished median {}, p90 {}; sim call median {}, p90 {}; \
+         ≈ {:.0} runs in flight of {} slots (rate × mean time inside)",
+        ms(quantile(&mut inside_ms, 0.5)),
+        ms(quantile(&mut inside_ms, 0.9)),
+        ms(quantile(&mut call_ms, 0.5)),
+        ms(quantile(&mut call_ms, 0.9)),
+        rate * mean_inside_s,
+        u64::from(args.replicas) * u64::from(args.concurrency),
+    );
+    println!("  cpu              {}", after.cpu(&before, drain.total_s));
+    println!(
+        "  redis            {:.1} commands per run",
+        after.redis_commands(&before) as f64 / n as f64
+    );
+    if succeeded < checked {
+        return Err(format!(
+            "{} sampled runs did not succeed (logs in {})",
+            checked - succeeded,
+            cluster.dir.display()
+        )
+        .into());
+    }
+    Ok(rate)
+}
+
+/// Bare apalis: the same queue settings, no-op jobs, in-process workers; returns its jobs/s.
+async fn noop(args: &Args) -> Result<f64, BoxError> {
+    let mut conn = freeway::connect::redis(&args.redis_url).await?;
+    let ns = fresh_namespace("noop");
+    let queue = Queue::new(conn.clone(), &ns);
+    let rate = noop_drain(args, &queue, &mut conn).await;
+    delete_namespace(&mut conn, &ns).await?;
+    rate
+}
+
+async fn noop_drain(
+    args: &Args,
+    queue: &Queue,
+    conn: &mut redis::aio::ConnectionManager,
+) -> Result<f64, BoxError> {
+    let n = args.runs;
+    println!(
+        "bare apalis: {n} no-op jobs, {} in-process workers × concurrency {}, same queue settings \
+         (storage_config, poll every {} ms)",
+        args.replicas,
+        args.concurrency,
+        POLL.as_millis()
+    );
+    let payloads = (0..n).map(|i| i.to_string().into_bytes()).collect();
+    let started = Instant::now();
+    queue.push_payloads(payloads).await?;
+    let push_s = started.elapsed().as_secs_f64();
+    println!(
+        "  enqueue          {n} jobs in {push_s:.2} s = {} jobs/s (push_payloads: no idempotency key)",
+        thousands(n as f64 / push_s)
+    );
+
+    let before = Snapshot::take(conn, &[], None).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // One Monitor per worker, each on its own task, like one per process: a single Monitor
+    // polls all its workers from one task, which would keep them on one core.
+    let monitors: Vec<_> = (0..args.replicas)
+        .map(|i| {
+            let storage = queue.storage(usize::from(args.concurrency));
+            let concurrency = usize::from(args.concurrency);
+            let name = format!("load-noop-{}-{i}", std::process::id());
+            let mut stop = stop_rx.clone();
+            tokio::spawn(
+                Monitor::new()
+                    .register(move |restarts| {
+                        WorkerBuilder::new(format!("{name}-r{restarts}"))
+                            .backend(storage.clone().poll_with_interval(POLL))
+                            .concurrency(concurrency)
+                            .build(noop_job)
+                    })
+                    .run_with_signal(async move {
+                        let _ = stop.wait_for(|stopped| *stopped).await;
+                        Ok(())
+                    }),
+            )
+        })
+        .collect();
+    let drained = drain(queue, n, args.timeout_s, || {
+        if monitors.iter().any(|m| m.is_finished()) {
+            Err("a no-op worker stopped early".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    let after = Snapshot::take(conn, &[], None).await?;
+    let _ = stop_tx.send(true);
+    for m in monitors {
+        match tokio::time::timeout(Duration::from_secs(10), m).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => eprintln!("load: a no-op worker ended with: {e}"),
+            Ok(Err(e)) => eprintln!("load: a no-op worker panicked: {e}"),
+            Err(_) => eprintln!("load: a no-op worker did not stop within 10 s"),
+        }
+    }
+    let drained = drained?;
+    let rate = drained.report("jobs", n, "worker start");
+    println!(
+        "  cpu              {} (the workers are in this process)",
+        after.cpu(&before, drained.total_s)
+    );
+    println!(
+        "  redis            {:.1} commands per job",
+        after.redis_commands(&before) as f64 / n as f64
+    );
+    Ok(rate)
+}
+
+async fn noop_job(_job: serde_json::Value) -> Result<(), BoxDynError> {
+    Ok(())
+}
+
+/// How a backlog drained.
+struct Drain {
+    total_s: f64,
+    first_s: f64,
+    half_s: f64,
+    dead: u64,
+}
+
+impl Drain {
+    /// Print the rate lines; returns items/s end to end.
+    fn report(&self, what: &str, n: u64, since: &str) -> f64 {
+        let rate = n as f64 / self.total_s;
+        println!(
+            "  drain            {n} {what} in {:.2} s = {} {what}/s ({since} → last done)",
+            self.total_s,
+            thousands(rate)
+        );
+        let (first, second) = (self.half_s - self.first_s, self.total_s - self.half_s);
+        // A half shorter than a few reads has no meaningful rate.
+        let halves = if first.min(second) >= 3.0 * READ_EVERY.as_secs_f64() {
+            format!(
+                "first half {} {what}/s, second half {} {what}/s (a backlog-bound fetch makes \
+                 the first half slower)",
+                thousands((n / 2) as f64 / first),
+                thousands((n - n / 2) as f64 / second)
+            )
+        } else {
+            "too quick to compare its halves".into()
+        };
+        println!(
+            "                   first done after {:.0} ms; {halves}",
+            self.first_s * 1000.0
+        );
+        rate
+    }
+}
+
+/// Poll the queue's done and dead sets until `n` jobs are finished; `check` fails fast when a
+/// consumer died.
+async fn drain(
+    queue: &Queue,
+    n: u64,
+    timeout_s: u64,
+    mut check: impl FnMut() -> Result<(), BoxError>,
+) -> Result<Drain, BoxError> {
+    let started = Instant::now();
+    let (mut first_s, mut half_s) = (None, None);
+    loop {
+        let d = queue.depths().await?;
+        let finished = d.done + d.dead;
+        let now_s = started.elapsed().as_secs_f64();
+        if finished > 0 && first_s.is_none() {
+            first_s = Some(now_s);
+        }
+        if finished >= n / 2 && half_s.is_none() {
+            half_s = Some(now_s);
+        }
+        if finished >= n {
+            return Ok(Drain {
+                total_s: now_s,
+                first_s: first_s.unwrap_or(now_s),
+                half_s: half_s.unwrap_or(now_s),
+                dead: d.dead,
+            });
+        }
+        check()?;
+        if now_s > timeout_s as f64 {
+            return Err(format!(
+                "only {finished} of {n} finished after {timeout_s} s (depths: {d:?})"
+            )
+            .into());
+        }
+        tokio::time::sleep(READ_EVERY).await;
+    }
+}
+
+fn request(i: u64) -> RunRequest {
+    RunRequest {
+        // A hundred users, each with a conversation per run, as a busy web app would send.
+        user_id: format!("user-{}", i % 100),
+        conversation_id: None,
+        kind: Default::default(),
+        input: Some("Say something about load testing, please.".into()),
+        routes: vec![RouteSpec::parse_cli(PAID)],
+        tools: vec![],
+        system: None,
+        deadline_s: None,
+        on_rest: Default::default(),
+        regenerate: false,
+        idempotency_key: None,
+    }
+}

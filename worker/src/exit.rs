@@ -1,0 +1,22 @@
+//! The worker's exit codes (SPEC §5.2) and its one-line error report.
+
+use std::process::ExitCode;
+
+pub const FAILED: u8 = 1;
+pub const BAD_INPUT: u8 = 2;
+pub const REFUSED: u8 = 75;
+
+/// Print `worker: <message>` on stderr and return `code`.
+pub fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("worker: {message}");
+    ExitCode::from(code)
+}
+
+/// A start-up failure: 2 for bad configuration, 1 for an unavailable service.
+pub fn start_failed(e: &crate::wiring::StartError) -> ExitCode {
+    if e.bad_config {
+        fail(BAD_INPUT, &format!("bad configuration: {}", e.message))
+    } else {
+        fail(FAILED, &e.message)
+    }
+}
