@@ -178,10 +178,10 @@ fn report_runs(jobs: &[RunJob], records: &HashMap<String, RunRecord>) {
     println!("  outcome          {}", statuses.join(", "));
     let s = |v: Option<u64>| v.map_or("?".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0));
     println!(
-        "  pickup           enqueue → first taken by a replica median {}, max {} (an idle \
-         replica polls every 50 ms)",
-        s(quantile(&mut pickups_ms, 0.5)),
-        s(quantile(&mut pickups_ms, 1.0)),
+        "  pickup           enqueue → first taken by a replica median {} ms, max {} ms (an \
+         idle replica polls every 50 ms)",
+        quantile(&mut pickups_ms, 0.5).unwrap_or(0),
+        quantile(&mut pickups_ms, 1.0).unwrap_or(0),
     );
     println!(
         "  delayed          {delayed} runs were snoozed at least once ({snoozes} snoozes in \
