@@ -73,6 +73,7 @@ async fn while_the_pool_rests_free_runs_are_delayed_then_complete_and_paid_route
         1,
         "{models:?}"
     );
+    c.assert_budgets(&[free, paid]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -102,6 +103,7 @@ async fn a_continuation_runs_once_while_the_pool_rests() {
         vec![FREE_A.to_string()],
         "exactly one attempt, rests ignored"
     );
+    c.assert_budgets(&[job]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -132,6 +134,7 @@ async fn a_run_survives_a_kill_9_of_its_worker() {
         rec.state.counters.calls, 2,
         "the interrupted call stays counted"
     );
+    c.assert_budgets(&[job]).await;
 }
 
 /// Poll the sim's pending faults until every injected one has struck.
@@ -230,6 +233,7 @@ async fn poison_jobs_are_dead_lettered_while_valid_runs_complete() {
             "worker {n} is still running"
         );
     }
+    c.assert_budgets(&[valid]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -270,6 +274,7 @@ async fn a_backlog_of_20000_runs_drains_once_workers_start() {
     eprintln!("20000 runs drained in {:?}", started.elapsed());
     let last = c.store.run(&jobs[19_999].run_id).await.unwrap().unwrap();
     assert_eq!(last.status, freeway::run::RunStatus::Succeeded);
+    c.assert_budgets(&jobs).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -336,4 +341,5 @@ async fn thousands_of_snoozed_runs_waking_at_once_do_not_stall_the_queue() {
     }
     assert!(woke > 1_000, "delayed, then completed: {woke}");
     assert_eq!(c.sim.calls().len(), 3_000, "one call per run");
+    c.assert_budgets(&jobs).await;
 }

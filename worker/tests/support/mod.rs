@@ -85,6 +85,32 @@ impl Cluster {
         n
     }
 
+    /// Every provider call the sim saw was counted by a run, and no run exceeds the budget table
+    /// (SPEC §2.1). `runs` are every run the test enqueued.
+    pub async fn assert_budgets(&self, runs: &[RunJob]) {
+        use freeway::store::Store;
+        let mut counted = 0;
+        for job in runs {
+            let Some(rec) = self.store.run(&job.run_id).await.unwrap() else {
+                continue;
+            };
+            let budget =
+                freeway::budget::Budget::new(job.request.kind, job.request.routes.len(), false);
+            assert!(
+                rec.state.counters.calls <= budget.max_calls(),
+                "{} made {} calls",
+                job.run_id,
+                rec.state.counters.calls
+            );
+            counted += rec.state.counters.calls as usize;
+        }
+        assert_eq!(
+            self.sim.calls().len(),
+            counted,
+            "every call the sim saw belongs to a counted attempt"
+        );
+    }
+
     pub fn log(&self, n: usize) -> String {
         std::fs::read_to_string(self.dir.join(format!("worker-{n}.log"))).unwrap_or_default()
     }
