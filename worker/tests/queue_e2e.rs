@@ -116,7 +116,8 @@ async fn a_run_survives_a_kill_9_of_its_worker() {
     let first = c.spawn_worker(&[]);
     let job = c.enqueue(request("u1", "survive", &[PAID])).await;
     // Wait for the attempt and for the sim to hold its call: the run is in flight.
-    wait_for_event(&c, &job.run_id, "attempt").await;
+    c.wait_for(&job.run_id, WAIT, |e| e["type"] == "attempt")
+        .await;
     wait_until_faults_consumed(&c).await;
     c.kill(first);
     c.spawn_worker(&[]);
@@ -162,36 +163,6 @@ async fn wait_until_faults_consumed(c: &Cluster) {
     panic!("the sim never received the call");
 }
 
-/// Block until the run's stream holds an event of `kind`.
-async fn wait_for_event(c: &Cluster, run_id: &str, kind: &str) {
-    let key = freeway::events::stream_key(&c.ns, run_id);
-    let client = redis::Client::open(c.redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let mut last = "0".to_string();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while tokio::time::Instant::now() < deadline {
-        let reply: Option<Vec<(String, Vec<(String, Vec<(String, String)>)>)>> =
-            redis::cmd("XREAD")
-                .arg("BLOCK")
-                .arg(250)
-                .arg("STREAMS")
-                .arg(&key)
-                .arg(&last)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        for (_, entries) in reply.unwrap_or_default() {
-            for (id, fields) in entries {
-                last = id;
-                if fields.iter().any(|(k, v)| k == "type" && v == kind) {
-                    return;
-                }
-            }
-        }
-    }
-    panic!("no {kind} event for {run_id}");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn poison_jobs_are_dead_lettered_while_valid_runs_complete() {
     let mut c = Cluster::start("poison", sim::SimConfig::default()).await;
@@ -210,18 +181,7 @@ async fn poison_jobs_are_dead_lettered_while_valid_runs_complete() {
     c.spawn_worker(&[]);
     let events = c.wait(&valid.run_id, WAIT).await;
     assert_eq!(last(&events)["status"], "succeeded");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let depths = c.queue.depths().await.unwrap();
-        if depths.dead == 1000 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "dead-lettered: {depths:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    c.watch_queue(WAIT, |d| d.dead == 1000).await;
     let log = c.log(0) + &c.log(1);
     assert!(
         log.contains("invalid_job") || log.contains("invalid job"),
@@ -252,25 +212,8 @@ async fn a_backlog_of_20000_runs_drains_once_workers_start() {
     let started = std::time::Instant::now();
     c.spawn_worker(&["--concurrency", "256", "--heartbeat-s", "5"]);
     c.spawn_worker(&["--concurrency", "256", "--heartbeat-s", "5"]);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
-    loop {
-        let depths = c.queue.depths().await.unwrap();
-        if depths.done >= 20_000 {
-            break;
-        }
-        for n in 0..2 {
-            assert!(
-                c.workers[n].try_wait().unwrap().is_none(),
-                "worker {n} died: {}",
-                c.log_tail(n)
-            );
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not drained: {depths:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    c.watch_queue(Duration::from_secs(600), |d| d.done >= 20_000)
+        .await;
     eprintln!("20000 runs drained in {:?}", started.elapsed());
     let last = c.store.run(&jobs[19_999].run_id).await.unwrap().unwrap();
     assert_eq!(last.status, freeway::run::RunStatus::Succeeded);
@@ -302,28 +245,13 @@ async fn thousands_of_snoozed_runs_waking_at_once_do_not_stall_the_queue() {
     // slow would have its runs re-run after their calls (still within budget, but not one call).
     c.spawn_worker(&["--concurrency", "256", "--heartbeat-s", "5"]);
     c.spawn_worker(&["--concurrency", "256", "--heartbeat-s", "5"]);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
     let mut saw_snoozed = 0;
-    loop {
-        let depths = c.queue.depths().await.unwrap();
-        saw_snoozed = saw_snoozed.max(depths.delayed);
-        let idle = depths.waiting + depths.scheduled + depths.delayed + depths.running == 0;
-        if idle && c.sim.calls().len() >= 3_000 {
-            break;
-        }
-        for n in 0..2 {
-            assert!(
-                c.workers[n].try_wait().unwrap().is_none(),
-                "worker {n} died: {}",
-                c.log_tail(n)
-            );
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "stalled: {depths:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    c.watch_queue(Duration::from_secs(300), |d| {
+        saw_snoozed = saw_snoozed.max(d.delayed);
+        let idle = d.waiting + d.scheduled + d.delayed + d.running == 0;
+        idle && c.sim.calls().len() >= 3_000
+    })
+    .await;
     assert!(
         saw_snoozed > 1_000,
         "most runs were parked at once: {saw_snoozed}"

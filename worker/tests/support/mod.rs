@@ -136,6 +136,23 @@ impl Cluster {
     /// Block until the run's stream carries a last event (`finished`, `refused`,
     /// `awaiting_approval`); returns every event seen, as JSON.
     pub async fn wait(&self, run_id: &str, timeout: Duration) -> Vec<serde_json::Value> {
+        self.wait_for(run_id, timeout, |e| {
+            matches!(
+                e["type"].as_str(),
+                Some("finished" | "refused" | "awaiting_approval")
+            )
+        })
+        .await
+    }
+
+    /// Block until the run's stream carries an event for which `done` holds; returns every event
+    /// seen up to it, as JSON.
+    pub async fn wait_for(
+        &self,
+        run_id: &str,
+        timeout: Duration,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> Vec<serde_json::Value> {
         let client = redis::Client::open(self.redis_url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let key = stream_key(&self.ns, run_id);
@@ -146,8 +163,9 @@ impl Cluster {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             assert!(
                 !left.is_zero(),
-                "run {run_id} did not end in {timeout:?}; events: {events:?}"
+                "run {run_id}: no such event in {timeout:?}; events: {events:?}"
             );
+            // Short blocks: the connection's response timeout is shorter than a long BLOCK.
             let reply: Option<Vec<(String, Vec<(String, Vec<(String, String)>)>)>> =
                 redis::cmd("XREAD")
                     .arg("BLOCK")
@@ -167,16 +185,37 @@ impl Cluster {
                         .map(|(_, v)| v.clone())
                         .unwrap_or_default();
                     let event: serde_json::Value = serde_json::from_str(&data).unwrap();
-                    let ended = matches!(
-                        event["type"].as_str(),
-                        Some("finished" | "refused" | "awaiting_approval")
-                    );
+                    let found = done(&event);
                     events.push(event);
-                    if ended {
+                    if found {
                         return events;
                     }
                 }
             }
+        }
+    }
+
+    /// Poll the queue's depths until `done` holds, failing if a worker dies or time runs out.
+    pub async fn watch_queue(
+        &self,
+        timeout: Duration,
+        mut done: impl FnMut(&producer::queue::Depths) -> bool,
+    ) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let depths = self.queue.depths().await.unwrap();
+            if done(&depths) {
+                return;
+            }
+            for n in 0..self.workers.len() {
+                let alive = is_running(self.workers[n].id());
+                assert!(alive, "worker {n} died: {}", self.log_tail(n));
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "stalled: {depths:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }
@@ -194,6 +233,16 @@ impl Drop for Cluster {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Whether a process runs (a dead child not yet reaped is a zombie: not running).
+fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+        .unwrap_or(false)
 }
 
 pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
