@@ -18,6 +18,7 @@ pub mod events;
 pub mod headers;
 pub mod job;
 pub mod lease;
+pub mod metrics;
 pub mod provider;
 pub mod rest;
 pub mod route;

@@ -136,6 +136,12 @@ impl Rests {
         format!("{}:rests", self.ns)
     }
 
+    /// The fleet's counters, in the same Redis and namespace: whoever writes rests counts them
+    /// (see [`crate::metrics`]).
+    pub fn metrics(&self) -> crate::metrics::Metrics {
+        crate::metrics::Metrics::new(self.conn.clone(), &self.ns)
+    }
+
     /// Extend (never shorten) the rest of `scope`; returns the remaining ms after the write.
     pub async fn write(
         &self,

@@ -752,6 +752,84 @@ async fn prune_deletes_finished_runs_older_than_the_cutoff_and_keeps_transcripts
     }
 }
 
+/// The board's list and the metrics' counts (issue 6), with the same answers from every store.
+async fn check_recent_runs_and_counts(s: &dyn Store, label: &str) {
+    let conv = unique("conv");
+    let base = epoch_ms();
+    let mut specs = vec![
+        ("run_a", "u1", 1, RunStatus::Succeeded, None),
+        ("run_b", "u2", 2, RunStatus::Failed, Some(Code::RateLimited)),
+        ("run_c", "u1", 3, RunStatus::Delayed, None),
+        ("run_d", "u1", 3, RunStatus::Failed, Some(Code::RateLimited)),
+        (
+            "run_e",
+            "u2",
+            5,
+            RunStatus::Refused,
+            Some(Code::AccountResting),
+        ),
+    ];
+    specs.reverse();
+    for (id, user, at, status, code) in &specs {
+        let mut r = record(id, &conv);
+        r.user_id = (*user).into();
+        r.created_ms = base + at;
+        r.status = *status;
+        r.code = *code;
+        s.save_run(&r).await.unwrap();
+    }
+    let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(s.recent_runs(10, None).await.unwrap()),
+        ["run_e", "run_d", "run_c", "run_b", "run_a"],
+        "{label}: newest first, ties by id"
+    );
+    assert_eq!(
+        ids(s.recent_runs(2, None).await.unwrap()),
+        ["run_e", "run_d"],
+        "{label}"
+    );
+    assert_eq!(
+        ids(s.recent_runs(10, Some("u1")).await.unwrap()),
+        ["run_d", "run_c", "run_a"],
+        "{label}: one user's runs only"
+    );
+    assert!(s.recent_runs(10, Some("nobody")).await.unwrap().is_empty());
+    let full = s.recent_runs(1, Some("u2")).await.unwrap();
+    assert_eq!(
+        full[0].code,
+        Some(Code::AccountResting),
+        "{label}: whole records"
+    );
+    let counts: Vec<(RunStatus, Option<Code>, u64)> = s
+        .count_by_status()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.status, c.code, c.runs))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            (RunStatus::Delayed, None, 1),
+            (RunStatus::Failed, Some(Code::RateLimited), 2),
+            (RunStatus::Refused, Some(Code::AccountResting), 1),
+            (RunStatus::Succeeded, None, 1),
+        ],
+        "{label}"
+    );
+}
+
+#[tokio::test]
+async fn recent_runs_are_newest_first_and_runs_are_counted_by_status_and_code() {
+    for db in fresh("recent").await {
+        assert!(db.store.count_by_status().await.unwrap().is_empty());
+        check_recent_runs_and_counts(&db.store, db.label).await;
+        db.finish().await;
+    }
+    check_recent_runs_and_counts(&freeway::store::MemoryStore::default(), "memory").await;
+}
+
 #[tokio::test]
 async fn bad_urls_and_unreachable_databases_give_one_clear_line() {
     let err = SqlStore::open("mysql://localhost/x").await.unwrap_err();

@@ -1,15 +1,29 @@
-//! Log set-up (the worker's, duplicated until it moves to the core): `RUST_LOG` filters,
-//! `FREEWAY_LOG_FORMAT` picks JSON or human lines, always on stderr so stdout stays for output.
+//! Log set-up for every freeway binary (the producer's commands and the worker's, which uses
+//! this module through its dependency on `producer`, so there is one set-up to keep right):
+//! `RUST_LOG` filters, `FREEWAY_LOG_FORMAT=json` gives one JSON object per line with the current
+//! span's fields (a run's `run_id`, an attempt's attempt-log fields), and everything goes to
+//! stderr so stdout stays for output.
+//!
+//! No secret reaches a log: tokens and keys are `ApiKey`s whose `Debug` is redacted, the
+//! handlers never log bodies, and the tests grep a whole end-to-end run's logs for the keys.
 
 use freeway::config::LogFormat;
+use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
-/// `default` is the filter when `RUST_LOG` is unset: `info` for the server, `warn` for commands
+/// Set up logging with `info` when `RUST_LOG` is unset.
+pub fn init(format: LogFormat) {
+    init_with_default(format, "info");
+}
+
+/// `default` is the filter when `RUST_LOG` is unset: `info` for servers, `warn` for commands
 /// whose stderr is a progress display.
-pub fn init(format: LogFormat, default: &str) {
+pub fn init_with_default(format: LogFormat, default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only for a person at a terminal: a log file or collector gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),

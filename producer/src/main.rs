@@ -3,9 +3,9 @@
 //! one line on stderr and exit 2.
 
 mod cli;
-mod logging;
 
 use clap::{Parser, Subcommand};
+use producer::logging;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         Command::Serve { .. } => "info",
         _ => "warn",
     };
-    logging::init(settings.log_format, default_filter);
+    logging::init_with_default(settings.log_format, default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,5 +1,9 @@
 //! One attempt: count it, make the call, relay its text, and on failure classify it, write the
 //! rest it calls for and log it (SPEC §2.1, §3, §7).
+//!
+//! Each attempt runs in a tracing span `attempt` whose fields are the attempt log's (recorded
+//! once the call is over), so a log line explains a failover as the stored record does; the
+//! fleet's counters ([`crate::metrics`]) count the call and any rest it wrote.
 
 use super::{Engine, EngineError, Run};
 use crate::classify::{self, Classification, RestScope, Verdict};
@@ -7,6 +11,8 @@ use crate::events::Event;
 use crate::provider::{CallError, ChatRequest, Completion};
 use crate::run::AttemptRecord;
 use tokio::sync::mpsc;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 /// A failed attempt, classified, with its rest already written.
 pub(crate) struct Failure {
@@ -39,6 +45,35 @@ impl Engine {
             counters.step1_attempts += 1;
         }
         let n = counters.calls;
+        let span = tracing::info_span!(
+            "attempt",
+            n,
+            step,
+            route = %route.key(),
+            status = Empty,
+            verdict = Empty,
+            latency_ms = Empty,
+            retry_hint_ms = Empty,
+            ratelimit_remaining = Empty,
+            provider_name = Empty,
+            error = Empty,
+        );
+        self.attempt_numbered(run, index, step, n, messages, stream)
+            .instrument(span)
+            .await
+    }
+
+    /// [`Engine::attempt`] once the attempt is counted, inside its span.
+    async fn attempt_numbered(
+        &self,
+        run: &mut Run<'_>,
+        index: usize,
+        step: u32,
+        n: u32,
+        messages: &[crate::chat::Message],
+        stream: bool,
+    ) -> Result<Result<Completion, Failure>, EngineError> {
+        let route = &run.routes[index];
         self.save(run).await?;
         self.publish(
             run,
@@ -109,6 +144,12 @@ impl Engine {
         };
         self.store.record_attempt(&record).await?;
         self.save(run).await?;
+        log_attempt(&record);
+        let outcome_label = record.verdict.map_or(crate::metrics::OK, Verdict::as_str);
+        self.rests
+            .metrics()
+            .record_call(&record.route, outcome_label, record.latency_ms)
+            .await;
         Ok(outcome)
     }
 
@@ -156,18 +197,68 @@ impl Engine {
                 class.rule
             );
             self.rests.write(&class.scope, length, &reason).await?;
+            self.rests
+                .metrics()
+                .record_rest(scope_name(&class.scope), class.verdict.as_str())
+                .await;
         }
         if class.evidence
             && let Some(pool) = &route.pool
         {
             let unique = format!("{}-{}", run.rec.run_id, run.rec.state.counters.calls);
-            self.rests
+            let corroborated = self
+                .rests
                 .record_evidence(pool, &run.job.request.user_id, &unique)
                 .await?;
+            if corroborated.is_some() {
+                self.rests
+                    .metrics()
+                    .record_rest("pool", Verdict::Ambiguous.as_str())
+                    .await;
+            }
         }
         if class.verdict == Verdict::Ambiguous && route.is_shared() {
             run.rec.state.ambiguous_stop = true;
         }
         Ok(())
+    }
+}
+
+/// The scope label of a rest, as `/v1/rests` and the metrics name it.
+fn scope_name(scope: &RestScope) -> &'static str {
+    match scope {
+        RestScope::Pool(_) => "pool",
+        RestScope::Route { .. } => "route",
+        RestScope::Connection(_) => "connection",
+        RestScope::None => "none",
+    }
+}
+
+/// Put the attempt log's fields on the current (attempt) span and log the attempt once inside
+/// it. Nothing here can hold a key: the record carries statuses, names and numbers, and the
+/// error text is the provider's message, never a request header.
+fn log_attempt(record: &AttemptRecord) {
+    let span = tracing::Span::current();
+    if let Some(status) = record.http_status {
+        span.record("status", status);
+    }
+    if let Some(verdict) = record.verdict {
+        span.record("verdict", verdict.as_str());
+    }
+    span.record("latency_ms", record.latency_ms);
+    if let Some(ms) = record.retry_hint_ms {
+        span.record("retry_hint_ms", ms);
+    }
+    if let Some(remaining) = record.ratelimit_remaining {
+        span.record("ratelimit_remaining", remaining);
+    }
+    if let Some(name) = &record.provider_name {
+        span.record("provider_name", name.as_str());
+    }
+    if let Some(error) = &record.error {
+        span.record("error", error.as_str());
+        tracing::info!("attempt failed");
+    } else {
+        tracing::info!("attempt succeeded");
     }
 }

@@ -170,11 +170,24 @@ impl Engine {
             budget,
             rec,
         };
-        if let Some(outcome) = self.preflight(&mut run, when_resting).await? {
-            return Ok(outcome);
+        let outcome = match self.preflight(&mut run, when_resting).await? {
+            Some(outcome) => outcome,
+            None => {
+                self.start(&mut run).await?;
+                self.steps(&mut run, when_resting).await?
+            }
+        };
+        // A settled run's calls are final; a snoozed one counts when it settles.
+        if matches!(
+            outcome,
+            Outcome::Refused { .. } | Outcome::AwaitingApproval(_) | Outcome::Finished { .. }
+        ) {
+            self.rests
+                .metrics()
+                .record_run(run.rec.state.counters.calls)
+                .await;
         }
-        self.start(&mut run).await?;
-        self.steps(&mut run, when_resting).await
+        Ok(outcome)
     }
 
     /// SPEC §4.1: deadline and closed chains, before the transcript is touched.
@@ -319,38 +332,29 @@ impl Engine {
 
     /// Pre-flight passed: mark the run running and apply its input to the transcript, once.
     async fn start(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
+        // Applying the input is idempotent (keyed appends; a delete with nothing after the
+        // last user message), so one save can mark both the input and the running status.
+        if !run.rec.state.input_applied {
+            let conv = &run.job.conversation_id;
+            if let Some(c) = &run.job.continuation {
+                let result = Message::tool_result(c.tool_call.id.clone(), c.result.clone());
+                self.store
+                    .append_message(conv, &run.rec.run_id, "input", &result)
+                    .await?;
+            } else if run.job.request.regenerate {
+                self.store.delete_last_assistant_turn(conv).await?;
+            } else if let Some(input) = &run.job.request.input {
+                let message = Message::user(input.clone());
+                self.store
+                    .append_message(conv, &run.rec.run_id, "input", &message)
+                    .await?;
+            }
+            run.rec.state.input_applied = true;
+        }
         run.rec.status = RunStatus::Running;
         self.save(run).await?;
-        self.publish(
-            run,
-            Event::Started {
-                worker: self.worker.clone(),
-            },
-        )
-        .await?;
-        if run.rec.state.input_applied {
-            return Ok(());
-        }
-        let conv = &run.job.conversation_id;
-        if let Some(c) = &run.job.continuation {
-            let result = Message::tool_result(c.tool_call.id.clone(), c.result.clone());
-            self.store
-                .append_message(conv, &run.rec.run_id, "input", &result)
-                .await?;
-        } else if run.job.request.regenerate {
-            self.store.delete_last_assistant_turn(conv).await?;
-        } else if let Some(input) = &run.job.request.input {
-            self.store
-                .append_message(
-                    conv,
-                    &run.rec.run_id,
-                    "input",
-                    &Message::user(input.clone()),
-                )
-                .await?;
-        }
-        run.rec.state.input_applied = true;
-        self.save(run).await
+        let worker = self.worker.clone();
+        self.publish(run, Event::Started { worker }).await
     }
 
     /// Steps until the run ends, pauses or snoozes.

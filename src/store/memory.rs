@@ -1,7 +1,7 @@
 //! An in-process [`Store`]: everything in maps behind one lock, for tests and benchmarks that
 //! need the engine without a database. It keeps the SQL store's contract, not its durability.
 
-use super::{Store, StoreError};
+use super::{RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
 use crate::chat::{Message, Role};
 use crate::run::{AttemptRecord, RunRecord};
 use async_trait::async_trait;
@@ -101,5 +101,38 @@ impl Store for MemoryStore {
 
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
         self.with(|m| m.attempts.get(run_id).cloned().unwrap_or_default())
+    }
+
+    async fn recent_runs(
+        &self,
+        limit: u32,
+        user_id: Option<&str>,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        self.with(|m| {
+            let mut runs: Vec<RunRecord> = m
+                .runs
+                .values()
+                .filter(|r| user_id.is_none_or(|u| r.user_id == u))
+                .cloned()
+                .collect();
+            runs.sort_by(|a, b| (b.created_ms, &b.run_id).cmp(&(a.created_ms, &a.run_id)));
+            runs.truncate(limit.min(RECENT_RUNS_MAX) as usize);
+            runs
+        })
+    }
+
+    async fn count_by_status(&self) -> Result<Vec<StatusCount>, StoreError> {
+        self.with(|m| {
+            let mut counts: HashMap<_, u64> = HashMap::new();
+            for r in m.runs.values() {
+                *counts.entry((r.status, r.code)).or_default() += 1;
+            }
+            let mut counts: Vec<StatusCount> = counts
+                .into_iter()
+                .map(|((status, code), runs)| StatusCount { status, code, runs })
+                .collect();
+            sort_counts(&mut counts);
+            counts
+        })
     }
 }

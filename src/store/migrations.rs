@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 
 /// Every migration as (version, description, SQL), oldest first. A new one is appended here and in
 /// `migrations/`; an applied one is never edited (its checksum is recorded).
-pub const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "store", include_str!("../../migrations/0001_store.sql"))];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "store", include_str!("../../migrations/0001_store.sql")),
+    (2, "board", include_str!("../../migrations/0002_board.sql")),
+];
 
 pub(super) fn migrator() -> Migrator {
     let migrations = MIGRATIONS

@@ -19,8 +19,19 @@ pub use retention::Pruned;
 pub use sql::{Backend, SqlStore};
 
 use crate::chat::Message;
-use crate::run::{AttemptRecord, RunRecord};
+use crate::run::{AttemptRecord, Code, RunRecord, RunStatus};
 use async_trait::async_trait;
+
+/// The most runs [`Store::recent_runs`] returns, whatever the caller asks.
+pub const RECENT_RUNS_MAX: u32 = 500;
+
+/// How many stored runs have one status and code: what `/metrics` exports as runs by status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct StatusCount {
+    pub status: RunStatus,
+    pub code: Option<Code>,
+    pub runs: u64,
+}
 
 /// Why the store could not do what was asked. Every variant prints as one line without secrets.
 #[derive(Debug, thiserror::Error)]
@@ -71,4 +82,20 @@ pub trait Store: Send + Sync {
     async fn delete_last_assistant_turn(&self, conversation_id: &str) -> Result<(), StoreError>;
     async fn record_attempt(&self, attempt: &AttemptRecord) -> Result<(), StoreError>;
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError>;
+    /// The newest runs first (by creation time, then id), at most `limit` (capped at
+    /// [`RECENT_RUNS_MAX`]), only `user_id`'s when it is given: the job board's list.
+    async fn recent_runs(
+        &self,
+        limit: u32,
+        user_id: Option<&str>,
+    ) -> Result<Vec<RunRecord>, StoreError>;
+    /// Stored runs counted by status and code, sorted by status then code. Counting is a scan of
+    /// an index over (status, code): cheap next to a scrape interval, and exact, where a counter
+    /// kept beside the store could drift from it.
+    async fn count_by_status(&self) -> Result<Vec<StatusCount>, StoreError>;
+}
+
+/// The order [`Store::count_by_status`] promises, by the text forms people read.
+pub(crate) fn sort_counts(counts: &mut [StatusCount]) {
+    counts.sort_by_key(|c| (c.status.as_str(), c.code.map(Code::as_str)));
 }

@@ -9,7 +9,7 @@
 //! ordered positions and a duplicated `(run, key)` is seen and dropped.
 
 use super::migrations::{MigrationLock, migrate_error, migrator};
-use super::{Store, StoreError};
+use super::{RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
 use crate::budget::Counters;
 use crate::chat::{Message, ToolCall, Usage};
 use crate::run::{AttemptRecord, RunRecord, RunState, RunStatus};
@@ -363,6 +363,19 @@ const SAVE_RUN: &str = concat!(
      pending_tool_call = excluded.pending_tool_call, summary = excluded.summary, updated_ms = excluded.updated_ms"
 );
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = $1");
+// Two texts rather than `$1 IS NULL OR user_id = $1`, which keeps PostgreSQL from using an index.
+const RECENT_RUNS: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs ORDER BY created_ms DESC, run_id DESC LIMIT $1"
+);
+const RECENT_RUNS_OF_USER: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM runs WHERE user_id = $2 ORDER BY created_ms DESC, run_id DESC LIMIT $1"
+);
+const COUNT_BY_STATUS: &str =
+    "SELECT status, code, COUNT(*) AS runs FROM runs GROUP BY status, code";
 const ENSURE_CONVERSATION: &str = "INSERT INTO conversations (id, user_id, next_seq, created_ms, updated_ms) \
      VALUES ($1, $2, 0, $3, $3) ON CONFLICT (id) DO NOTHING";
 const RECORD_APPROVAL: &str = "INSERT INTO approvals (run_id, tool_call_id, tool_call, created_ms) \
@@ -815,6 +828,48 @@ impl Store for SqlStore {
                 .await
                 .map_err(db_error)?;
             rows.iter().map(attempt_from).collect()
+        })
+    }
+
+    async fn recent_runs(
+        &self,
+        limit: u32,
+        user_id: Option<&str>,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let limit = i64::from(limit.min(RECENT_RUNS_MAX));
+        on_db!(self, |pool| {
+            let query = match user_id {
+                Some(user) => sqlx::query(RECENT_RUNS_OF_USER).bind(limit).bind(user),
+                None => sqlx::query(RECENT_RUNS).bind(limit),
+            };
+            let rows = query.fetch_all(pool).await.map_err(db_error)?;
+            rows.iter()
+                .map(|row| RunRow::read(row)?.into_record())
+                .collect()
+        })
+    }
+
+    async fn count_by_status(&self) -> Result<Vec<StatusCount>, StoreError> {
+        on_db!(self, |pool| {
+            let rows = sqlx::query(COUNT_BY_STATUS)
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?;
+            let mut counts = rows
+                .iter()
+                .map(|row| {
+                    Ok(StatusCount {
+                        status: enum_from(row.text("status")?, "status")?,
+                        code: row
+                            .opt_text("code")?
+                            .map(|c| enum_from(c, "code"))
+                            .transpose()?,
+                        runs: from_i64(row.int("runs")?, "runs")?,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            sort_counts(&mut counts);
+            Ok(counts)
         })
     }
 }

@@ -50,26 +50,26 @@ async fn handle(
         }
     };
     let span = tracing::info_span!("run", run_id = %job.run_id, user_id = %job.request.user_id, snooze_n = job.snooze_n);
-    let outcome = app
-        .engine
-        .execute(&job, &routes, WhenResting::Snooze)
-        .instrument(span.clone())
-        .await?;
-    let _entered = span.enter();
+    settle(&app, &job, &routes).instrument(span).await
+}
+
+/// Execute a run and act on how it ended.
+async fn settle(
+    app: &App,
+    job: &RunJob,
+    routes: &[freeway::route::Route],
+) -> Result<String, BoxDynError> {
+    let outcome = app.engine.execute(job, routes, WhenResting::Snooze).await?;
     match outcome {
         Outcome::Snoozed { until_ms, reason } => {
-            let mut next = job.clone();
-            next.snooze_n += 1;
-            app.queue.snooze(&next, until_ms).await?;
+            park(app, job, until_ms).await?;
             info!(until_ms, %reason, "snoozed");
             Ok("snoozed".into())
         }
         Outcome::Busy { retry_after } => {
             // Another delivery is executing the run: look again when its lease would lapse.
             let until_ms = freeway::clock::epoch_ms() + retry_after.as_millis() as u64;
-            let mut next = job.clone();
-            next.snooze_n += 1;
-            app.queue.snooze(&next, until_ms).await?;
+            park(app, job, until_ms).await?;
             info!(until_ms, "another delivery holds the run: parked");
             Ok("busy".into())
         }
@@ -99,6 +99,43 @@ async fn handle(
     }
 }
 
+/// Re-push the run to run at `until_ms` (a snooze is a new delivery, never an apalis retry).
+async fn park(app: &App, job: &RunJob, until_ms: u64) -> Result<(), producer::QueueError> {
+    let mut next = job.clone();
+    next.snooze_n += 1;
+    app.queue.snooze(&next, until_ms).await
+}
+
+/// Polls apalis for new jobs at a fixed interval. apalis-core 1.0.0's own `IntervalStrategy`
+/// arms its next timer without polling it, so after an empty fetch an idle worker sleeps until
+/// its next heartbeat (seconds); this strategy polls the new tick at once so its timer is armed.
+struct Ticks(tokio::time::Interval);
+
+impl Ticks {
+    fn every(period: Duration) -> Ticks {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ticks(interval)
+    }
+}
+
+impl apalis_core::backend::ext::poll_strategy::PollStrategy for Ticks {
+    fn poll_drive(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        _: &apalis_core::backend::ext::poll_strategy::PollSnapshot,
+    ) -> std::task::Poll<Option<()>> {
+        match self.0.poll_tick(cx) {
+            std::task::Poll::Ready(_) => {
+                // Registers the waker for the next tick; it is never ready this soon.
+                let _ = self.0.poll_tick(cx);
+                std::task::Poll::Ready(Some(()))
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
 /// Run the queue worker until a shutdown signal; `grace` bounds the wait for running jobs.
 pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(), String> {
     let host = hostname();
@@ -112,9 +149,11 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
     let monitor = Monitor::new()
         .register(move |restarts| {
             WorkerBuilder::new(format!("{host}-{pid}-r{restarts}"))
-                .backend(storage.clone().poll_with_interval(POLL))
+                .backend(storage.clone().poll_with_strategy(Ticks::every(POLL)))
                 .data(worker_app.clone())
                 .catch_panic()
+                // Handlers run on the runtime's threads, not all on the worker's one task.
+                .parallelize(tokio::spawn)
                 .concurrency(concurrency)
                 .build(handle)
         })

@@ -5,12 +5,13 @@
 mod classify_cmd;
 mod consume;
 mod exit;
-mod logging;
 mod prune;
 mod run_one;
 mod wiring;
 
 use clap::{Parser, Subcommand};
+// One log set-up for every binary; `crate::logging` names it for the commands.
+use producer::logging;
 use std::process::ExitCode;
 
 #[derive(Parser)]

@@ -1,25 +1,12 @@
 //! The worker's command line as people use it: `--help`, `classify` on real captures, and
 //! `run-one`'s exit codes for bad input.
 
-use std::io::Write;
+mod support;
+
 use std::process::{Command, Output, Stdio};
 
 fn worker(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_worker"))
-        .args(args)
-        .env("RUST_BACKTRACE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("worker starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("write stdin");
-    child.wait_with_output().expect("worker ends")
+    support::run_worker(args, &[], stdin)
 }
 
 #[test]

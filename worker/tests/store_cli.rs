@@ -3,6 +3,8 @@
 //! one database, `prune` prunes, and `run-one` uses a user's stored connection without its key
 //! showing in the output, the logs or the database file. Needs Redis (`REDIS_URL`) for `run-one`.
 
+mod support;
+
 use freeway::provider::ApiKey;
 use freeway::store::{NewConnection, SecretKey, SqlStore, Store};
 use std::io::{BufRead, BufReader, Write};
@@ -11,28 +13,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use support::run_worker as worker;
 
 const SECRET_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 const JOB: &[u8] = br#"{"user_id":"u1","input":"hi","routes":[{"model":"vendor/m:free"}]}"#;
-
-fn worker(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_worker"))
-        .args(args)
-        .envs(env.iter().copied())
-        .env("RUST_BACKTRACE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("worker starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("write stdin");
-    child.wait_with_output().expect("worker ends")
-}
 
 fn unique(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);

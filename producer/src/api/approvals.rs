@@ -3,6 +3,7 @@
 
 use super::AppState;
 use super::error::{ApiError, JsonBody, PathParams};
+use super::user::ForUser;
 use crate::enqueue::Approval;
 use axum::Json;
 use axum::extract::State;
@@ -13,8 +14,10 @@ use std::sync::Arc;
 pub async fn create(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,
+    user: ForUser,
     JsonBody(approval): JsonBody<Approval>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    user.run(&state.store, &id).await?;
     let run_id = state.enqueuer.approve(&id, approval).await?;
     Ok((
         StatusCode::ACCEPTED,

@@ -68,6 +68,11 @@ pub async fn require_api_token(
     Ok(next.run(request).await)
 }
 
+/// Whether the request presents the admin token (the board then shows its operator as one).
+pub fn presents_admin(tokens: &Tokens, headers: &HeaderMap) -> bool {
+    matches!(presented(headers), Presented::Token(t) if matches(tokens.admin.as_ref(), t))
+}
+
 /// The admin token: 401 without a token, 403 with one that is not the admin token.
 pub fn require_admin(tokens: &Tokens, headers: &HeaderMap) -> Result<(), ApiError> {
     let token = match presented(headers) {

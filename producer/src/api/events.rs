@@ -9,6 +9,7 @@
 
 use super::AppState;
 use super::error::{ApiError, PathParams};
+use super::user::ForUser;
 use crate::stream::{Entry, Reader, parse_event_id};
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -28,6 +29,7 @@ const SETTLE_GRACE_MS: u64 = 5_000;
 pub async fn stream(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,
+    user: ForUser,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let after = match headers.get("last-event-id") {
@@ -39,9 +41,7 @@ pub async fn stream(
             Some(parse_event_id(text).map_err(|e| ApiError::InvalidRequest(e.to_string()))?)
         }
     };
-    if state.store.run(&id).await?.is_none() {
-        return Err(ApiError::NotFound(format!("run {id} not found")));
-    }
+    user.run(&state.store, &id).await?;
     let resumed = after.is_some();
     let mut reader = Reader::open(&state.redis, state.enqueuer.namespace(), &id, after).await?;
     // A client that resumes after the last event has seen the whole story.

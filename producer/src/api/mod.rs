@@ -4,15 +4,23 @@
 //!
 //! Every error is `{"error":{"code","message"}}` ([`error::ApiError`]), including unknown routes,
 //! wrong methods, bad JSON and bodies over [`BODY_LIMIT`].
+//!
+//! Security (issue 6): a bearer token on `/v1` ([`auth`], constant-time comparisons), the admin
+//! token on the operator's clear, no non-loopback bind without a token (`producer serve`), a
+//! body limit on every route, and `?user_id=` scoping of run routes ([`user`]). The board's page
+//! ([`board`]) is served without a token but holds no data; its data comes from `/v1/board/…`.
 
 pub mod approvals;
 pub mod auth;
+pub mod board;
 pub mod connections;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod metrics;
 pub mod rests;
 pub mod runs;
+pub mod user;
 
 use crate::enqueue::Enqueuer;
 use axum::Router;
@@ -66,14 +74,18 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/rests", get(rests::list))
         .route("/rests/{scope}/{*key}", delete(rests::clear))
+        .route("/board/overview", get(board::overview))
+        .route("/board/runs", get(board::runs))
+        .route("/board/runs/{id}", get(board::run_detail))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_token,
         ));
     Router::new()
         .nest("/v1", v1)
+        .route("/board", get(board::page))
         .route("/healthz", get(health::healthz))
-        .route("/metrics", get(health::metrics))
+        .route("/metrics", get(metrics::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

@@ -1,8 +1,9 @@
 //! `POST /v1/runs` (enqueue, through the same [`Enqueuer::enqueue`](crate::enqueue::Enqueuer)
-//! as the CLI) and `GET /v1/runs/{id}`.
+//! as the CLI) and `GET /v1/runs/{id}` (scoped by `?user_id=`, see [`super::user`]).
 
 use super::AppState;
 use super::error::{ApiError, Body, PathParams};
+use super::user::{ForUser, not_found};
 use crate::enqueue::Outcome;
 use crate::view::RunView;
 use axum::Json;
@@ -44,9 +45,11 @@ fn accepted(run_id: String) -> Response {
 pub async fn show(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,
+    user: ForUser,
 ) -> Result<Json<RunView>, ApiError> {
     RunView::load(&state.store, &id)
         .await?
+        .filter(|run| user.sees(&run.user_id))
         .map(Json)
-        .ok_or_else(|| ApiError::NotFound(format!("run {id} not found")))
+        .ok_or_else(|| not_found(&id))
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod fleet;
+
 use freeway::events::{Event, EventSink, RedisEvents};
 use freeway::store::{SecretKey, SqlStore};
 use producer::Enqueuer;

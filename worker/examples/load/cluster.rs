@@ -87,8 +87,8 @@ fn thread_id() -> Option<u32> {
 
 /// A namespace with its store, its queue and its worker processes.
 pub struct Cluster {
-    pub ns: String,
-    pub dir: PathBuf,
+    ns: String,
+    dir: PathBuf,
     db_url: String,
     redis_url: String,
     pub conn: ConnectionManager,
@@ -175,8 +175,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// Kill the workers, delete the namespace's keys and the temp folder.
-    pub async fn close(mut self) {
+    /// Kill the workers and delete the namespace's keys and the temp folder; after a failure
+    /// (`keep_files`) the folder stays, with the workers' logs and the store.
+    pub async fn close(mut self, keep_files: bool) {
         for w in &mut self.workers {
             let _ = w.kill();
             let _ = w.wait();
@@ -186,7 +187,12 @@ impl Cluster {
         if let Err(e) = delete_namespace(&mut self.conn, &self.ns).await {
             eprintln!("load: could not delete the keys of {}: {e}", self.ns);
         }
-        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+        if keep_files {
+            eprintln!(
+                "load: workers' logs and store kept in {}",
+                self.dir.display()
+            );
+        } else if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             eprintln!("load: could not remove {}: {e}", self.dir.display());
         }
     }

@@ -95,7 +95,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Two threads like the worker processes get; the simulator has a thread of its own.
+    // Two threads for the polling and the in-process no-op workers, as many as a worker process
+    // gets on this 2-core machine; the simulator has a thread of its own.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -31,7 +31,6 @@ pub fn load_average() -> String {
 }
 
 /// CPU and command counters at one moment; subtract two to get a phase's share.
-#[derive(Clone, Default)]
 pub struct Snapshot {
     redis_cpu_s: f64,
     redis_commands: u64,
@@ -108,9 +107,18 @@ impl Snapshot {
         line
     }
 
-    /// Commands Redis processed during the phase, from every client of the server.
-    pub fn redis_commands(&self, before: &Snapshot) -> u64 {
-        self.redis_commands.saturating_sub(before.redis_commands)
+    /// Redis's commands and CPU per item during the phase, and the rate at which Redis alone
+    /// would be saturated (it runs commands on one core). Counts every client of the server.
+    pub fn redis_per(&self, before: &Snapshot, items: u64, what: &str) -> String {
+        let items = items.max(1) as f64;
+        let commands = self.redis_commands.saturating_sub(before.redis_commands) as f64;
+        let cpu_ms = 1000.0 * (self.redis_cpu_s - before.redis_cpu_s) / items;
+        format!(
+            "{:.1} commands and {cpu_ms:.3} ms of Redis CPU per {what}: one Redis core would \
+             cap it at ~{} {what}s/s",
+            commands / items,
+            thousands(1000.0 / cpu_ms.max(1e-6))
+        )
     }
 }
 

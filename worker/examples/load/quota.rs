@@ -33,7 +33,7 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let result = match Cluster::start(&args.redis_url, "quota").await {
         Ok(mut cluster) => {
             let result = scenario(args, worker, &sim, &mut cluster).await;
-            cluster.close().await;
+            cluster.close(result.is_err()).await;
             result
         }
         Err(e) => Err(e),
@@ -74,7 +74,7 @@ async fn scenario(
     let n = jobs.len() as u64;
     println!(
         "  runs             {n} enqueued in {enqueued_s:.1} s; all ended {total_s:.1} s after \
-         the first"
+         the first enqueue"
     );
     report_runs(&jobs, &records);
     report_calls(args, &sim.handle().calls(), &records, n);
@@ -151,19 +151,14 @@ async fn settle(
 }
 
 fn report_runs(jobs: &[RunJob], records: &HashMap<String, RunRecord>) {
-    let mut by_status: BTreeMap<String, u64> = BTreeMap::new();
-    let (mut delayed, mut snoozes) = (0, 0);
+    let (mut succeeded, mut delayed, mut snoozes) = (0, 0, 0);
+    // Failed and refused runs by status and code: the few that did not get through, and why.
+    let mut others: BTreeMap<String, u64> = BTreeMap::new();
     let (mut waits_ms, mut pickups_ms) = (vec![], vec![]);
     for job in jobs {
         let Some(rec) = records.get(&job.run_id) else {
             continue;
         };
-        let code = rec
-            .code
-            .map_or(String::new(), |c| format!(" {}", c.as_str()));
-        *by_status
-            .entry(format!("{}{code}", rec.status.as_str()))
-            .or_default() += 1;
         if rec.state.snoozes > 0 {
             delayed += 1;
             snoozes += u64::from(rec.state.snoozes);
@@ -171,18 +166,40 @@ fn report_runs(jobs: &[RunJob], records: &HashMap<String, RunRecord>) {
         // The worker creates the record when it first takes the run.
         pickups_ms.push(rec.created_ms.saturating_sub(job.enqueued_ms));
         if rec.status == RunStatus::Succeeded {
+            succeeded += 1;
             waits_ms.push(rec.updated_ms.saturating_sub(job.enqueued_ms));
+        } else {
+            let code = rec.code.map_or("", |c| c.as_str());
+            *others
+                .entry(format!("{} {code}", rec.status.as_str()))
+                .or_default() += 1;
         }
     }
-    let statuses: Vec<String> = by_status.iter().map(|(s, n)| format!("{n} {s}")).collect();
-    println!("  outcome          {}", statuses.join(", "));
-    let s = |v: Option<u64>| v.map_or("?".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0));
+    let count = |status: &str| -> u64 {
+        others
+            .iter()
+            .filter(|(k, _)| k.starts_with(status))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let detail: Vec<String> = others.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    println!(
+        "  outcome          {succeeded} succeeded, {} failed, {} refused{}",
+        count("failed"),
+        count("refused"),
+        if detail.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", detail.join(", "))
+        }
+    );
     println!(
         "  pickup           enqueue → first taken by a replica median {} ms, max {} ms (an \
          idle replica polls every 50 ms)",
         quantile(&mut pickups_ms, 0.5).unwrap_or(0),
         quantile(&mut pickups_ms, 1.0).unwrap_or(0),
     );
+    let s = |v: Option<u64>| v.map_or("?".into(), |ms| format!("{:.1} s", ms as f64 / 1000.0));
     println!(
         "  delayed          {delayed} runs were snoozed at least once ({snoozes} snoozes in \
          all); enqueue → succeeded median {}, p90 {}, max {}",
@@ -237,12 +254,16 @@ fn report_calls(
         .collect();
     let shown: Vec<String> = all.iter().map(|(ok, r)| format!("{ok}/{r}")).collect();
     // The first window is cut by the start of the load and the last by the end of the backlog;
-    // the ones between show the steady state.
-    let steady = if all.len() > 2 {
-        &all[1..all.len() - 1]
-    } else {
-        &all[..]
-    };
+    // only the ones between show the steady state.
+    if all.len() < 3 {
+        println!(
+            "  goodput          not measured: no window between the first and the last (raise \
+             --duration-s); ok/429 per window: {}",
+            shown.join(" ")
+        );
+        return;
+    }
+    let steady = &all[1..all.len() - 1];
     let ok: u64 = steady.iter().map(|(ok, _)| ok).sum();
     let goodput = ok as f64 / (steady.len() as f64 * f64::from(args.rpm));
     println!(

@@ -35,7 +35,7 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let pipeline = match Cluster::start(&args.redis_url, "tp").await {
         Ok(mut cluster) => {
             let rate = pipeline(args, worker, &sim, &mut cluster).await;
-            cluster.close().await;
+            cluster.close(rate.is_err()).await;
             rate
         }
         Err(e) => Err(e),
@@ -129,17 +129,9 @@ async fn pipeline(
         u64::from(args.replicas) * u64::from(args.concurrency),
     );
     println!("  cpu              {}", after.cpu(&before, drain.total_s));
-    println!(
-        "  redis            {:.1} commands per run",
-        after.redis_commands(&before) as f64 / n as f64
-    );
+    println!("  redis            {}", after.redis_per(&before, n, "run"));
     if succeeded < checked {
-        return Err(format!(
-            "{} sampled runs did not succeed (logs in {})",
-            checked - succeeded,
-            cluster.dir.display()
-        )
-        .into());
+        return Err(format!("{} sampled runs did not succeed", checked - succeeded).into());
     }
     Ok(rate)
 }
@@ -225,10 +217,7 @@ async fn noop_drain(
         "  cpu              {} (the workers are in this process)",
         after.cpu(&before, drained.total_s)
     );
-    println!(
-        "  redis            {:.1} commands per job",
-        after.redis_commands(&before) as f64 / n as f64
-    );
+    println!("  redis            {}", after.redis_per(&before, n, "job"));
     Ok(rate)
 }
 

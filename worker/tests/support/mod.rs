@@ -245,6 +245,26 @@ fn is_running(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Run the worker binary once with `args`, extra environment and `stdin`; its output.
+pub fn run_worker(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_worker"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("worker starts");
+    // A worker that fails before reading its stdin closes it: that is not the test's concern.
+    let written = child.stdin.take().expect("stdin").write_all(stdin);
+    if let Err(e) = written {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "write stdin: {e}");
+    }
+    child.wait_with_output().expect("worker ends")
+}
+
 pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
     RunRequest {
         user_id: user.into(),

@@ -1,0 +1,309 @@
+//! The job board (SPEC §5.1 `GET /board`, issue 6): one self-contained page for people, and the
+//! small JSON endpoints under `/v1/board/` it polls.
+//!
+//! apalis-board 1.0.0 is not used: on Redis half of its endpoints fail or show zeros (see
+//! ../shared/notes/apalis-1.0.md §5), and its view is apalis's tasks, not freeway's runs, rests
+//! and attempt logs. This board reads our own data: queue depths and workers from apalis's Redis
+//! keys, rests from [`freeway::rest::Rests::list`], runs from the store, events from the runs'
+//! streams.
+//!
+//! The page itself holds no data and is served without a token; everything it shows comes from
+//! `/v1`, behind the bearer token. It asks for the token in a small form and keeps it in the
+//! tab's `sessionStorage` (gone when the tab closes, never in a cookie, so there is nothing for a
+//! cross-site request to ride on), sending it as `Authorization: Bearer`. It polls (once a second)
+//! rather than holding an SSE stream, since `EventSource` cannot send that header. A strict CSP
+//! with a per-response nonce lets only the page's own inline script run, and the script writes
+//! data into the page as text, never as HTML.
+
+use super::AppState;
+use super::auth::presents_admin;
+use super::error::{ApiError, PathParams};
+use super::user::ForUser;
+use crate::queue::{Depths, HEARTBEAT, MISSED_HEARTBEATS, storage_config};
+use crate::view::RunView;
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use freeway::chat::Message;
+use freeway::rest::ActiveRest;
+use freeway::run::{Code, RunRecord, RunStatus};
+use freeway::store::Store;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+const PAGE: &str = include_str!("board.html");
+/// Replaced in [`PAGE`] by each response's CSP nonce.
+const NONCE_SLOT: &str = "__CSP_NONCE__";
+/// Runs the list shows when the page does not say.
+const DEFAULT_RUNS: u32 = 50;
+const MAX_RUNS: u32 = 200;
+/// The newest events and messages a run's detail shows: enough to read, bounded per poll.
+const MAX_EVENTS: usize = 500;
+const MAX_MESSAGES: usize = 200;
+/// The most workers listed: apalis keeps a gracefully stopped worker until an orphan sweep.
+const MAX_WORKERS: usize = 200;
+
+/// `GET /board`: the page, with a fresh CSP nonce.
+pub async fn page() -> Response {
+    let nonce = ulid::Ulid::generate().to_string();
+    let csp = format!(
+        "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; \
+         connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+         frame-ancestors 'none'"
+    );
+    let mut response = PAGE.replace(NONCE_SLOT, &nonce).into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    if let Ok(value) = HeaderValue::from_str(&csp) {
+        headers.insert(header::CONTENT_SECURITY_POLICY, value);
+    }
+    response
+}
+
+/// A worker replica as apalis registered it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Worker {
+    pub name: String,
+    pub last_heartbeat_ms: u64,
+    pub age_ms: u64,
+    /// Jobs it has claimed and not finished (its whole claimed batch).
+    pub running: u64,
+    /// No heartbeat for longer than a crashed replica is given: its jobs go to another replica
+    /// at the next orphan sweep. A replica that stopped gracefully also shows as stale until
+    /// then (apalis 1.0 does not deregister it).
+    pub stale: bool,
+}
+
+/// Every registered worker, newest heartbeat first, from apalis's workers ZSET and inflight
+/// sets.
+pub async fn workers(state: &AppState, now_ms: u64) -> Result<Vec<Worker>, ApiError> {
+    let config = storage_config(state.enqueuer.namespace(), 1, HEARTBEAT);
+    let mut conn = state.enqueuer.connection();
+    let beats: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(config.workers_set())
+        .arg(0)
+        .arg(MAX_WORKERS - 1)
+        .arg("REV")
+        .arg("WITHSCORES")
+        .query_async(&mut conn)
+        .await?;
+    if beats.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for (name, _) in &beats {
+        pipe.scard(format!("{}:{name}", config.inflight_jobs_set()));
+    }
+    let running: Vec<u64> = pipe.query_async(&mut conn).await?;
+    let stale_after = (HEARTBEAT * (MISSED_HEARTBEATS as u32 + 1)).as_millis() as u64;
+    Ok(beats
+        .into_iter()
+        .zip(running)
+        .map(|((name, secs), running)| {
+            // apalis scores heartbeats in whole seconds.
+            let last_heartbeat_ms = (secs.max(0.0) * 1000.0) as u64;
+            let age_ms = now_ms.saturating_sub(last_heartbeat_ms);
+            Worker {
+                name,
+                last_heartbeat_ms,
+                age_ms,
+                running,
+                stale: age_ms > stale_after,
+            }
+        })
+        .collect())
+}
+
+#[derive(Serialize)]
+pub struct Overview {
+    now_ms: u64,
+    namespace: String,
+    /// What the presented token may do: the page says whether the clear button will work.
+    viewer: Viewer,
+    depths: Depths,
+    workers: Vec<Worker>,
+    rests: Vec<ActiveRest>,
+}
+
+#[derive(Serialize)]
+struct Viewer {
+    admin: bool,
+    /// Whether an admin token is configured at all (without one nobody can clear).
+    clear_enabled: bool,
+}
+
+/// `GET /v1/board/overview`: depths, workers and rests in one poll.
+pub async fn overview(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Json<Overview>, ApiError> {
+    let now_ms = freeway::clock::epoch_ms();
+    let depths = state
+        .enqueuer
+        .queue()
+        .depths()
+        .await
+        .map_err(|e| ApiError::unavailable("redis", &e))?;
+    let rests = state
+        .enqueuer
+        .rests()
+        .list()
+        .await
+        .map_err(|e| ApiError::unavailable("redis", &e))?;
+    Ok(Json(Overview {
+        now_ms,
+        namespace: state.enqueuer.namespace().to_string(),
+        viewer: Viewer {
+            admin: presents_admin(&state.tokens, &headers),
+            clear_enabled: state.tokens.admin.is_some(),
+        },
+        depths,
+        workers: workers(&state, now_ms).await?,
+        rests,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunsQuery {
+    limit: Option<u32>,
+    user_id: Option<String>,
+}
+
+/// One line of the runs list: what a person scans for, without the output.
+#[derive(Serialize)]
+struct RunLine {
+    run_id: String,
+    user_id: String,
+    kind: freeway::budget::Kind,
+    status: RunStatus,
+    code: Option<Code>,
+    calls: u32,
+    snoozes: u32,
+    /// `MODEL[@CONNECTION]`, in chain order.
+    routes: Vec<String>,
+    parent_run_id: Option<String>,
+    created_ms: u64,
+    updated_ms: u64,
+    deadline_ms: u64,
+}
+
+impl From<RunRecord> for RunLine {
+    fn from(r: RunRecord) -> RunLine {
+        RunLine {
+            calls: r.state.counters.calls,
+            snoozes: r.state.snoozes,
+            routes: r
+                .routes
+                .iter()
+                .map(|s| match &s.connection {
+                    Some(c) => format!("{}@{c}", s.model),
+                    None => s.model.clone(),
+                })
+                .collect(),
+            run_id: r.run_id,
+            user_id: r.user_id,
+            kind: r.kind,
+            status: r.status,
+            code: r.code,
+            parent_run_id: r.parent_run_id,
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+            deadline_ms: r.deadline_ms,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct RunList {
+    runs: Vec<RunLine>,
+}
+
+/// `GET /v1/board/runs?limit=&user_id=`: the newest runs first.
+pub async fn runs(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<RunList>, ApiError> {
+    let Query(query) = query.map_err(|r| ApiError::InvalidRequest(r.body_text()))?;
+    let limit = query.limit.unwrap_or(DEFAULT_RUNS).clamp(1, MAX_RUNS);
+    let runs = state
+        .store
+        .recent_runs(limit, query.user_id.as_deref().filter(|u| !u.is_empty()))
+        .await?;
+    Ok(Json(RunList {
+        runs: runs.into_iter().map(RunLine::from).collect(),
+    }))
+}
+
+/// One entry of a run's event stream.
+#[derive(Serialize)]
+struct EventLine {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    data: serde_json::Value,
+}
+
+#[derive(Serialize)]
+pub struct Detail {
+    run: RunView,
+    /// The newest [`MAX_EVENTS`] events, oldest first; empty once the stream expired (a day
+    /// after the run ended).
+    events: Vec<EventLine>,
+    /// The conversation's last [`MAX_MESSAGES`] messages (the run's turns and those before it).
+    transcript: Vec<Message>,
+    transcript_total: usize,
+}
+
+/// `GET /v1/board/runs/{id}`: the run with its attempt log, events and transcript.
+pub async fn run_detail(
+    State(state): State<Arc<AppState>>,
+    PathParams(id): PathParams<String>,
+    user: ForUser,
+) -> Result<Json<Detail>, ApiError> {
+    let run = RunView::load(&state.store, &id)
+        .await?
+        .filter(|r| user.sees(&r.user_id))
+        .ok_or_else(|| super::user::not_found(&id))?;
+    let mut conn = state.enqueuer.connection();
+    let reply: redis::streams::StreamRangeReply = redis::cmd("XREVRANGE")
+        .arg(freeway::events::stream_key(state.enqueuer.namespace(), &id))
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(MAX_EVENTS)
+        .query_async(&mut conn)
+        .await?;
+    let events = reply
+        .ids
+        .into_iter()
+        .rev()
+        .map(|e| {
+            let kind: String = e.get("type").unwrap_or_default();
+            let data: String = e.get("data").unwrap_or_default();
+            EventLine {
+                data: serde_json::from_str(&data).unwrap_or(serde_json::Value::String(data)),
+                kind,
+                id: e.id,
+            }
+        })
+        .collect();
+    let mut transcript = state.store.transcript(&run.conversation_id).await?;
+    let transcript_total = transcript.len();
+    transcript.drain(..transcript_total.saturating_sub(MAX_MESSAGES));
+    Ok(Json(Detail {
+        run,
+        events,
+        transcript,
+        transcript_total,
+    }))
+}

@@ -1,0 +1,246 @@
+//! `GET /metrics`: Prometheus text for the whole fleet, from one scrape target.
+//!
+//! | family | type | from |
+//! |---|---|---|
+//! | `freeway_runs{status,code}` | gauge | the store: runs it holds (`code=""` while a run has none) |
+//! | `freeway_calls_total{route,outcome}` | counter | Redis, added by every worker: `outcome` is `ok` or the verdict |
+//! | `freeway_rests_written_total{scope,verdict}` | counter | Redis, added by every worker |
+//! | `freeway_active_rests{scope}` | gauge | the rest index |
+//! | `freeway_delayed_jobs` | gauge | snoozed runs waiting for a rest to end |
+//! | `freeway_queue_jobs{state}` | gauge | apalis's keys and ours (waiting, scheduled, delayed, running, done, dead) |
+//! | `freeway_workers{state}` | gauge | apalis's workers set: `live` or `stale` |
+//! | `freeway_calls_per_run` | histogram | Redis: each run's calls when it settles |
+//! | `freeway_call_latency_seconds` | histogram | Redis: each call's latency |
+//!
+//! Counters that the workers add to live in Redis ([`freeway::metrics`]) so that the producer
+//! serves fleet-wide values and replicas need no port of their own. Like `/healthz`, the route is
+//! outside `/v1` and needs no token: it shows counts, route names and connection ids, never a key.
+
+use super::AppState;
+use super::board::workers;
+use super::error::ApiError;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use freeway::metrics::{Histogram, Labelled};
+use freeway::store::Store;
+use std::fmt::Write;
+use std::sync::Arc;
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
+    let redis_down = |e: &dyn std::fmt::Display| ApiError::unavailable("redis", e);
+    let depths = state
+        .enqueuer
+        .queue()
+        .depths()
+        .await
+        .map_err(|e| redis_down(&e))?;
+    let rests = state
+        .enqueuer
+        .rests()
+        .list()
+        .await
+        .map_err(|e| redis_down(&e))?;
+    let counters = state
+        .enqueuer
+        .rests()
+        .metrics()
+        .read()
+        .await
+        .map_err(|e| redis_down(&e))?;
+    let runs = state.store.count_by_status().await?;
+    let workers = workers(&state, freeway::clock::epoch_ms()).await?;
+
+    let mut out = Text::default();
+    out.family(
+        "freeway_runs",
+        "gauge",
+        "Runs in the store, by status and code.",
+    );
+    for c in &runs {
+        out.sample(
+            "freeway_runs",
+            &[
+                ("status", c.status.as_str()),
+                ("code", c.code.map_or("", |c| c.as_str())),
+            ],
+            c.runs,
+        );
+    }
+    out.family(
+        "freeway_calls_total",
+        "counter",
+        "Provider calls by route and outcome (ok, or the failure's verdict), fleet-wide.",
+    );
+    labelled(
+        &mut out,
+        "freeway_calls_total",
+        ["route", "outcome"],
+        &counters.calls,
+    );
+    out.family(
+        "freeway_rests_written_total",
+        "counter",
+        "Rests and circuits written or extended, by scope and the verdict that called for them.",
+    );
+    labelled(
+        &mut out,
+        "freeway_rests_written_total",
+        ["scope", "verdict"],
+        &counters.rests,
+    );
+    out.family(
+        "freeway_active_rests",
+        "gauge",
+        "Active rests and circuits, by scope.",
+    );
+    for scope in ["pool", "route", "connection"] {
+        let n = rests.iter().filter(|r| r.scope == scope).count();
+        out.sample("freeway_active_rests", &[("scope", scope)], n as u64);
+    }
+    out.family(
+        "freeway_delayed_jobs",
+        "gauge",
+        "Runs snoozed until a rest ends.",
+    );
+    out.sample("freeway_delayed_jobs", &[], depths.delayed);
+    out.family(
+        "freeway_queue_jobs",
+        "gauge",
+        "Jobs in the run queue, by state.",
+    );
+    for (name, n) in [
+        ("waiting", depths.waiting),
+        ("scheduled", depths.scheduled),
+        ("delayed", depths.delayed),
+        ("running", depths.running),
+        ("done", depths.done),
+        ("dead", depths.dead),
+    ] {
+        out.sample("freeway_queue_jobs", &[("state", name)], n);
+    }
+    out.family(
+        "freeway_workers",
+        "gauge",
+        "Registered worker replicas: live, or stale (no recent heartbeat).",
+    );
+    let stale = workers.iter().filter(|w| w.stale).count() as u64;
+    out.sample(
+        "freeway_workers",
+        &[("state", "live")],
+        workers.len() as u64 - stale,
+    );
+    out.sample("freeway_workers", &[("state", "stale")], stale);
+    out.family(
+        "freeway_calls_per_run",
+        "histogram",
+        "Provider calls a run made in all, observed when it settles.",
+    );
+    histogram(
+        &mut out,
+        "freeway_calls_per_run",
+        &counters.calls_per_run,
+        1,
+    );
+    out.family(
+        "freeway_call_latency_seconds",
+        "histogram",
+        "Latency of a provider call, from the request to the end of its answer.",
+    );
+    histogram(
+        &mut out,
+        "freeway_call_latency_seconds",
+        &counters.latency_ms,
+        1000,
+    );
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out.0,
+    ))
+}
+
+/// Prometheus text exposition, written as it goes.
+#[derive(Default)]
+struct Text(String);
+
+impl Text {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            let pairs: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect();
+            let _ = write!(self.0, "{{{}}}", pairs.join(","));
+        }
+        let _ = writeln!(self.0, " {value}");
+    }
+}
+
+fn labelled(out: &mut Text, name: &str, keys: [&str; 2], values: &[Labelled]) {
+    for v in values {
+        out.sample(
+            name,
+            &[(keys[0], &v.labels[0]), (keys[1], &v.labels[1])],
+            v.value,
+        );
+    }
+}
+
+/// A histogram whose observations were integers in `1/scale` of the exported unit (ms for
+/// seconds: 1000).
+fn histogram(out: &mut Text, name: &str, h: &Histogram, scale: u64) {
+    let bucket = format!("{name}_bucket");
+    for (bound, n) in h.bounds.iter().zip(&h.cumulative) {
+        out.sample(&bucket, &[("le", &unit(*bound, scale))], n);
+    }
+    out.sample(&bucket, &[("le", "+Inf")], h.count);
+    out.sample(&format!("{name}_sum"), &[], unit(h.sum, scale));
+    out.sample(&format!("{name}_count"), &[], h.count);
+}
+
+/// `value / scale` as an exact decimal.
+fn unit(value: u64, scale: u64) -> String {
+    if scale == 1 {
+        return value.to_string();
+    }
+    let (whole, part) = (value / scale, value % scale);
+    if part == 0 {
+        return whole.to_string();
+    }
+    let digits = scale.to_string().len() - 1;
+    let frac = format!("{part:0digits$}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
+/// A label value as the text format needs it.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_and_labels_are_written_as_prometheus_reads_them() {
+        assert_eq!(unit(50, 1000), "0.05");
+        assert_eq!(unit(2_500, 1000), "2.5");
+        assert_eq!(unit(120_000, 1000), "120");
+        assert_eq!(unit(7, 1), "7");
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let mut t = Text::default();
+        t.sample("x", &[("a", "1"), ("b", "q\"")], 3);
+        t.sample("y", &[], 0);
+        assert_eq!(t.0, "x{a=\"1\",b=\"q\\\"\"} 3\ny 0\n");
+    }
+}

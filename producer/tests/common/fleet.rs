@@ -1,0 +1,300 @@
+//! A whole fleet as processes, for end-to-end tests of what people and operators see: the
+//! simulator in-process, `producer serve` and worker replicas as child processes of the built
+//! binaries, a real Redis (`REDIS_URL`) and one SQLite store in a temp folder. Every process
+//! logs to its own file in that folder; a failed test keeps the folder for a look.
+//!
+//! The worker binary is the workspace's `target/…/worker`, beside the producer's: `cargo test
+//! --workspace` (the test command) builds both. A test run of this package alone needs
+//! `cargo build -p worker` first, and says so.
+
+use super::{JsonBody, json_of, redis_url, unique};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const PLATFORM_KEY: &str = "sk-or-v1-fleet-platform-key-7d1c0a55";
+pub const API_TOKEN: &str = "fw-api-token-5be3c1f09a";
+pub const ADMIN_TOKEN: &str = "fw-admin-token-c4e18d2b77";
+/// `FREEWAY_SECRET_KEY` (seals users' keys): a secret too.
+pub const SECRET_KEY: &str = "9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0";
+
+/// How a fleet's processes log.
+#[derive(Clone, Copy)]
+pub struct Logging {
+    pub rust_log: &'static str,
+    pub json: bool,
+}
+
+impl Default for Logging {
+    fn default() -> Logging {
+        Logging {
+            rust_log: "info",
+            json: false,
+        }
+    }
+}
+
+pub struct Fleet {
+    pub ns: String,
+    pub dir: PathBuf,
+    pub db_url: String,
+    pub sim: sim::SimHandle,
+    /// The producer's base URL, `http://127.0.0.1:PORT`.
+    pub base: String,
+    pub http: reqwest::Client,
+    logging: Logging,
+    children: Vec<(String, Child)>,
+}
+
+/// The workspace's target folder (where the binaries and the board's screenshot go).
+pub fn target_dir() -> PathBuf {
+    let producer = Path::new(env!("CARGO_BIN_EXE_producer"));
+    producer
+        .ancestors()
+        .nth(2)
+        .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
+}
+
+fn worker_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_producer")).with_file_name("worker");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build -p worker` (`cargo test --workspace` does)",
+        bin.display()
+    );
+    bin
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl Fleet {
+    /// The simulator, `producer serve` with both tokens, and `workers` worker replicas.
+    pub async fn start(
+        name: &str,
+        sim_config: sim::SimConfig,
+        workers: usize,
+        logging: Logging,
+    ) -> Fleet {
+        freeway::provider::install_crypto();
+        let ns = unique(&format!("fleet-{name}"));
+        let dir = std::env::temp_dir().join(&ns);
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let db_url = format!("sqlite://{}", dir.join("freeway.db").display());
+        // Migrate once before the processes start, so none of them races to.
+        freeway::store::SqlStore::open(&db_url)
+            .await
+            .expect("the store opens")
+            .close()
+            .await;
+        let sim = sim::start(sim_config, "127.0.0.1:0".parse().expect("an address"))
+            .await
+            .expect("the simulator starts");
+        let port = free_port();
+        let mut fleet = Fleet {
+            ns,
+            dir,
+            db_url,
+            sim,
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+            logging,
+            children: Vec::new(),
+        };
+        let addr = format!("127.0.0.1:{port}");
+        fleet.spawn(
+            "producer",
+            Path::new(env!("CARGO_BIN_EXE_producer")),
+            &["serve", "--addr", &addr],
+        );
+        for n in 0..workers {
+            fleet.spawn(
+                &format!("worker-{n}"),
+                &worker_bin(),
+                &["--heartbeat-s", "1", "--grace-s", "5", "--concurrency", "8"],
+            );
+        }
+        fleet.wait_healthy().await;
+        fleet
+    }
+
+    fn spawn(&mut self, name: &str, bin: &Path, args: &[&str]) {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("a log file");
+        let child = Command::new(bin)
+            .args(args)
+            .env("REDIS_URL", redis_url())
+            .env("DATABASE_URL", &self.db_url)
+            .env("FREEWAY_NAMESPACE", &self.ns)
+            .env("OPENROUTER_BASE_URL", self.sim.base_url())
+            .env("OPENROUTER_API_KEY", PLATFORM_KEY)
+            .env("FREEWAY_API_TOKEN", API_TOKEN)
+            .env("FREEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("FREEWAY_SECRET_KEY", SECRET_KEY)
+            .env("RUST_LOG", self.logging.rust_log)
+            .env(
+                "FREEWAY_LOG_FORMAT",
+                if self.logging.json { "json" } else { "pretty" },
+            )
+            .env_remove("RUST_BACKTRACE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        self.children.push((name.to_string(), child));
+    }
+
+    async fn wait_healthy(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = self.http.get(self.url("/healthz")).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            let exited = self
+                .children
+                .iter_mut()
+                .find_map(|(name, child)| Some((name.clone(), child.try_wait().ok()??)));
+            if let Some((name, status)) = exited {
+                panic!("{name} exited ({status}): {}", self.log_of(&name));
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the producer did not answer /healthz: {}",
+                self.log_of("producer")
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Every process's log so far, by process name.
+    pub fn logs(&self) -> Vec<(String, String)> {
+        self.children
+            .iter()
+            .map(|(name, _)| (name.clone(), self.log_of(name)))
+            .collect()
+    }
+
+    pub fn log_of(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// Stop every process with SIGTERM (a graceful shutdown, so the logs are complete) and wait.
+    pub async fn stop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        for (_, child) in &mut self.children {
+            while matches!(child.try_wait(), Ok(None)) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// An API call with the API token: `(status, JSON body)`.
+    pub async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+        let mut req = self
+            .http
+            .request(method, self.url(path))
+            .bearer_auth(API_TOKEN);
+        if let Some(b) = body {
+            req = req.json_body(b);
+        }
+        let resp = req.send().await.expect("the producer answers");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// Enqueue a run; returns its id.
+    pub async fn enqueue(&self, body: Value) -> String {
+        let (status, reply) = self.call("POST", "/v1/runs", Some(&body)).await;
+        assert_eq!(status, 202, "POST /v1/runs {body}: {reply}");
+        reply["run_id"].as_str().expect("a run id").to_string()
+    }
+
+    /// Wait for the run to settle (succeeded, failed, refused, awaiting approval); returns it.
+    pub async fn settled(&self, run_id: &str, timeout: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let (status, run) = self.call("GET", &format!("/v1/runs/{run_id}"), None).await;
+            assert_eq!(status, 200, "{run}");
+            if matches!(
+                run["status"].as_str(),
+                Some("succeeded" | "failed" | "refused" | "awaiting_approval")
+            ) {
+                return run;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "run {run_id} did not settle in {timeout:?}: {run}\n{}",
+                self.log_of("worker-0")
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let resp = self
+            .http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics");
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.text().await.expect("text")
+    }
+
+    pub async fn json(&self, path: &str) -> Value {
+        let resp = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(API_TOKEN)
+            .send()
+            .await
+            .expect("GET");
+        json_of(resp).await
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("fleet files kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The value of one sample line (`name{labels} value`) in Prometheus text; `None` when absent.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}

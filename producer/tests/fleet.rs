@@ -1,0 +1,314 @@
+//! The fleet end to end, as processes (issue 6): `/metrics` served by the producer counts what
+//! the worker replicas did, call for call against the simulator's call log, and a whole run of
+//! the fleet at `RUST_LOG=trace` logs no secret, in JSON lines whose spans carry the attempt log.
+
+mod common;
+
+use common::fleet::{ADMIN_TOKEN, API_TOKEN, Fleet, Logging, PLATFORM_KEY, SECRET_KEY, sample};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
+const PAID: &str = "openai/gpt-4o-mini";
+const SETTLE: Duration = Duration::from_secs(40);
+
+fn run(user: &str, models: &[&str]) -> Value {
+    let routes: Vec<Value> = models.iter().map(|m| json!({ "model": m })).collect();
+    json!({ "user_id": user, "input": "hello", "routes": routes })
+}
+
+/// The outcome label the engine gives a call the simulator answered with `status`, in this
+/// scenario (2026-shape quota 429s are the account's; 5xx are the server's).
+fn outcome(status: u16) -> &'static str {
+    match status {
+        200 => "ok",
+        429 => "account",
+        500 => "server",
+        other => panic!("the scenario makes no call answered {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_what_the_fleet_did_call_for_call() {
+    // Two free calls fit the window; the third earns a 429 whose reset is the next UTC day, so
+    // the pool rests the 300 s cap, past the third run's deadline: it is refused, not delayed.
+    let config = sim::SimConfig {
+        rpm: 2,
+        rpd: 1000,
+        window_s: 86_400,
+        ..sim::SimConfig::default()
+    };
+    let fleet = Fleet::start("metrics", config, 2, Logging::default()).await;
+    let mut server_error = sim::FaultSpec::new(sim::FaultKind::Server500);
+    server_error.model = Some(PAID.into());
+    let mut ids = Vec::new();
+    for (n, body) in [
+        run("u1", &[FREE]),
+        run("u2", &[FREE]),
+        {
+            let mut b = run("u3", &[FREE]);
+            b["deadline_s"] = json!(30);
+            b
+        },
+        run("u1", &[FREE, PAID]),
+        run("u2", &[PAID]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if n == 4 {
+            // The single-route run meets a 500 and gets its one retry (SPEC §2.2.5).
+            fleet.sim.inject(server_error.clone());
+        }
+        let id = fleet.enqueue(body).await;
+        fleet.settled(&id, SETTLE).await;
+        ids.push(id);
+    }
+    let runs: Vec<Value> = {
+        let mut v = Vec::new();
+        for id in &ids {
+            v.push(fleet.json(&format!("/v1/runs/{id}")).await);
+        }
+        v
+    };
+    let statuses: Vec<&str> = runs
+        .iter()
+        .map(|r| r["status"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "succeeded",
+            "succeeded",
+            "refused",
+            "succeeded",
+            "succeeded"
+        ],
+        "{runs:#?}"
+    );
+    assert_eq!(runs[2]["code"], "account_resting");
+
+    let calls = fleet.sim.calls();
+    let text = fleet.metrics().await;
+    // Calls by route and outcome, exactly as the simulator logged them.
+    let mut expected: BTreeMap<(String, &str), u64> = BTreeMap::new();
+    for c in &calls {
+        *expected
+            .entry((format!("openrouter/{}", c.model), outcome(c.status)))
+            .or_default() += 1;
+    }
+    assert_eq!(
+        expected.values().sum::<u64>(),
+        6,
+        "the scenario's calls: {calls:?}"
+    );
+    for ((route, outcome), n) in &expected {
+        let series = format!("freeway_calls_total{{route=\"{route}\",outcome=\"{outcome}\"}}");
+        assert_eq!(sample(&text, &series), Some(*n as f64), "{series}\n{text}");
+    }
+    let counted: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("freeway_calls_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        counted,
+        calls.len() as f64,
+        "no call counted that was not made"
+    );
+
+    let quota_429s = calls.iter().filter(|c| c.status == 429).count() as f64;
+    for (series, value) in [
+        (
+            "freeway_rests_written_total{scope=\"pool\",verdict=\"account\"}",
+            quota_429s,
+        ),
+        ("freeway_active_rests{scope=\"pool\"}", 1.0),
+        ("freeway_runs{status=\"succeeded\",code=\"\"}", 4.0),
+        (
+            "freeway_runs{status=\"refused\",code=\"account_resting\"}",
+            1.0,
+        ),
+        ("freeway_delayed_jobs", 0.0),
+        ("freeway_workers{state=\"live\"}", 2.0),
+        ("freeway_calls_per_run_count", 5.0),
+        ("freeway_calls_per_run_sum", calls.len() as f64),
+        ("freeway_calls_per_run_bucket{le=\"1\"}", 4.0),
+        ("freeway_calls_per_run_bucket{le=\"2\"}", 5.0),
+        ("freeway_call_latency_seconds_count", calls.len() as f64),
+        (
+            "freeway_call_latency_seconds_bucket{le=\"+Inf\"}",
+            calls.len() as f64,
+        ),
+        ("freeway_queue_jobs{state=\"dead\"}", 0.0),
+    ] {
+        assert_eq!(sample(&text, series), Some(value), "{series}\n{text}");
+    }
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("freeway_rests_written_total{"))
+            .count(),
+        1,
+        "only the pool rest was written: {text}"
+    );
+    for family in [
+        "freeway_runs gauge",
+        "freeway_calls_total counter",
+        "freeway_rests_written_total counter",
+        "freeway_active_rests gauge",
+        "freeway_delayed_jobs gauge",
+        "freeway_queue_jobs gauge",
+        "freeway_calls_per_run histogram",
+        "freeway_call_latency_seconds histogram",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family}\n")),
+            "{family} missing"
+        );
+    }
+}
+
+const USER_KEY: &str = "sk-or-v1-user-own-key-3a9f0e6b2c";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_run_at_trace_level_logs_no_secret_and_json_spans_carry_the_attempt_log() {
+    let mut fleet = Fleet::start(
+        "secrets",
+        sim::SimConfig::default(),
+        2,
+        Logging {
+            rust_log: "trace",
+            json: true,
+        },
+    )
+    .await;
+    // A user's own key, used by a run on their connection.
+    let (status, body) = fleet
+        .call(
+            "PUT",
+            "/v1/connections/conn_secret",
+            Some(&json!({ "user_id": "u-sec", "provider": "openrouter", "api_key": USER_KEY })),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let own = fleet
+        .enqueue(json!({
+            "user_id": "u-sec", "input": "mine",
+            "routes": [{ "model": PAID, "connection": "conn_secret" }]
+        }))
+        .await;
+    // A platform run that fails over: an upstream provider's 429 rests the first route.
+    let mut upstream = sim::FaultSpec::new(sim::FaultKind::Upstream429);
+    upstream.model = Some(FREE.into());
+    upstream.provider_name = Some("Venice".into());
+    fleet.sim.inject(upstream);
+    let platform = fleet
+        .enqueue(run("u-plat", &[FREE, "qwen/qwen3-coder:free"]))
+        .await;
+    for id in [&own, &platform] {
+        let run = fleet.settled(id, SETTLE).await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+    }
+    let keys: Vec<String> = fleet.sim.calls().into_iter().map(|c| c.key).collect();
+    assert!(
+        keys.contains(&USER_KEY.to_string()),
+        "the user's key was used"
+    );
+    assert!(
+        keys.contains(&PLATFORM_KEY.to_string()),
+        "the platform key was used"
+    );
+    // The operator's paths log too: a refused token, a refused clear, a clear.
+    let resp = fleet
+        .http
+        .get(fleet.url("/v1/rests"))
+        .bearer_auth("not-the-token")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status().as_u16(), 401);
+    let route = format!("/v1/rests/route/openrouter/{FREE}");
+    let clear = |token: &'static str| {
+        fleet
+            .http
+            .delete(fleet.url(&route))
+            .bearer_auth(token)
+            .send()
+    };
+    assert_eq!(
+        clear(API_TOKEN).await.expect("DELETE").status().as_u16(),
+        403
+    );
+    assert_eq!(
+        clear(ADMIN_TOKEN).await.expect("DELETE").status().as_u16(),
+        204
+    );
+    fleet.stop().await;
+
+    let logs = fleet.logs();
+    let total: usize = logs.iter().map(|(_, l)| l.len()).sum();
+    assert!(total > 10_000, "trace logs were written ({total} bytes)");
+    for (name, log) in &logs {
+        for secret in [PLATFORM_KEY, USER_KEY, API_TOKEN, ADMIN_TOKEN, SECRET_KEY] {
+            assert!(
+                !log.contains(secret),
+                "{name}'s log holds a secret ({}…)",
+                &secret[..8]
+            );
+            // A key cut, quoted or escaped differently still shows its distinctive tail.
+            let tail = &secret[secret.len() - 10..];
+            assert!(!log.contains(tail), "{name}'s log holds a secret's tail");
+        }
+        for line in log.lines().filter(|l| !l.trim().is_empty()) {
+            assert!(
+                serde_json::from_str::<Value>(line).is_ok(),
+                "{name}: FREEWAY_LOG_FORMAT=json gives JSON lines, got {line}"
+            );
+        }
+    }
+    assert!(
+        logs.iter()
+            .any(|(n, l)| n == "producer" && l.contains("operator clear")),
+        "the operator's clear is logged"
+    );
+
+    // Every attempt is logged once inside its span, with the attempt log's fields, under the run.
+    let attempts: Vec<Value> = logs
+        .iter()
+        .filter(|(n, _)| n.starts_with("worker"))
+        .flat_map(|(_, l)| l.lines().filter_map(|line| serde_json::from_str(line).ok()))
+        .filter(|v: &Value| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("attempt "))
+        })
+        .collect();
+    assert_eq!(attempts.len(), 3, "{attempts:#?}");
+    let failed = attempts
+        .iter()
+        .find(|a| a["fields"]["message"] == "attempt failed")
+        .expect("the upstream 429 is logged");
+    let span = &failed["span"];
+    assert_eq!(span["name"], "attempt");
+    assert_eq!(span["n"], 1);
+    assert_eq!(span["step"], 1);
+    assert_eq!(span["route"], format!("openrouter/{FREE}"));
+    assert_eq!(span["status"], 429);
+    assert_eq!(span["verdict"], "provider");
+    assert_eq!(span["provider_name"], "Venice");
+    assert!(span["latency_ms"].is_u64(), "{failed}");
+    let run_span = failed["spans"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "run"))
+        .expect("the attempt is inside its run's span");
+    assert_eq!(run_span["run_id"], platform.as_str());
+    assert_eq!(run_span["user_id"], "u-plat");
+    let ok = attempts
+        .iter()
+        .filter(|a| a["fields"]["message"] == "attempt succeeded")
+        .map(|a| (a["span"]["n"].clone(), a["span"]["status"].clone()))
+        .collect::<Vec<_>>();
+    assert!(ok.contains(&(json!(2), json!(200))), "{ok:?}");
+    assert!(ok.contains(&(json!(1), json!(200))), "{ok:?}");
+}

@@ -1,0 +1,220 @@
+//! Fleet-wide counters for `/metrics`, kept in Redis.
+//!
+//! Calls, rests and latencies happen in the worker replicas, but the fleet should be one scrape
+//! target: the producer's `/metrics`. So every replica adds to the same Redis hashes with
+//! `HINCRBY` (atomic, no read-modify-write, one pipelined round trip per record), and the producer
+//! reads them at scrape time ([`Metrics::read`]). Replicas need no port of their own, a replica
+//! that restarts loses nothing, and the values are the fleet's totals, not one process's.
+//! Histograms are fixed buckets, one hash field per bucket.
+//!
+//! | key | fields | counts |
+//! |---|---|---|
+//! | `ns:metrics:calls` | `["<route>","<outcome>"]` (a JSON pair) | provider calls; outcome `ok` or the verdict |
+//! | `ns:metrics:rests` | `["<scope>","<verdict>"]` | rests written (extended) by scope and verdict |
+//! | `ns:metrics:latency` | `le:<ms>`, `le:+Inf`, `sum`, `count` | call latency in ms |
+//! | `ns:metrics:calls_per_run` | `le:<n>`, `le:+Inf`, `sum`, `count` | calls of each run when it settles |
+//!
+//! The keys never expire: they are counters, and their size is bounded by the routes in use.
+//! Recording never fails a run; a failed write is logged and that count is lost.
+
+use redis::aio::ConnectionManager;
+use std::collections::HashMap;
+
+/// Upper bounds (ms) of the call-latency buckets: from a fast error to a long streamed answer.
+pub const LATENCY_BUCKETS_MS: &[u64] = &[
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000,
+];
+/// Upper bounds of the calls-per-run buckets: one call per bound up to a chat run's 7, then
+/// research's 14 and 15 with a summary.
+pub const CALLS_PER_RUN_BUCKETS: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 10, 14, 15];
+/// The outcome of a call that succeeded; a failed call's outcome is its verdict.
+pub const OK: &str = "ok";
+
+/// Where the counters are, and the connection to add to them.
+#[derive(Clone)]
+pub struct Metrics {
+    conn: ConnectionManager,
+    ns: String,
+}
+
+/// A counter with two labels, as [`Metrics::read`] returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labelled {
+    pub labels: [String; 2],
+    pub value: u64,
+}
+
+/// A histogram: `cumulative[i]` observations were at most `bounds[i]`; `count` is the `+Inf`
+/// bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Histogram {
+    pub bounds: &'static [u64],
+    pub cumulative: Vec<u64>,
+    pub sum: u64,
+    pub count: u64,
+}
+
+/// Every counter at one moment (near enough: the hashes are read in one pipeline).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// `[route, outcome]`, sorted.
+    pub calls: Vec<Labelled>,
+    /// `[scope, verdict]`, sorted.
+    pub rests: Vec<Labelled>,
+    pub latency_ms: Histogram,
+    pub calls_per_run: Histogram,
+}
+
+impl Metrics {
+    pub fn new(conn: ConnectionManager, ns: &str) -> Metrics {
+        Metrics {
+            conn,
+            ns: ns.to_string(),
+        }
+    }
+
+    fn key(&self, family: &str) -> String {
+        format!("{}:metrics:{family}", self.ns)
+    }
+
+    /// One provider call: `outcome` is [`OK`] or the failure's verdict.
+    pub async fn record_call(&self, route: &str, outcome: &str, latency_ms: u64) {
+        let mut pipe = redis::pipe();
+        pipe.hincr(self.key("calls"), pair(route, outcome), 1)
+            .ignore();
+        observe(
+            &mut pipe,
+            &self.key("latency"),
+            LATENCY_BUCKETS_MS,
+            latency_ms,
+        );
+        self.send(pipe, "a call").await;
+    }
+
+    /// A rest written (or extended) for a failure of `verdict`; `scope` is `pool`, `route` or
+    /// `connection`.
+    pub async fn record_rest(&self, scope: &str, verdict: &str) {
+        let mut pipe = redis::pipe();
+        pipe.hincr(self.key("rests"), pair(scope, verdict), 1)
+            .ignore();
+        self.send(pipe, "a rest").await;
+    }
+
+    /// A run settled (finished, refused or paused for an approval) after `calls` calls in all.
+    pub async fn record_run(&self, calls: u32) {
+        let mut pipe = redis::pipe();
+        observe(
+            &mut pipe,
+            &self.key("calls_per_run"),
+            CALLS_PER_RUN_BUCKETS,
+            u64::from(calls),
+        );
+        self.send(pipe, "a run's calls").await;
+    }
+
+    async fn send(&self, pipe: redis::Pipeline, what: &str) {
+        let mut conn = self.conn.clone();
+        if let Err(error) = pipe.query_async::<()>(&mut conn).await {
+            tracing::warn!(%error, "metrics: cannot count {what}");
+        }
+    }
+
+    /// Every counter, for a scrape.
+    pub async fn read(&self) -> Result<Snapshot, redis::RedisError> {
+        type Fields = HashMap<String, u64>;
+        let mut conn = self.conn.clone();
+        let (calls, rests, latency, per_run): (Fields, Fields, Fields, Fields) = redis::pipe()
+            .hgetall(self.key("calls"))
+            .hgetall(self.key("rests"))
+            .hgetall(self.key("latency"))
+            .hgetall(self.key("calls_per_run"))
+            .query_async(&mut conn)
+            .await?;
+        Ok(Snapshot {
+            calls: labelled(calls),
+            rests: labelled(rests),
+            latency_ms: histogram(&latency, LATENCY_BUCKETS_MS),
+            calls_per_run: histogram(&per_run, CALLS_PER_RUN_BUCKETS),
+        })
+    }
+}
+
+/// The field of a two-label counter: JSON, so no label value can forge another's field.
+fn pair(a: &str, b: &str) -> String {
+    serde_json::json!([a, b]).to_string()
+}
+
+/// Add one observation to a histogram hash: its bucket (the first bound it fits), sum and count.
+fn observe(pipe: &mut redis::Pipeline, key: &str, bounds: &[u64], value: u64) {
+    let bucket = bounds
+        .iter()
+        .find(|&&b| value <= b)
+        .map_or_else(|| "le:+Inf".to_string(), |b| format!("le:{b}"));
+    pipe.hincr(key, bucket, 1)
+        .ignore()
+        .hincr(key, "sum", value)
+        .ignore()
+        .hincr(key, "count", 1)
+        .ignore();
+}
+
+fn labelled(fields: HashMap<String, u64>) -> Vec<Labelled> {
+    let mut out: Vec<Labelled> = fields
+        .into_iter()
+        .filter_map(|(field, value)| {
+            let [a, b]: [String; 2] = serde_json::from_str(&field).ok()?;
+            Some(Labelled {
+                labels: [a, b],
+                value,
+            })
+        })
+        .collect();
+    out.sort_by(|x, y| x.labels.cmp(&y.labels));
+    out
+}
+
+fn histogram(fields: &HashMap<String, u64>, bounds: &'static [u64]) -> Histogram {
+    let mut running = 0;
+    let cumulative = bounds
+        .iter()
+        .map(|b| {
+            running += fields.get(&format!("le:{b}")).copied().unwrap_or(0);
+            running
+        })
+        .collect();
+    Histogram {
+        bounds,
+        cumulative,
+        sum: fields.get("sum").copied().unwrap_or(0),
+        count: fields.get("count").copied().unwrap_or(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_accumulate_and_labels_parse_back() {
+        let fields: HashMap<String, u64> = [("le:1", 2), ("le:3", 1), ("le:+Inf", 1)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .chain([("sum".to_string(), 30), ("count".to_string(), 4)])
+            .collect();
+        let h = histogram(&fields, &[1, 2, 3]);
+        assert_eq!(h.cumulative, vec![2, 2, 3]);
+        assert_eq!((h.sum, h.count), (30, 4));
+
+        let fields: HashMap<String, u64> = [
+            (pair("b/m", "ok"), 2),
+            (pair("a/m:free", "account"), 1),
+            ("not json".to_string(), 9),
+        ]
+        .into_iter()
+        .collect();
+        let got = labelled(fields);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].labels, ["a/m:free".to_string(), "account".into()]);
+        assert_eq!(got[1].value, 2);
+    }
+}
