@@ -592,6 +592,14 @@ async fn a_mid_stream_rate_limit_interrupts_and_rests_nothing() {
         rec.incomplete && !rec.output.is_empty(),
         "partial output kept, marked incomplete"
     );
+    let transcript = s.h.store.transcript(&job.conversation_id).await.unwrap();
+    let last = transcript.last().expect("a transcript");
+    assert_eq!(
+        last.role,
+        freeway::chat::Role::Assistant,
+        "the partial turn stays in the transcript"
+    );
+    assert_eq!(last.content.as_deref(), Some(rec.output.as_str()));
 }
 
 #[tokio::test]

@@ -104,6 +104,9 @@ pub(crate) struct Run<'a> {
     pub routes: &'a [Route],
     pub budget: Budget,
     pub rec: RunRecord,
+    /// Text a failed stream produced before it broke off: kept in the transcript when the run
+    /// ends (SPEC §2.3), as an incomplete assistant turn.
+    pub partial: Option<String>,
 }
 
 /// How a step ended when it did not produce a completion.
@@ -169,6 +172,7 @@ impl Engine {
             routes,
             budget,
             rec,
+            partial: None,
         };
         let outcome = match self.preflight(&mut run, when_resting).await? {
             Some(outcome) => outcome,
@@ -542,6 +546,13 @@ impl Engine {
     ) -> Result<Outcome, EngineError> {
         run.rec.status = status;
         run.rec.code = code;
+        if let Some(text) = run.partial.take() {
+            let message = Message::assistant(Some(text), vec![]);
+            let (conv, run_id) = (&run.job.conversation_id, &run.rec.run_id);
+            self.store
+                .append_message(conv, run_id, "partial", &message)
+                .await?;
+        }
         if status == RunStatus::Failed && !run.rec.output.is_empty() {
             run.rec.incomplete = true;
         }

@@ -188,6 +188,7 @@ fn keep_partial(run: &mut Run<'_>, error: &CallError) {
         && !partial.is_empty()
     {
         run.rec.output.push_str(partial);
+        run.partial = Some(partial.clone());
     }
 }
 
