@@ -271,3 +271,37 @@ async fn thousands_of_snoozed_runs_waking_at_once_do_not_stall_the_queue() {
     assert_eq!(c.sim.calls().len(), 3_000, "one call per run");
     c.assert_budgets(&jobs).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_the_running_run_finish_then_exits_cleanly() {
+    let mut c = Cluster::start("sigterm", sim::SimConfig::default()).await;
+    // The call takes 2 s: SIGTERM arrives while it is in flight.
+    let mut slow = sim::FaultSpec::new(sim::FaultKind::Timeout);
+    slow.delay_ms = Some(2_000);
+    c.sim.inject(slow);
+    let n = c.spawn_worker(&[]);
+    let job = c.enqueue(request("u1", "finish me", &[PAID])).await;
+    c.wait_for(&job.run_id, WAIT, |e| e["type"] == "attempt")
+        .await;
+    let pid = c.workers[n].id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let events = c.wait(&job.run_id, WAIT).await;
+    assert_eq!(
+        last(&events)["status"],
+        "succeeded",
+        "the running run finished: {events:?}"
+    );
+    let status = tokio::task::block_in_place(|| c.workers[n].wait()).unwrap();
+    assert!(
+        status.success(),
+        "a clean exit after SIGTERM: {status:?}\n{}",
+        c.log_tail(n)
+    );
+    c.assert_budgets(&[job]).await;
+}
