@@ -107,6 +107,8 @@ pub(crate) struct Run<'a> {
     /// Text a failed stream produced before it broke off: kept in the transcript when the run
     /// ends (SPEC §2.3), as an incomplete assistant turn.
     pub partial: Option<String>,
+    /// The closures pre-flight read, for the chain walk's first pick.
+    pub preflight_closures: Option<Vec<Option<Closure>>>,
 }
 
 /// How a step ended when it did not produce a completion.
@@ -173,6 +175,7 @@ impl Engine {
             budget,
             rec,
             partial: None,
+            preflight_closures: None,
         };
         let outcome = match self.preflight(&mut run, when_resting).await? {
             Some(outcome) => outcome,
@@ -217,6 +220,7 @@ impl Engine {
         }
         let closures = self.closures(run).await?;
         if closures.iter().any(Option::is_none) {
+            run.preflight_closures = Some(closures);
             return Ok(None);
         }
         let stop = self.resting_stop(run, &closures, when_resting);

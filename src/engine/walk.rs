@@ -29,11 +29,16 @@ impl Engine {
         let mut tried = vec![false; run.routes.len()];
         let mut failures: Vec<Verdict> = Vec::new();
         let mut retry_next = false;
+        // Pre-flight has just read the chain's closures; after a failure they are read again
+        // once, for both the failover event and the next pick.
+        let mut closures = match run.preflight_closures.take() {
+            Some(c) => c,
+            None => self.closures(run).await?,
+        };
         loop {
             if run.rec.state.counters.step1_attempts >= run.budget.step1_attempts {
                 return Ok(Err(Stop::End(exhausted_code(&failures))));
             }
-            let closures = self.closures(run).await?;
             let open = |i: usize| closures[i].is_none() && !tried[i];
             let index = if retry_next {
                 Some(0)
@@ -72,7 +77,7 @@ impl Engine {
                 retry_next = true;
                 continue;
             }
-            let closures = self.closures(run).await?;
+            closures = self.closures(run).await?;
             let next = (0..run.routes.len()).find(|&i| closures[i].is_none() && !tried[i]);
             let has_attempts = run.rec.state.counters.step1_attempts < run.budget.step1_attempts;
             let event = Event::Failover {

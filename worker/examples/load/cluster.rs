@@ -97,6 +97,25 @@ pub struct Cluster {
     workers: Vec<Child>,
 }
 
+/// Run `scenario` on a fresh cluster beside `sim`, then clean both up whatever happened.
+pub async fn with_cluster<T>(
+    sim: Sim,
+    redis_url: &str,
+    name: &str,
+    scenario: impl AsyncFnOnce(&Sim, &mut Cluster) -> Result<T, BoxError>,
+) -> Result<T, BoxError> {
+    let result = match Cluster::start(redis_url, name).await {
+        Ok(mut cluster) => {
+            let result = scenario(&sim, &mut cluster).await;
+            cluster.close(result.is_err()).await;
+            result
+        }
+        Err(e) => Err(e),
+    };
+    sim.stop().await;
+    result
+}
+
 impl Cluster {
     pub async fn start(redis_url: &str, scenario: &str) -> Result<Cluster, BoxError> {
         let ns = fresh_namespace(scenario);

@@ -4,7 +4,7 @@
 //! (the call that discovers the rest), runs wait instead of failing, and the account's R calls
 //! a window are all used (goodput near 1).
 
-use crate::cluster::{Cluster, Sim};
+use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile};
 use crate::{Args, BoxError};
 use freeway::job::{MAX_DEADLINE_S, OnRest, RunJob, RunRequest};
@@ -30,16 +30,10 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
         latency_ms: 0,
         ..Default::default()
     })?;
-    let result = match Cluster::start(&args.redis_url, "quota").await {
-        Ok(mut cluster) => {
-            let result = scenario(args, worker, &sim, &mut cluster).await;
-            cluster.close(result.is_err()).await;
-            result
-        }
-        Err(e) => Err(e),
-    };
-    sim.stop().await;
-    result
+    with_cluster(sim, &args.redis_url, "quota", async |sim, cluster| {
+        scenario(args, worker, sim, cluster).await
+    })
+    .await
 }
 
 async fn scenario(

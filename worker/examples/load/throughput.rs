@@ -4,7 +4,7 @@
 //! Both are pushed while nothing consumes them, so the drain starts from a backlog of N: the
 //! case where apalis's O(backlog) lease scan would show, as a first half slower than the second.
 
-use crate::cluster::{Cluster, Sim, delete_namespace, fresh_namespace};
+use crate::cluster::{Cluster, Sim, delete_namespace, fresh_namespace, with_cluster};
 use crate::measure::{Snapshot, quantile, thousands};
 use crate::{Args, BoxError};
 use apalis::prelude::*;
@@ -32,16 +32,10 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
         latency_ms: 0,
         ..Default::default()
     })?;
-    let pipeline = match Cluster::start(&args.redis_url, "tp").await {
-        Ok(mut cluster) => {
-            let rate = pipeline(args, worker, &sim, &mut cluster).await;
-            cluster.close(rate.is_err()).await;
-            rate
-        }
-        Err(e) => Err(e),
-    };
-    sim.stop().await;
-    let pipeline = pipeline?;
+    let pipeline = with_cluster(sim, &args.redis_url, "tp", async |sim, cluster| {
+        pipeline(args, worker, sim, cluster).await
+    })
+    .await?;
     crate::store_probe::run(args.runs, args.concurrency).await?;
     let noop = noop(args).await?;
     println!(
