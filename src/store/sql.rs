@@ -4,9 +4,10 @@
 //! once in each method and expanded for each driver by `on_db!`, so there is no driver-neutral
 //! layer to lose types in. Queries are checked at run time: there is no database at build time.
 //!
-//! Appends to a transcript run in a write transaction that first takes the conversation's row
-//! (`BEGIN IMMEDIATE` on SQLite, the row lock on PostgreSQL), so concurrent appends get distinct,
-//! ordered positions and a duplicated `(run, key)` is seen and dropped.
+//! The engine's writes (runs, messages, attempts) go through [`writer`], which commits the writes
+//! of many runs in one transaction. Every write transaction takes the write lock first
+//! (`BEGIN IMMEDIATE` on SQLite; on PostgreSQL an append takes the conversation's row), so
+//! concurrent appends get distinct, ordered positions and a duplicated `(run, key)` is dropped.
 
 use super::migrations::{MigrationLock, migrate_error, migrator};
 use super::{RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
@@ -45,6 +46,8 @@ pub enum Backend {
 #[derive(Clone)]
 pub struct SqlStore {
     pub(super) db: Db,
+    /// Where the engine's writes go: one batching task per store (see [`writer`]).
+    writer: Writer,
     /// `DATABASE_URL` without its password, for error lines.
     url: String,
 }
@@ -108,7 +111,12 @@ impl SqlStore {
                 "{shown:?} must start with sqlite: or postgres://"
             )));
         };
-        Ok(SqlStore { db, url: shown })
+        let writer = Writer::spawn(db.clone());
+        Ok(SqlStore {
+            db,
+            writer,
+            url: shown,
+        })
     }
 
     pub fn backend(&self) -> Backend {
@@ -351,7 +359,6 @@ macro_rules! insert_run {
     };
 }
 
-const CREATE_RUN: &str = concat!(insert_run!(), " ON CONFLICT (run_id) DO NOTHING");
 const SAVE_RUN: &str = concat!(
     insert_run!(),
     " ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, code = excluded.code, \
@@ -376,10 +383,6 @@ const RECENT_RUNS_OF_USER: &str = concat!(
 );
 const COUNT_BY_STATUS: &str =
     "SELECT status, code, COUNT(*) AS runs FROM runs GROUP BY status, code";
-const ENSURE_CONVERSATION: &str = "INSERT INTO conversations (id, user_id, next_seq, created_ms, updated_ms) \
-     VALUES ($1, $2, 0, $3, $3) ON CONFLICT (id) DO NOTHING";
-const RECORD_APPROVAL: &str = "INSERT INTO approvals (run_id, tool_call_id, tool_call, created_ms) \
-     VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, tool_call_id) DO NOTHING";
 
 /// A [`RunRecord`] as the `runs` table holds it.
 struct RunRow {
@@ -447,6 +450,9 @@ macro_rules! bind_run {
             .bind($r.updated_ms)
     };
 }
+
+mod writer;
+use writer::{AttemptRow, MessageRow, Write, Writer, Written};
 
 impl RunRow {
     fn from_record(r: &RunRecord) -> Result<RunRow, StoreError> {
@@ -614,28 +620,14 @@ pub(super) fn now_ms() -> Result<i64, StoreError> {
 #[async_trait]
 impl Store for SqlStore {
     async fn create_run(&self, run: &RunRecord) -> Result<RunRecord, StoreError> {
-        let row = RunRow::from_record(run)?;
-        on_db!(self, |pool| {
-            let mut tx = pool.write_tx().await?;
-            bind_run!(sqlx::query(CREATE_RUN), row)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            sqlx::query(ENSURE_CONVERSATION)
-                .bind(&row.conversation_id)
-                .bind(&row.user_id)
-                .bind(row.created_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            let stored = sqlx::query(SELECT_RUN)
-                .bind(&row.run_id)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            tx.commit().await.map_err(db_error)?;
-            RunRow::read(&stored)?.into_record()
-        })
+        let row = Box::new(RunRow::from_record(run)?);
+        match self.writer.write(Write::CreateRun(row)).await? {
+            Written::Run(stored) => stored.into_record(),
+            Written::Done => Err(StoreError::Corrupt(format!(
+                "run {} was not read back after its insert",
+                run.run_id
+            ))),
+        }
     }
 
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -653,36 +645,15 @@ impl Store for SqlStore {
     }
 
     async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        let row = RunRow::from_record(run)?;
+        let row = Box::new(RunRow::from_record(run)?);
         let approval = match (&run.pending_tool_call, run.status) {
             (Some(call), RunStatus::AwaitingApproval) => {
                 Some((call.id.clone(), json_text(call, "pending_tool_call")?))
             }
             _ => None,
         };
-        on_db!(self, |pool| {
-            let Some((call_id, call)) = &approval else {
-                bind_run!(sqlx::query(SAVE_RUN), row)
-                    .execute(pool)
-                    .await
-                    .map_err(db_error)?;
-                return Ok(());
-            };
-            let mut tx = pool.write_tx().await?;
-            bind_run!(sqlx::query(SAVE_RUN), row)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            sqlx::query(RECORD_APPROVAL)
-                .bind(&row.run_id)
-                .bind(call_id)
-                .bind(call)
-                .bind(row.updated_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            tx.commit().await.map_err(db_error)
-        })
+        self.writer.write(Write::SaveRun { row, approval }).await?;
+        Ok(())
     }
 
     async fn transcript(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError> {
@@ -705,117 +676,53 @@ impl Store for SqlStore {
         key: &str,
         message: &Message,
     ) -> Result<(), StoreError> {
-        const ENSURE: &str = "INSERT INTO conversations (id, next_seq, created_ms, updated_ms) \
-             VALUES ($1, 0, $2, $2) ON CONFLICT (id) DO NOTHING";
-        const NEXT_SEQ: &str = "UPDATE conversations SET next_seq = next_seq + 1, updated_ms = $2 \
-             WHERE id = $1 RETURNING next_seq";
-        const EXISTS: &str =
-            "SELECT COUNT(*) AS n FROM messages WHERE run_id = $1 AND msg_key = $2";
-        const INSERT: &str = "INSERT INTO messages \
-             (id, conversation_id, seq, run_id, msg_key, role, content, tool_calls, tool_call_id, created_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-        let now = now_ms()?;
-        let role = enum_text(&message.role, "role")?;
-        let content = message.content.as_deref().map(clean);
-        let tool_call_id = message.tool_call_id.as_deref().map(clean);
-        let tool_calls = if message.tool_calls.is_empty() {
-            None
-        } else {
-            Some(json_text(&message.tool_calls, "tool_calls")?)
+        let row = MessageRow {
+            id: ulid::Ulid::generate().to_string(),
+            conversation_id: conversation_id.to_string(),
+            run_id: run_id.to_string(),
+            key: key.to_string(),
+            role: enum_text(&message.role, "role")?,
+            content: message.content.as_deref().map(clean),
+            tool_calls: match message.tool_calls.is_empty() {
+                true => None,
+                false => Some(json_text(&message.tool_calls, "tool_calls")?),
+            },
+            tool_call_id: message.tool_call_id.as_deref().map(clean),
+            now: now_ms()?,
         };
-        let id = ulid::Ulid::generate().to_string();
-        on_db!(self, |pool| {
-            let mut tx = pool.write_tx().await?;
-            sqlx::query(ENSURE)
-                .bind(conversation_id)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            // Taking the conversation's row first orders concurrent appenders; only then is the
-            // duplicate check reliable.
-            let seq: i64 = sqlx::query(NEXT_SEQ)
-                .bind(conversation_id)
-                .bind(now)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db_error)?
-                .int("next_seq")?;
-            let seen = sqlx::query(EXISTS)
-                .bind(run_id)
-                .bind(key)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db_error)?
-                .int("n")?;
-            if seen > 0 {
-                return tx.rollback().await.map_err(db_error);
-            }
-            sqlx::query(INSERT)
-                .bind(&id)
-                .bind(conversation_id)
-                .bind(seq)
-                .bind(run_id)
-                .bind(key)
-                .bind(&role)
-                .bind(&content)
-                .bind(&tool_calls)
-                .bind(&tool_call_id)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-            tx.commit().await.map_err(db_error)
-        })
+        self.writer.write(Write::Append(row)).await?;
+        Ok(())
     }
 
     async fn delete_last_assistant_turn(&self, conversation_id: &str) -> Result<(), StoreError> {
-        const SQL: &str = "UPDATE messages SET deleted_ms = $2 \
-             WHERE conversation_id = $1 AND deleted_ms IS NULL AND seq > COALESCE((\
-                 SELECT MAX(seq) FROM messages \
-                 WHERE conversation_id = $1 AND deleted_ms IS NULL AND role = 'user'), 0)";
-        let now = now_ms()?;
-        on_db!(self, |pool| {
-            sqlx::query(SQL)
-                .bind(conversation_id)
-                .bind(now)
-                .execute(pool)
-                .await
-                .map_err(db_error)?;
-            Ok(())
-        })
+        let write = Write::DeleteLastTurn {
+            conversation_id: conversation_id.to_string(),
+            now: now_ms()?,
+        };
+        self.writer.write(write).await?;
+        Ok(())
     }
 
     async fn record_attempt(&self, a: &AttemptRecord) -> Result<(), StoreError> {
-        const SQL: &str = "INSERT INTO attempts (run_id, n, step, route, http_status, error, verdict, \
-             retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (run_id, n) DO NOTHING";
-        let verdict = a.verdict.map(|v| v.as_str().to_string());
-        let retry_hint_ms = a
-            .retry_hint_ms
-            .map(|v| to_i64(v, "retry_hint_ms"))
-            .transpose()?;
-        let latency_ms = to_i64(a.latency_ms, "latency_ms")?;
-        let t_ms = to_i64(a.t_ms, "t_ms")?;
-        on_db!(self, |pool| {
-            sqlx::query(SQL)
-                .bind(&a.run_id)
-                .bind(i64::from(a.n))
-                .bind(i64::from(a.step))
-                .bind(clean(&a.route))
-                .bind(a.http_status.map(i64::from))
-                .bind(a.error.as_deref().map(clean))
-                .bind(&verdict)
-                .bind(retry_hint_ms)
-                .bind(a.ratelimit_remaining)
-                .bind(a.provider_name.as_deref().map(clean))
-                .bind(latency_ms)
-                .bind(t_ms)
-                .execute(pool)
-                .await
-                .map_err(db_error)?;
-            Ok(())
-        })
+        let row = AttemptRow {
+            run_id: a.run_id.clone(),
+            n: i64::from(a.n),
+            step: i64::from(a.step),
+            route: clean(&a.route),
+            http_status: a.http_status.map(i64::from),
+            error: a.error.as_deref().map(clean),
+            verdict: a.verdict.map(|v| v.as_str().to_string()),
+            retry_hint_ms: a
+                .retry_hint_ms
+                .map(|v| to_i64(v, "retry_hint_ms"))
+                .transpose()?,
+            ratelimit_remaining: a.ratelimit_remaining,
+            provider_name: a.provider_name.as_deref().map(clean),
+            latency_ms: to_i64(a.latency_ms, "latency_ms")?,
+            t_ms: to_i64(a.t_ms, "t_ms")?,
+        };
+        self.writer.write(Write::Attempt(row)).await?;
+        Ok(())
     }
 
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
