@@ -458,6 +458,105 @@ async fn append_message_is_idempotent_per_run_and_key_and_keeps_order() {
     }
 }
 
+/// A successful first attempt of `run_id` on `route`.
+fn ok_attempt(run_id: &str, route: &str, latency_ms: u32) -> AttemptRecord {
+    AttemptRecord {
+        run_id: run_id.into(),
+        n: 1,
+        step: 1,
+        route: route.into(),
+        http_status: Some(200),
+        error: None,
+        verdict: None,
+        retry_hint_ms: None,
+        ratelimit_remaining: None,
+        provider_name: None,
+        latency_ms: u64::from(latency_ms),
+        t_ms: epoch_ms(),
+    }
+}
+
+/// A write the database refuses (here, a trigger refusing an attempt on route `poison`) fails
+/// its own caller only: the batch it was in is retried one write at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_database_refuses_fails_only_its_own_caller() {
+    for db in fresh("poison").await {
+        poison_attempts(&db).await;
+        let tasks: Vec<_> = (0..40u32)
+            .map(|i| {
+                let s = db.store.clone();
+                tokio::spawn(async move {
+                    let route = if i == 17 {
+                        "poison"
+                    } else {
+                        "openrouter/vendor/m"
+                    };
+                    let attempt = ok_attempt(&format!("run_{i}_{}", unique("p")), route, i);
+                    (attempt.clone(), s.record_attempt(&attempt).await)
+                })
+            })
+            .collect();
+        for t in tasks {
+            let (attempt, written) = t.await.unwrap();
+            let stored = db.store.attempts(&attempt.run_id).await.unwrap();
+            if attempt.route == "poison" {
+                let e = written.expect_err("the poisoned write fails");
+                assert!(e.to_string().contains("poisoned"), "{}: {e}", db.label);
+                assert!(stored.is_empty(), "{}", db.label);
+            } else {
+                written.unwrap_or_else(|e| panic!("{}: {e}", db.label));
+                assert_eq!(stored, vec![attempt], "{}", db.label);
+            }
+        }
+        db.finish().await;
+    }
+}
+
+/// Make the database refuse attempts on route `poison`.
+async fn poison_attempts(db: &TestDb) {
+    match db.label {
+        "postgres" => {
+            let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+            sqlx::raw_sql(
+                "CREATE FUNCTION poison() RETURNS trigger AS $$ BEGIN \
+                 IF NEW.route = 'poison' THEN RAISE EXCEPTION 'poisoned attempt'; END IF; \
+                 RETURN NEW; END $$ LANGUAGE plpgsql; \
+                 CREATE TRIGGER poison BEFORE INSERT ON attempts \
+                 FOR EACH ROW EXECUTE FUNCTION poison();",
+            )
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        _ => {
+            let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+            sqlx::raw_sql(
+                "CREATE TRIGGER poison BEFORE INSERT ON attempts WHEN NEW.route = 'poison' \
+                 BEGIN SELECT RAISE(ABORT, 'poisoned attempt'); END;",
+            )
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// The conversation holds exactly `n` messages, all different.
+async fn assert_distinct_messages(db: &TestDb, conversation: &str, n: usize) {
+    let mut texts: Vec<String> = db
+        .store
+        .transcript(conversation)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| m.content)
+        .collect();
+    assert_eq!(texts.len(), n, "{}: {texts:?}", db.label);
+    texts.sort();
+    texts.dedup();
+    assert_eq!(texts.len(), n, "{}", db.label);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_appends_get_distinct_places_and_duplicates_are_dropped() {
     for db in fresh("append-concurrent").await {
@@ -478,18 +577,76 @@ async fn concurrent_appends_get_distinct_places_and_duplicates_are_dropped() {
                 .unwrap()
                 .unwrap_or_else(|e| panic!("{}: {e}", db.label));
         }
-        let mut texts: Vec<String> = db
-            .store
-            .transcript(&conv)
-            .await
-            .unwrap()
-            .into_iter()
-            .filter_map(|m| m.content)
-            .collect();
-        assert_eq!(texts.len(), 20, "{}: {texts:?}", db.label);
-        texts.sort();
-        texts.dedup();
-        assert_eq!(texts.len(), 20, "{}", db.label);
+        assert_distinct_messages(&db, &conv, 20).await;
+        db.finish().await;
+    }
+}
+
+/// The writes of many runs at once are committed together (one transaction per batch, a
+/// statement per kind of write); each must land as if it had been alone, including a run created
+/// twice and a run saved twice within one batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_of_many_runs_at_once_each_land_as_if_alone() {
+    for db in fresh("batch").await {
+        let shared = unique("conv");
+        let twice = record(&unique("run"), &unique("conv"));
+        let mut tasks = Vec::new();
+        for i in 0..60u32 {
+            let (s, shared, twice) = (db.store.clone(), shared.clone(), twice.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut rec = record(&format!("run_{i}_{}", unique("b")), &unique("conv"));
+                let created = s.create_run(&rec).await?;
+                assert_eq!(created, rec);
+                let again = s.create_run(&twice).await?;
+                assert_eq!(again.run_id, twice.run_id);
+                let text = format!("message {i}");
+                s.append_message(&shared, &rec.run_id, "input", &Message::user(text.clone()))
+                    .await?;
+                s.append_message(
+                    &rec.conversation_id,
+                    &rec.run_id,
+                    "own",
+                    &Message::user(text),
+                )
+                .await?;
+                rec.status = RunStatus::Succeeded;
+                rec.state.counters.calls = i;
+                rec.output = format!("answer {i}");
+                s.save_run(&rec).await?;
+                let mut saved_twice = twice.clone();
+                saved_twice.state.counters.calls = 7;
+                s.save_run(&saved_twice).await?;
+                let attempt = ok_attempt(&rec.run_id, "openrouter/vendor/m:free", i);
+                s.record_attempt(&attempt).await?;
+                Ok::<_, freeway::store::StoreError>((rec, attempt))
+            }));
+        }
+        let mut done = Vec::new();
+        for t in tasks {
+            done.push(
+                t.await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("{}: {e}", db.label)),
+            );
+        }
+        let s = &db.store;
+        for (rec, attempt) in &done {
+            assert_eq!(
+                s.run(&rec.run_id).await.unwrap().as_ref(),
+                Some(rec),
+                "{}",
+                db.label
+            );
+            assert_eq!(
+                s.attempts(&rec.run_id).await.unwrap(),
+                vec![attempt.clone()]
+            );
+            let own = s.transcript(&rec.conversation_id).await.unwrap();
+            assert_eq!(own.len(), 1, "{}", db.label);
+        }
+        assert_distinct_messages(&db, &shared, 60).await;
+        let stored_twice = s.run(&twice.run_id).await.unwrap().expect("created once");
+        assert_eq!(stored_twice.state.counters.calls, 7, "{}", db.label);
         db.finish().await;
     }
 }

@@ -166,11 +166,15 @@ impl Engine {
         let result = loop {
             tokio::select! {
                 biased;
-                Some(text) = rx.recv() => self.publish(run, Event::Delta { text }).await?,
+                Some(text) = rx.recv() => {
+                    let text = coalesce(text, &mut rx);
+                    self.publish(run, Event::Delta { text }).await?;
+                }
                 result = &mut call => break result,
             }
         };
-        while let Ok(text) = rx.try_recv() {
+        if let Ok(text) = rx.try_recv() {
+            let text = coalesce(text, &mut rx);
             self.publish(run, Event::Delta { text }).await?;
         }
         Ok(result)
@@ -261,4 +265,15 @@ fn log_attempt(record: &AttemptRecord) {
     } else {
         tracing::info!("attempt succeeded");
     }
+}
+
+/// `first` and every delta already waiting behind it, as one text: a stream that outpaces the
+/// event stream is published in fewer, larger `delta` events instead of one Redis round trip per
+/// token, while a slow stream still goes out delta by delta.
+fn coalesce(first: String, rx: &mut mpsc::UnboundedReceiver<String>) -> String {
+    let mut text = first;
+    while let Ok(more) = rx.try_recv() {
+        text.push_str(&more);
+    }
+    text
 }

@@ -339,9 +339,11 @@ impl Engine {
     }
 
     /// Pre-flight passed: mark the run running and apply its input to the transcript, once.
+    ///
+    /// Nothing is saved here: the next save — before the first call, or as the run stops without
+    /// one — carries both marks. Applying the input is idempotent (keyed appends; a delete with
+    /// nothing after the last user message), so a crash before that save only applies it again.
     async fn start(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
-        // Applying the input is idempotent (keyed appends; a delete with nothing after the
-        // last user message), so one save can mark both the input and the running status.
         if !run.rec.state.input_applied {
             let conv = &run.job.conversation_id;
             if let Some(c) = &run.job.continuation {
@@ -360,7 +362,6 @@ impl Engine {
             run.rec.state.input_applied = true;
         }
         run.rec.status = RunStatus::Running;
-        self.save(run).await?;
         let worker = self.worker.clone();
         self.publish(run, Event::Started { worker }).await
     }

@@ -1,16 +1,10 @@
 //! The migrations of `migrations/`, compiled into every binary so a deployed worker needs no
-//! source tree, and the lock that makes concurrent start-ups safe on SQLite.
-//!
-//! sqlx's migrator takes an advisory lock on PostgreSQL but none on SQLite, where two processes
-//! starting at once would both try to apply the same migration and one would fail. SQLite is
-//! one machine by construction, so an exclusive `flock` on a file beside the database (`…-lock`)
-//! serializes them; it is released when the migration ends or the process dies.
+//! source tree. sqlx's migrator takes an advisory lock on PostgreSQL while it works; on SQLite
+//! the store holds its [`super::file_lock::FileLock`].
 
 use super::StoreError;
 use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use std::fs::{File, OpenOptions};
-use std::path::{Path, PathBuf};
 
 /// Every migration as (version, description, SQL), oldest first. A new one is appended here and in
 /// `migrations/`; an applied one is never edited (its checksum is recorded).
@@ -43,37 +37,10 @@ pub(super) fn migrate_error(e: sqlx::migrate::MigrateError) -> StoreError {
     StoreError::Migrate(super::sql::one_line(&e.to_string()))
 }
 
-/// An exclusive lock on the file beside a SQLite database, held while migrations run.
-pub(super) struct MigrationLock {
-    _file: File,
-}
-
-impl MigrationLock {
-    /// Wait for the lock on `<database>-lock`; the error says what failed. Blocking: call it off
-    /// the async runtime.
-    pub fn acquire(database: &Path) -> Result<MigrationLock, String> {
-        let path = lock_path(database);
-        let failed = |e: std::io::Error| format!("cannot lock {}: {e}", path.display());
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(failed)?;
-        file.lock().map_err(failed)?;
-        Ok(MigrationLock { _file: file })
-    }
-}
-
-fn lock_path(database: &Path) -> PathBuf {
-    let mut name = database.as_os_str().to_owned();
-    name.push("-lock");
-    PathBuf::from(name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn versions_are_unique_and_ascending() {
@@ -95,13 +62,5 @@ mod tests {
             .map(|(v, d, _)| format!("{v:04}_{d}.sql"))
             .collect();
         assert_eq!(files, embedded);
-    }
-
-    #[test]
-    fn the_lock_sits_beside_the_database() {
-        assert_eq!(
-            lock_path(Path::new("/tmp/x/freeway.db")),
-            PathBuf::from("/tmp/x/freeway.db-lock")
-        );
     }
 }

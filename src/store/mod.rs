@@ -7,6 +7,7 @@
 //! (see [`SecretKey`]), and [`StoreTargets`] opens them only at call time.
 
 mod connections;
+mod file_lock;
 mod memory;
 mod migrations;
 mod retention;

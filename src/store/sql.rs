@@ -9,7 +9,8 @@
 //! (`BEGIN IMMEDIATE` on SQLite; on PostgreSQL an append takes the conversation's row), so
 //! concurrent appends get distinct, ordered positions and a duplicated `(run, key)` is dropped.
 
-use super::migrations::{MigrationLock, migrate_error, migrator};
+use super::file_lock::FileLock;
+use super::migrations::{migrate_error, migrator};
 use super::{RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
 use crate::budget::Counters;
 use crate::chat::{Message, ToolCall, Usage};
@@ -102,16 +103,16 @@ impl SqlStore {
     /// the migrations. A SQLite file is created when missing and switched to WAL.
     pub async fn open(url: &str) -> Result<SqlStore, StoreError> {
         let shown = crate::connect::redact(url);
-        let db = if url.starts_with("sqlite:") {
+        let (db, file_lock) = if url.starts_with("sqlite:") {
             open_sqlite(url, &shown).await?
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            open_postgres(url, &shown).await?
+            (open_postgres(url, &shown).await?, None)
         } else {
             return Err(StoreError::BadUrl(format!(
                 "{shown:?} must start with sqlite: or postgres://"
             )));
         };
-        let writer = Writer::spawn(db.clone());
+        let writer = Writer::spawn(db.clone(), file_lock);
         Ok(SqlStore {
             db,
             writer,
@@ -153,7 +154,8 @@ impl SqlStore {
     }
 }
 
-async fn open_sqlite(url: &str, shown: &str) -> Result<Db, StoreError> {
+/// The pool, and the lock file writers take turns with (none for an in-memory database).
+async fn open_sqlite(url: &str, shown: &str) -> Result<(Db, Option<FileLock>), StoreError> {
     let options = SqliteConnectOptions::from_str(url)
         .map_err(|e| StoreError::BadUrl(format!("{shown}: {}", one_line(&e.to_string()))))?
         .create_if_missing(true)
@@ -174,7 +176,7 @@ async fn open_sqlite(url: &str, shown: &str) -> Result<Db, StoreError> {
             .await
             .map_err(unreachable)?;
         migrator().run(&pool).await.map_err(migrate_error)?;
-        return Ok(Db::Sqlite(pool));
+        return Ok((Db::Sqlite(pool), None));
     }
     let path = options.get_filename().to_path_buf();
     let cannot_open = |why: String| StoreError::Unavailable(format!("cannot open {shown}: {why}"));
@@ -187,10 +189,8 @@ async fn open_sqlite(url: &str, shown: &str) -> Result<Db, StoreError> {
             dir.display()
         )));
     }
-    let lock = tokio::task::spawn_blocking(move || MigrationLock::acquire(&path))
-        .await
-        .map_err(|e| cannot_open(e.to_string()))?
-        .map_err(cannot_open)?;
+    let file_lock = FileLock::open(&path).map_err(cannot_open)?;
+    let lock = file_lock.lock().await?;
     // WAL is a property of the file and switching to it needs the database to itself, so one
     // connection sets it, under the lock, before the pool opens.
     let first = SqlitePoolOptions::new()
@@ -208,7 +208,7 @@ async fn open_sqlite(url: &str, shown: &str) -> Result<Db, StoreError> {
         .connect_with(options)
         .await
         .map_err(unreachable)?;
-    Ok(Db::Sqlite(pool))
+    Ok((Db::Sqlite(pool), Some(file_lock)))
 }
 
 fn is_memory(url: &str) -> bool {
@@ -348,27 +348,6 @@ macro_rules! run_columns {
     };
 }
 
-macro_rules! insert_run {
-    () => {
-        concat!(
-            "INSERT INTO runs (",
-            run_columns!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-             $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)"
-        )
-    };
-}
-
-const SAVE_RUN: &str = concat!(
-    insert_run!(),
-    " ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, code = excluded.code, \
-     calls = excluded.calls, step1_attempts = excluded.step1_attempts, retried = excluded.retried, \
-     steps = excluded.steps, route_index = excluded.route_index, input_applied = excluded.input_applied, \
-     ambiguous_stop = excluded.ambiguous_stop, emitted = excluded.emitted, snoozes = excluded.snoozes, \
-     output = excluded.output, incomplete = excluded.incomplete, prompt_tokens = excluded.prompt_tokens, \
-     completion_tokens = excluded.completion_tokens, total_tokens = excluded.total_tokens, \
-     pending_tool_call = excluded.pending_tool_call, summary = excluded.summary, updated_ms = excluded.updated_ms"
-);
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = $1");
 // Two texts rather than `$1 IS NULL OR user_id = $1`, which keeps PostgreSQL from using an index.
 const RECENT_RUNS: &str = concat!(
@@ -416,7 +395,7 @@ struct RunRow {
     updated_ms: i64,
 }
 
-/// Bind a [`RunRow`] to the 28 parameters of `insert_run!`, in column order.
+/// Bind a [`RunRow`] to 28 parameters, in the order of `run_columns!`.
 macro_rules! bind_run {
     ($query:expr, $r:expr) => {
         $query
@@ -622,7 +601,8 @@ impl Store for SqlStore {
     async fn create_run(&self, run: &RunRecord) -> Result<RunRecord, StoreError> {
         let row = Box::new(RunRow::from_record(run)?);
         match self.writer.write(Write::CreateRun(row)).await? {
-            Written::Run(stored) => stored.into_record(),
+            Written::Run(None) => Ok(run.clone()),
+            Written::Run(Some(stored)) => stored.into_record(),
             Written::Done => Err(StoreError::Corrupt(format!(
                 "run {} was not read back after its insert",
                 run.run_id

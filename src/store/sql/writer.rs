@@ -1,21 +1,22 @@
-//! Group commit: every write of the engine in this process goes through one task that commits
-//! whatever is waiting in one transaction.
+//! Group commit: every write of the engine in this process goes through a writer task that
+//! commits whatever is waiting in one transaction.
 //!
-//! A run writes about eight times (created, input, counted before each call, attempt, answer,
+//! A run writes about seven times (created, input, counted before each call, attempt, answer,
 //! finished), and each write is awaited before the run goes on, so it is durable when the caller
-//! continues. Committed one by one, those writes cost a transaction each: on SQLite a write lock
-//! taken and released (and shared with the other worker processes on the same file), on
-//! PostgreSQL a WAL flush. Here a caller's write joins the next batch instead: the writer takes
-//! everything queued while the previous batch committed, applies it in one transaction and answers
-//! every caller once it is committed. Under load batches grow by themselves; a lone write commits
-//! at once, as before.
+//! continues. Committed one by one, those writes cost a transaction each: on SQLite the file's
+//! write lock taken and released (shared with the other worker processes on the same file), on
+//! PostgreSQL a WAL flush. Here a caller's write joins the next batch instead: a writer takes
+//! everything queued while the previous batch committed, applies it in one transaction, one
+//! multi-row statement per kind of write, and answers every caller once it is committed. Under
+//! load batches grow by themselves; a lone write commits at once, as before.
 //!
 //! A batch that fails is rolled back and its writes are retried one transaction each, so one
 //! write that cannot be applied fails only its own caller.
 
-use super::{Db, RunRow, WriteTx, db_error};
+use super::{Db, FileLock, RunRow, WriteTx, db_error};
 use crate::store::StoreError;
-use sqlx::Row;
+use sqlx::{AssertSqlSafe, Row};
+use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
 
 /// The most writes one transaction carries: bounds the time the SQLite write lock is held.
@@ -25,7 +26,7 @@ const QUEUE: usize = 4096;
 
 /// One write, with every value already converted to what the columns hold.
 pub(super) enum Write {
-    /// Insert the run unless it exists, and its conversation; answers with the stored run.
+    /// Insert the run and its conversation unless the run exists; answers with the stored run.
     CreateRun(Box<RunRow>),
     /// Upsert the run; `approval` is (tool call id, tool call JSON) when it awaits one.
     SaveRun {
@@ -69,10 +70,11 @@ pub(super) struct AttemptRow {
     pub t_ms: i64,
 }
 
-/// What a committed write answers: the stored run for [`Write::CreateRun`], nothing otherwise.
+/// What a committed write answers: for [`Write::CreateRun`], the run stored before, or `None`
+/// when this write inserted it; nothing otherwise.
 pub(super) enum Written {
     Done,
-    Run(Box<RunRow>),
+    Run(Option<Box<RunRow>>),
 }
 
 struct Queued {
@@ -87,10 +89,11 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// Start the writer task on `db`. It ends when the last handle is dropped.
-    pub fn spawn(db: Db) -> Writer {
+    /// Start the writer task on `db`; with `turns`, each batch holds that lock while it commits
+    /// (a SQLite file shared by processes). The task ends when the last handle is dropped.
+    pub fn spawn(db: Db, turns: Option<FileLock>) -> Writer {
         let (queue, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(db, rx));
+        tokio::spawn(run(db, turns, rx));
         Writer { queue }
     }
 
@@ -106,114 +109,313 @@ impl Writer {
     }
 }
 
-async fn run(db: Db, mut rx: mpsc::Receiver<Queued>) {
+async fn run(db: Db, turns: Option<FileLock>, mut rx: mpsc::Receiver<Queued>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let writes: Vec<&Write> = batch.iter().map(|q| &q.write).collect();
-        match commit(&db, &writes).await {
-            Ok(answers) => {
-                for (queued, answer) in batch.drain(..).zip(answers) {
-                    let _ = queued.reply.send(Ok(answer));
-                }
-            }
+        let held = match &turns {
+            Some(turns) => turns.lock().await.map(Some),
+            None => Ok(None),
+        };
+        match held {
+            Ok(_held) => commit_batch(&db, &mut batch).await,
             Err(e) => {
-                if batch.len() > 1 {
-                    tracing::warn!(writes = batch.len(), error = %e, "a batch of store writes failed; retrying them one by one");
-                }
+                let message = e.to_string();
                 for queued in batch.drain(..) {
-                    let answer = commit(&db, &[&queued.write]).await;
-                    let _ = queued.reply.send(answer.map(|mut a| a.remove(0)));
+                    let failed = StoreError::Unavailable(message.clone());
+                    let _ = queued.reply.send(Err(failed));
                 }
             }
         }
     }
 }
 
-const CREATE_RUN: &str = concat!(insert_run!(), " ON CONFLICT (run_id) DO NOTHING");
-const ENSURE_CONVERSATION: &str = "INSERT INTO conversations (id, user_id, next_seq, created_ms, updated_ms) \
-     VALUES ($1, $2, 0, $3, $3) ON CONFLICT (id) DO NOTHING";
+/// Commit `batch` in one transaction, or each write alone when that fails, and answer every
+/// caller.
+async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
+    let writes: Vec<&Write> = batch.iter().map(|q| &q.write).collect();
+    let started = std::time::Instant::now();
+    let committed = commit(db, &writes).await;
+    tracing::trace!(
+        writes = writes.len(),
+        micros = started.elapsed().as_micros() as u64,
+        ok = committed.is_ok(),
+        "store batch"
+    );
+    match committed {
+        Ok(answers) => {
+            for (queued, answer) in batch.drain(..).zip(answers) {
+                let _ = queued.reply.send(Ok(answer));
+            }
+        }
+        Err(e) => {
+            if batch.len() > 1 {
+                tracing::warn!(writes = batch.len(), error = %e, "a batch of store writes failed; retrying them one by one");
+            }
+            for queued in batch.drain(..) {
+                let answer = commit(db, &[&queued.write]).await;
+                let _ = queued.reply.send(answer.map(|mut a| a.remove(0)));
+            }
+        }
+    }
+}
+
+/// Columns of `runs` in a row of values, and of the other tables' multi-row inserts.
+const RUN_COLUMNS: usize = 28;
+const ENSURE_COLUMNS: usize = 5;
+const RESERVE_COLUMNS: usize = 4;
+const MESSAGE_COLUMNS: usize = 10;
+const ATTEMPT_COLUMNS: usize = 12;
+
+const INSERT_RUNS: &str = concat!("INSERT INTO runs (", run_columns!(), ") VALUES ");
+const CREATE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO NOTHING RETURNING run_id";
+const SAVE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, \
+     code = excluded.code, calls = excluded.calls, step1_attempts = excluded.step1_attempts, \
+     retried = excluded.retried, steps = excluded.steps, route_index = excluded.route_index, \
+     input_applied = excluded.input_applied, ambiguous_stop = excluded.ambiguous_stop, \
+     emitted = excluded.emitted, snoozes = excluded.snoozes, output = excluded.output, \
+     incomplete = excluded.incomplete, prompt_tokens = excluded.prompt_tokens, \
+     completion_tokens = excluded.completion_tokens, total_tokens = excluded.total_tokens, \
+     pending_tool_call = excluded.pending_tool_call, summary = excluded.summary, \
+     updated_ms = excluded.updated_ms";
+const ENSURE_CONVERSATIONS: &str =
+    "INSERT INTO conversations (id, user_id, created_ms, updated_ms, next_seq) VALUES ";
+const ENSURE_CONVERSATIONS_TAIL: &str = " ON CONFLICT (id) DO NOTHING";
+/// Reserves positions for a batch's appends, a row per conversation. Taking the
+/// conversation's row (creating it when an append comes first) orders concurrent appenders on
+/// PostgreSQL. A duplicate append leaves a gap in the positions, which only order the messages.
+const RESERVE_SEQS: &str =
+    "INSERT INTO conversations (id, next_seq, created_ms, updated_ms) VALUES ";
+const RESERVE_SEQS_TAIL: &str = " ON CONFLICT (id) DO UPDATE \
+     SET next_seq = conversations.next_seq + excluded.next_seq, updated_ms = excluded.updated_ms \
+     RETURNING id, next_seq";
+const INSERT_MESSAGES: &str = "INSERT INTO messages \
+     (id, conversation_id, seq, run_id, msg_key, role, content, tool_calls, tool_call_id, created_ms) VALUES ";
+const INSERT_MESSAGES_TAIL: &str = " ON CONFLICT (run_id, msg_key) DO NOTHING";
+const INSERT_ATTEMPTS: &str = "INSERT INTO attempts (run_id, n, step, route, http_status, error, \
+     verdict, retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms) VALUES ";
+const INSERT_ATTEMPTS_TAIL: &str = " ON CONFLICT (run_id, n) DO NOTHING";
 const RECORD_APPROVAL: &str = "INSERT INTO approvals (run_id, tool_call_id, tool_call, created_ms) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, tool_call_id) DO NOTHING";
-/// Takes the conversation's row (creating it when an append comes first), which orders
-/// concurrent appenders on PostgreSQL, and hands out the next position. A duplicate append
-/// leaves a gap in the positions, which only order the messages.
-const NEXT_SEQ: &str = "INSERT INTO conversations (id, next_seq, created_ms, updated_ms) \
-     VALUES ($1, 1, $2, $2) ON CONFLICT (id) DO UPDATE \
-     SET next_seq = conversations.next_seq + 1, updated_ms = excluded.updated_ms RETURNING next_seq";
-const INSERT_MESSAGE: &str = "INSERT INTO messages \
-     (id, conversation_id, seq, run_id, msg_key, role, content, tool_calls, tool_call_id, created_ms) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (run_id, msg_key) DO NOTHING";
 const DELETE_LAST_TURN: &str = "UPDATE messages SET deleted_ms = $2 \
      WHERE conversation_id = $1 AND deleted_ms IS NULL AND seq > COALESCE((\
          SELECT MAX(seq) FROM messages \
          WHERE conversation_id = $1 AND deleted_ms IS NULL AND role = 'user'), 0)";
-const RECORD_ATTEMPT: &str = "INSERT INTO attempts (run_id, n, step, route, http_status, error, verdict, \
-     retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (run_id, n) DO NOTHING";
 
-/// [`commit`] for one driver: the same statements, typed for `$pool`'s database.
-macro_rules! apply_all {
-    ($pool:expr, $writes:expr) => {{
-        let mut tx = $pool.write_tx().await?;
-        let mut answers = Vec::with_capacity($writes.len());
-        for write in $writes {
-            answers.push(apply_one!(&mut *tx, write));
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(answers)
-    }};
+/// How a driver numbers parameters in the statements built here.
+#[derive(Clone, Copy)]
+enum Params {
+    /// `$1, $2, …`: PostgreSQL.
+    Numbered,
+    /// `?, ?, …` in order: SQLite, where sqlx looks a numbered parameter up by name, a scan of
+    /// every name per parameter, quadratic in a statement of thousands.
+    Anonymous,
 }
 
-/// One [`Write`] on an open transaction; evaluates to its [`Written`].
-macro_rules! apply_one {
-    ($conn:expr, $write:expr) => {
-        match $write {
-            Write::CreateRun(row) => {
-                bind_run!(sqlx::query(CREATE_RUN), row)
-                    .execute($conn)
-                    .await
-                    .map_err(db_error)?;
-                sqlx::query(ENSURE_CONVERSATION)
+/// `INSERT … VALUES ` + `rows` groups of `columns` parameters + the conflict clause.
+fn multi_row(head: &str, rows: usize, columns: usize, tail: &str, params: Params) -> String {
+    let mut sql = String::with_capacity(head.len() + tail.len() + rows * columns * 7);
+    sql.push_str(head);
+    for row in 0..rows {
+        sql.push_str(if row == 0 { "(" } else { ", (" });
+        for col in 0..columns {
+            if col > 0 {
+                sql.push_str(", ");
+            }
+            match params {
+                Params::Numbered => {
+                    sql.push('$');
+                    sql.push_str(&(row * columns + col + 1).to_string());
+                }
+                Params::Anonymous => sql.push('?'),
+            }
+        }
+        sql.push(')');
+    }
+    sql.push_str(tail);
+    sql
+}
+
+/// A batch's writes by kind, in queue order within each kind. The writes of one batch come
+/// from callers each awaiting their own, so no two depend on each other and any order of kinds
+/// is a valid order of commits.
+#[derive(Default)]
+struct ByKind<'a> {
+    creates: Vec<&'a RunRow>,
+    saves: Vec<&'a RunRow>,
+    approvals: Vec<(&'a RunRow, &'a str, &'a str)>,
+    appends: Vec<&'a MessageRow>,
+    attempts: Vec<&'a AttemptRow>,
+    deletes: Vec<(&'a str, i64)>,
+}
+
+impl<'a> ByKind<'a> {
+    fn of(writes: &[&'a Write]) -> ByKind<'a> {
+        let mut k = ByKind::default();
+        for write in writes {
+            match write {
+                Write::CreateRun(row) => k.creates.push(row),
+                Write::SaveRun { row, approval } => {
+                    // A run saved twice in one batch keeps its later save, as if both were applied
+                    // in order (PostgreSQL refuses an upsert that touches one row twice).
+                    match k.saves.iter_mut().find(|r| r.run_id == row.run_id) {
+                        Some(earlier) => *earlier = row,
+                        None => k.saves.push(row),
+                    }
+                    if let Some((call_id, call)) = approval {
+                        k.approvals.push((row, call_id, call));
+                    }
+                }
+                Write::Append(m) => k.appends.push(m),
+                Write::Attempt(a) => k.attempts.push(a),
+                Write::DeleteLastTurn {
+                    conversation_id,
+                    now,
+                } => k.deletes.push((conversation_id, *now)),
+            }
+        }
+        k
+    }
+
+    /// The conversations the appends go to, each once, with how many messages it gets and the
+    /// time of the latest; sorted, so that batches of several processes lock conversations in one
+    /// order.
+    fn append_counts(&self) -> Vec<(&'a str, i64, i64)> {
+        let mut counts: Vec<(&str, i64, i64)> = Vec::new();
+        for m in &self.appends {
+            match counts.iter_mut().find(|(c, _, _)| *c == m.conversation_id) {
+                Some((_, n, now)) => {
+                    *n += 1;
+                    *now = (*now).max(m.now);
+                }
+                None => counts.push((&m.conversation_id, 1, m.now)),
+            }
+        }
+        counts.sort_unstable();
+        counts
+    }
+}
+
+/// Each append's position, from the last position reserved per conversation: a conversation that
+/// got `n` appends in the batch hands out `last - n + 1 ..= last`, in queue order.
+fn positions(
+    appends: &[&MessageRow],
+    last: &HashMap<String, i64>,
+    counts: &[(&str, i64, i64)],
+) -> Result<Vec<i64>, StoreError> {
+    let mut next = HashMap::new();
+    for (conversation, n, _) in counts {
+        let Some(last) = last.get(*conversation) else {
+            return Err(StoreError::Corrupt(format!(
+                "conversation {conversation:?} got no position for its messages"
+            )));
+        };
+        next.insert(*conversation, last - n + 1);
+    }
+    appends
+        .iter()
+        .map(|m| {
+            let seq = next.get_mut(m.conversation_id.as_str()).ok_or_else(|| {
+                StoreError::Corrupt(format!("no position for {:?}", m.conversation_id))
+            })?;
+            *seq += 1;
+            Ok(*seq - 1)
+        })
+        .collect()
+}
+
+/// [`commit`] for one driver: the same statements, typed for `$pool`'s database. Each kind is
+/// one multi-row statement; a create whose run existed reads it back.
+macro_rules! apply_all {
+    ($pool:expr, $writes:expr, $params:expr) => {{
+        let k = ByKind::of($writes);
+        let mut tx = $pool.write_tx().await?;
+        let mut inserted: Vec<String> = Vec::new();
+        if !k.creates.is_empty() {
+            let sql = multi_row(
+                INSERT_RUNS,
+                k.creates.len(),
+                RUN_COLUMNS,
+                CREATE_RUNS_TAIL,
+                $params,
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for row in &k.creates {
+                q = bind_run!(q, row);
+            }
+            for r in q.fetch_all(&mut *tx).await.map_err(db_error)? {
+                inserted.push(r.try_get("run_id").map_err(db_error)?);
+            }
+            let sql = multi_row(
+                ENSURE_CONVERSATIONS,
+                k.creates.len(),
+                ENSURE_COLUMNS,
+                ENSURE_CONVERSATIONS_TAIL,
+                $params,
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for row in &k.creates {
+                q = q
                     .bind(&row.conversation_id)
                     .bind(&row.user_id)
                     .bind(row.created_ms)
-                    .execute($conn)
-                    .await
-                    .map_err(db_error)?;
-                let stored = sqlx::query(super::SELECT_RUN)
-                    .bind(&row.run_id)
-                    .fetch_one($conn)
-                    .await
-                    .map_err(db_error)?;
-                Written::Run(Box::new(RunRow::read(&stored)?))
+                    .bind(row.created_ms)
+                    .bind(0_i64);
             }
-            Write::SaveRun { row, approval } => {
-                bind_run!(sqlx::query(super::SAVE_RUN), row)
-                    .execute($conn)
-                    .await
-                    .map_err(db_error)?;
-                if let Some((call_id, call)) = approval {
-                    sqlx::query(RECORD_APPROVAL)
-                        .bind(&row.run_id)
-                        .bind(call_id)
-                        .bind(call)
-                        .bind(row.updated_ms)
-                        .execute($conn)
-                        .await
-                        .map_err(db_error)?;
-                }
-                Written::Done
+            q.execute(&mut *tx).await.map_err(db_error)?;
+        }
+        if !k.saves.is_empty() {
+            let sql = multi_row(
+                INSERT_RUNS,
+                k.saves.len(),
+                RUN_COLUMNS,
+                SAVE_RUNS_TAIL,
+                $params,
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for row in &k.saves {
+                q = bind_run!(q, row);
             }
-            Write::Append(m) => {
-                let seq: i64 = sqlx::query(NEXT_SEQ)
-                    .bind(&m.conversation_id)
-                    .bind(m.now)
-                    .fetch_one($conn)
-                    .await
-                    .map_err(db_error)?
-                    .try_get("next_seq")
-                    .map_err(db_error)?;
-                sqlx::query(INSERT_MESSAGE)
+            q.execute(&mut *tx).await.map_err(db_error)?;
+        }
+        for (row, call_id, call) in &k.approvals {
+            sqlx::query(RECORD_APPROVAL)
+                .bind(&row.run_id)
+                .bind(call_id)
+                .bind(call)
+                .bind(row.updated_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        if !k.appends.is_empty() {
+            let counts = k.append_counts();
+            let sql = multi_row(
+                RESERVE_SEQS,
+                counts.len(),
+                RESERVE_COLUMNS,
+                RESERVE_SEQS_TAIL,
+                $params,
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (conversation, n, now) in &counts {
+                q = q.bind(*conversation).bind(*n).bind(*now).bind(*now);
+            }
+            let mut last = HashMap::new();
+            for r in q.fetch_all(&mut *tx).await.map_err(db_error)? {
+                let id: String = r.try_get("id").map_err(db_error)?;
+                last.insert(id, r.try_get::<i64, _>("next_seq").map_err(db_error)?);
+            }
+            let seqs = positions(&k.appends, &last, &counts)?;
+            let sql = multi_row(
+                INSERT_MESSAGES,
+                k.appends.len(),
+                MESSAGE_COLUMNS,
+                INSERT_MESSAGES_TAIL,
+                $params,
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (m, seq) in k.appends.iter().zip(seqs) {
+                q = q
                     .bind(&m.id)
                     .bind(&m.conversation_id)
                     .bind(seq)
@@ -223,14 +425,21 @@ macro_rules! apply_one {
                     .bind(&m.content)
                     .bind(&m.tool_calls)
                     .bind(&m.tool_call_id)
-                    .bind(m.now)
-                    .execute($conn)
-                    .await
-                    .map_err(db_error)?;
-                Written::Done
+                    .bind(m.now);
             }
-            Write::Attempt(a) => {
-                sqlx::query(RECORD_ATTEMPT)
+            q.execute(&mut *tx).await.map_err(db_error)?;
+        }
+        if !k.attempts.is_empty() {
+            let sql = multi_row(
+                INSERT_ATTEMPTS,
+                k.attempts.len(),
+                ATTEMPT_COLUMNS,
+                INSERT_ATTEMPTS_TAIL,
+                $params,
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for a in &k.attempts {
+                q = q
                     .bind(&a.run_id)
                     .bind(a.n)
                     .bind(a.step)
@@ -242,32 +451,49 @@ macro_rules! apply_one {
                     .bind(a.ratelimit_remaining)
                     .bind(&a.provider_name)
                     .bind(a.latency_ms)
-                    .bind(a.t_ms)
-                    .execute($conn)
-                    .await
-                    .map_err(db_error)?;
-                Written::Done
+                    .bind(a.t_ms);
             }
-            Write::DeleteLastTurn {
-                conversation_id,
-                now,
-            } => {
-                sqlx::query(DELETE_LAST_TURN)
-                    .bind(conversation_id)
-                    .bind(now)
-                    .execute($conn)
-                    .await
-                    .map_err(db_error)?;
-                Written::Done
-            }
+            q.execute(&mut *tx).await.map_err(db_error)?;
         }
-    };
+        for (conversation, now) in &k.deletes {
+            sqlx::query(DELETE_LAST_TURN)
+                .bind(*conversation)
+                .bind(*now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        let mut answers = Vec::with_capacity($writes.len());
+        for write in $writes {
+            let answer = match write {
+                Write::CreateRun(row) => match inserted.iter().position(|id| *id == row.run_id) {
+                    // A run created twice in one batch: the first write inserted it.
+                    Some(i) => {
+                        inserted.swap_remove(i);
+                        Written::Run(None)
+                    }
+                    None => {
+                        let stored = sqlx::query(super::SELECT_RUN)
+                            .bind(&row.run_id)
+                            .fetch_one(&mut *tx)
+                            .await
+                            .map_err(db_error)?;
+                        Written::Run(Some(Box::new(RunRow::read(&stored)?)))
+                    }
+                },
+                _ => Written::Done,
+            };
+            answers.push(answer);
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(answers)
+    }};
 }
 
-/// Apply `writes` in order in one transaction and commit it.
+/// Apply `writes` in one transaction and commit it.
 async fn commit(db: &Db, writes: &[&Write]) -> Result<Vec<Written>, StoreError> {
     match db {
-        Db::Sqlite(pool) => apply_all!(pool, writes),
-        Db::Postgres(pool) => apply_all!(pool, writes),
+        Db::Sqlite(pool) => apply_all!(pool, writes, Params::Anonymous),
+        Db::Postgres(pool) => apply_all!(pool, writes, Params::Numbered),
     }
 }

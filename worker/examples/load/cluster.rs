@@ -1,10 +1,12 @@
-//! What a scenario runs on: the simulator on a thread of its own, a fresh namespace and SQLite
-//! store, worker processes, and the cleanup that leaves Redis and the temp folder as they were.
+//! What a scenario runs on: the simulator on a thread of its own, a fresh namespace and store
+//! (a SQLite file, or a PostgreSQL database with `--postgres`), worker processes, and the cleanup
+//! that leaves Redis, PostgreSQL and the temp folder as they were.
 
-use crate::BoxError;
+use crate::{Args, BoxError};
 use freeway::store::SqlStore;
 use producer::Queue;
 use redis::aio::ConnectionManager;
+use sqlx::Connection;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -90,6 +92,8 @@ pub struct Cluster {
     ns: String,
     dir: PathBuf,
     db_url: String,
+    /// With `--postgres`: the admin URL and the database made for this scenario.
+    pg_database: Option<(String, String)>,
     redis_url: String,
     pub conn: ConnectionManager,
     pub queue: Queue,
@@ -100,14 +104,14 @@ pub struct Cluster {
 /// Run `scenario` on a fresh cluster beside `sim`, then clean both up whatever happened.
 pub async fn with_cluster<T>(
     sim: Sim,
-    redis_url: &str,
+    args: &Args,
     name: &str,
     scenario: impl AsyncFnOnce(&Sim, &mut Cluster) -> Result<T, BoxError>,
 ) -> Result<T, BoxError> {
-    let result = match Cluster::start(redis_url, name).await {
+    let result = match Cluster::start(&args.redis_url, name, args.postgres.as_deref()).await {
         Ok(mut cluster) => {
             let result = scenario(&sim, &mut cluster).await;
-            cluster.close(result.is_err()).await;
+            cluster.close(args.keep || result.is_err()).await;
             result
         }
         Err(e) => Err(e),
@@ -117,12 +121,26 @@ pub async fn with_cluster<T>(
 }
 
 impl Cluster {
-    pub async fn start(redis_url: &str, scenario: &str) -> Result<Cluster, BoxError> {
+    pub async fn start(
+        redis_url: &str,
+        scenario: &str,
+        postgres: Option<&str>,
+    ) -> Result<Cluster, BoxError> {
         let ns = fresh_namespace(scenario);
         let dir = std::env::temp_dir().join(&ns);
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let db_url = format!("sqlite://{}", dir.join("freeway.db").display());
+        let (db_url, pg_database) = match postgres {
+            Some(admin) => {
+                let name = ns.replace('-', "_");
+                pg_admin(admin, &format!("CREATE DATABASE {name}")).await?;
+                (database_url(admin, &name)?, Some((admin.to_string(), name)))
+            }
+            None => (
+                format!("sqlite://{}", dir.join("freeway.db").display()),
+                None,
+            ),
+        };
         // Opened here first so the migrations are done before any worker starts.
         let store = SqlStore::open(&db_url).await?;
         let conn = freeway::connect::redis(redis_url).await?;
@@ -131,6 +149,7 @@ impl Cluster {
             ns,
             dir,
             db_url,
+            pg_database,
             redis_url: redis_url.to_string(),
             conn,
             queue,
@@ -203,6 +222,12 @@ impl Cluster {
         }
         self.workers.clear();
         self.store.close().await;
+        if let Some((admin, name)) = &self.pg_database {
+            let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+            if let Err(e) = pg_admin(admin, &drop).await {
+                eprintln!("load: could not drop the database {name}: {e}");
+            }
+        }
         if let Err(e) = delete_namespace(&mut self.conn, &self.ns).await {
             eprintln!("load: could not delete the keys of {}: {e}", self.ns);
         }
@@ -225,6 +250,35 @@ impl Drop for Cluster {
             let _ = w.wait();
         }
     }
+}
+
+/// Run one statement on the PostgreSQL server of `admin` (a database URL the user may create
+/// databases with).
+async fn pg_admin(admin: &str, statement: &str) -> Result<(), BoxError> {
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .map_err(|e| format!("cannot reach --postgres: {e}"))?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string()))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| format!("{statement}: {e}"))?;
+    Ok(())
+}
+
+/// `admin` with its database replaced by `name`.
+fn database_url(admin: &str, name: &str) -> Result<String, BoxError> {
+    let (base, query) = admin.split_once('?').unwrap_or((admin, ""));
+    let server = base
+        .strip_prefix("postgres://")
+        .or_else(|| base.strip_prefix("postgresql://"))
+        .ok_or("--postgres must be a postgres:// URL")?;
+    let server = server.split_once('/').map_or(server, |(server, _)| server);
+    let query = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{query}")
+    };
+    Ok(format!("postgres://{server}/{name}{query}"))
 }
 
 pub fn fresh_namespace(scenario: &str) -> String {

@@ -77,6 +77,14 @@ pub struct Args {
     /// Give up waiting for a phase after this many seconds.
     #[arg(long, default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_s: u64,
+    /// Use a PostgreSQL store instead of a SQLite file: a fresh database on this server for each
+    /// scenario (the URL's user must be allowed to create databases), dropped at the end.
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
+    /// Keep each scenario's temp folder (the workers' logs and the store) and say where it is;
+    /// with `RUST_LOG=warn,freeway::store=trace` the logs show every batch the store commits.
+    #[arg(long)]
+    pub keep: bool,
     /// The Redis to use; each scenario works in a fresh namespace and deletes it at the end.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,

@@ -30,7 +30,7 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
         latency_ms: 0,
         ..Default::default()
     })?;
-    with_cluster(sim, &args.redis_url, "quota", async |sim, cluster| {
+    with_cluster(sim, args, "quota", async |sim, cluster| {
         scenario(args, worker, sim, cluster).await
     })
     .await

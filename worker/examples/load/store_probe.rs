@@ -3,7 +3,7 @@
 //! the figure to hold the pipeline's rate against.
 //!
 //! The sequence copies what the engine does today (src/engine/mod.rs `execute`, `start`,
-//! `steps`, `take_completion`, `finish`; src/engine/attempt.rs): 9 write transactions and one
+//! `steps`, `take_completion`, `finish`; src/engine/attempt.rs): 7 writes and one
 //! transcript read. It must follow the engine when the engine changes.
 
 use crate::BoxError;
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 /// Enough runs for a steady rate, few enough to keep the probe to a few seconds.
 const MAX_RUNS: u64 = 2_000;
-const WRITES_PER_RUN: u64 = 9;
+const WRITES_PER_RUN: u64 = 7;
 
 pub async fn run(runs: u64, concurrency: u16) -> Result<(), BoxError> {
     let dir = std::env::temp_dir().join(fresh_namespace("store"));
@@ -54,7 +54,7 @@ async fn probe(dir: &std::path::Path, runs: u64, concurrency: u16) -> Result<(),
     let elapsed = started.elapsed().as_secs_f64();
     store.close().await;
     println!(
-        "  store alone      {runs} runs' store calls ({WRITES_PER_RUN} write transactions + 1 read \
+        "  store alone      {runs} runs' store calls ({WRITES_PER_RUN} writes + 1 read \
          each, {concurrency} at once, one process, no Redis or HTTP) in {elapsed:.2} s = {} runs/s \
          = {} writes/s",
         thousands(runs as f64 / elapsed),
@@ -83,14 +83,12 @@ async fn one_run(store: &SqlStore) -> Result<(), freeway::store::StoreError> {
     );
     let conv = job.conversation_id.clone();
     let mut rec = store.create_run(&RunRecord::queued(&job, now())).await?;
-    rec.status = RunStatus::Running;
-    store.save_run(&rec).await?;
     let input = Message::user("Say something about load testing, please.");
     store
         .append_message(&conv, &rec.run_id, "input", &input)
         .await?;
     rec.state.input_applied = true;
-    store.save_run(&rec).await?;
+    rec.status = RunStatus::Running;
     store.transcript(&conv).await?;
     rec.state.counters.calls = 1;
     rec.state.counters.step1_attempts = 1;

@@ -32,7 +32,7 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
         latency_ms: 0,
         ..Default::default()
     })?;
-    let pipeline = with_cluster(sim, &args.redis_url, "tp", async |sim, cluster| {
+    let pipeline = with_cluster(sim, args, "tp", async |sim, cluster| {
         pipeline(args, worker, sim, cluster).await
     })
     .await?;
@@ -58,8 +58,14 @@ async fn pipeline(
     let n = args.runs;
     println!(
         "throughput: {n} chat runs on {PAID} (sim latency 0 ms), {} worker processes × \
-         concurrency {}, SQLite store",
-        args.replicas, args.concurrency
+         concurrency {}, {} store",
+        args.replicas,
+        args.concurrency,
+        if args.postgres.is_some() {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        }
     );
     let now = freeway::clock::epoch_ms();
     let jobs: Vec<RunJob> = (0..n).map(|i| RunJob::new(request(i), now)).collect();
