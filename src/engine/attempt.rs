@@ -10,6 +10,7 @@ use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::provider::{CallError, ChatRequest, Completion};
 use crate::run::AttemptRecord;
+use crate::store::Attached;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -142,8 +143,7 @@ impl Engine {
                 Err(failure)
             }
         };
-        self.store.record_attempt(&record).await?;
-        self.save(run).await?;
+        self.save_with(run, &[Attached::Attempt(&record)]).await?;
         log_attempt(&record);
         let outcome_label = record.verdict.map_or(crate::metrics::OK, Verdict::as_str);
         self.rests

@@ -23,7 +23,7 @@ use crate::provider::{ChatProvider, Completion};
 use crate::rest::{Closure, RestError, RestKind, Rests};
 use crate::route::Route;
 use crate::run::{Code, RunRecord, RunStatus};
-use crate::store::{Store, StoreError};
+use crate::store::{Attached, Store, StoreError};
 use crate::tools::{ToolContext, ToolRunner};
 use std::sync::Arc;
 
@@ -429,6 +429,16 @@ impl Engine {
         let text = (!c.text.is_empty()).then(|| c.text.clone());
         let message = Message::assistant(text, c.tool_calls.clone());
         let key = format!("step-{}", state.counters.steps);
+        if c.tool_calls.is_empty() && !run.budget.summary {
+            // The answer lands with the run's final save.
+            run.rec.output = c.text;
+            let answer = Attached::Message {
+                key: &key,
+                message: &message,
+            };
+            let finished = self.finish_with(run, RunStatus::Succeeded, None, Some(answer));
+            return Ok(Some(finished.await?));
+        }
         self.store
             .append_message(&run.job.conversation_id, &run.rec.run_id, &key, &message)
             .await?;
@@ -549,19 +559,32 @@ impl Engine {
         status: RunStatus,
         code: Option<Code>,
     ) -> Result<Outcome, EngineError> {
+        self.finish_with(run, status, code, None).await
+    }
+
+    /// [`Engine::finish`], saving `answer` with the run's final state.
+    async fn finish_with(
+        &self,
+        run: &mut Run<'_>,
+        status: RunStatus,
+        code: Option<Code>,
+        answer: Option<Attached<'_>>,
+    ) -> Result<Outcome, EngineError> {
         run.rec.status = status;
         run.rec.code = code;
-        if let Some(text) = run.partial.take() {
-            let message = Message::assistant(Some(text), vec![]);
-            let (conv, run_id) = (&run.job.conversation_id, &run.rec.run_id);
-            self.store
-                .append_message(conv, run_id, "partial", &message)
-                .await?;
-        }
+        let partial = run
+            .partial
+            .take()
+            .map(|text| Message::assistant(Some(text), vec![]));
+        let partial = partial.as_ref().map(|message| Attached::Message {
+            key: "partial",
+            message,
+        });
         if status == RunStatus::Failed && !run.rec.output.is_empty() {
             run.rec.incomplete = true;
         }
-        self.save(run).await?;
+        let attached: Vec<Attached<'_>> = answer.into_iter().chain(partial).collect();
+        self.save_with(run, &attached).await?;
         let event = Event::Finished {
             status: status.as_str().to_string(),
             code: code.map(|c| c.as_str().to_string()),
@@ -572,8 +595,17 @@ impl Engine {
     }
 
     pub(crate) async fn save(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
+        self.save_with(run, &[]).await
+    }
+
+    /// Save the run with the writes `attached` to this moment, all or none.
+    pub(crate) async fn save_with(
+        &self,
+        run: &mut Run<'_>,
+        attached: &[Attached<'_>],
+    ) -> Result<(), EngineError> {
         run.rec.updated_ms = self.clock.now_ms();
-        Ok(self.store.save_run(&run.rec).await?)
+        Ok(self.store.save_run_with(&run.rec, attached).await?)
     }
 
     pub(crate) async fn publish(&self, run: &mut Run<'_>, event: Event) -> Result<(), EngineError> {

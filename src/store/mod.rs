@@ -58,6 +58,19 @@ pub enum StoreError {
     Undecryptable(String),
 }
 
+/// A write that belongs to the moment a run is saved (the attempt just made, the answer just
+/// received), for [`Store::save_run_with`].
+#[derive(Debug, Clone, Copy)]
+pub enum Attached<'a> {
+    Attempt(&'a AttemptRecord),
+    /// A message of the run, appended to its conversation under `key` as by
+    /// [`Store::append_message`].
+    Message {
+        key: &'a str,
+        message: &'a Message,
+    },
+}
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Insert the run when it is not there yet; returns the stored record either way, so a
@@ -67,6 +80,26 @@ pub trait Store: Send + Sync {
     /// Overwrite the run's status, state and output. Called before every provider call, so the
     /// attempt is counted before it is made.
     async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError>;
+    /// [`Store::save_run`] with the writes `attached` to it. The SQL store commits them in one
+    /// transaction, so a crash keeps all or none; this default writes them one by one, the run
+    /// last.
+    async fn save_run_with(
+        &self,
+        run: &RunRecord,
+        attached: &[Attached<'_>],
+    ) -> Result<(), StoreError> {
+        for a in attached {
+            match a {
+                Attached::Attempt(attempt) => self.record_attempt(attempt).await?,
+                Attached::Message { key, message } => {
+                    let conversation = &run.conversation_id;
+                    self.append_message(conversation, &run.run_id, key, message)
+                        .await?
+                }
+            }
+        }
+        self.save_run(run).await
+    }
     /// The conversation's messages, in order.
     async fn transcript(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError>;
     /// Append one message of `run_id` to the conversation. `key` names the message within its

@@ -11,7 +11,7 @@
 
 use super::file_lock::FileLock;
 use super::migrations::{migrate_error, migrator};
-use super::{RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
+use super::{Attached, RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
 use crate::budget::Counters;
 use crate::chat::{Message, ToolCall, Usage};
 use crate::run::{AttemptRecord, RunRecord, RunState, RunStatus};
@@ -32,6 +32,10 @@ const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long to wait for a connection, including the first one: an unreachable database fails
 /// after this.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pages are read through a mapping of the file rather than copied in by a system call each: with
+/// several worker processes writing one file, a connection finds its page cache stale at nearly
+/// every transaction and reads again what it touches.
+const SQLITE_MMAP_BYTES: u64 = 1 << 30;
 /// SQLite serializes writers, so a few connections serve the concurrent readers.
 const SQLITE_CONNECTIONS: u32 = 4;
 const PG_CONNECTIONS: u32 = 8;
@@ -161,6 +165,7 @@ async fn open_sqlite(url: &str, shown: &str) -> Result<(Db, Option<FileLock>), S
         .create_if_missing(true)
         .busy_timeout(SQLITE_BUSY_TIMEOUT)
         .synchronous(SqliteSynchronous::Normal)
+        .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string())
         .disable_statement_logging();
     let unreachable = |e: sqlx::Error| {
         StoreError::Unavailable(format!("cannot open {shown}: {}", one_line(&e.to_string())))
@@ -592,6 +597,48 @@ fn attempt_from(row: &impl Columns) -> Result<AttemptRecord, StoreError> {
     })
 }
 
+fn message_row(
+    conversation_id: &str,
+    run_id: &str,
+    key: &str,
+    message: &Message,
+) -> Result<MessageRow, StoreError> {
+    Ok(MessageRow {
+        id: ulid::Ulid::generate().to_string(),
+        conversation_id: conversation_id.to_string(),
+        run_id: run_id.to_string(),
+        key: key.to_string(),
+        role: enum_text(&message.role, "role")?,
+        content: message.content.as_deref().map(clean),
+        tool_calls: match message.tool_calls.is_empty() {
+            true => None,
+            false => Some(json_text(&message.tool_calls, "tool_calls")?),
+        },
+        tool_call_id: message.tool_call_id.as_deref().map(clean),
+        now: now_ms()?,
+    })
+}
+
+fn attempt_row(a: &AttemptRecord) -> Result<AttemptRow, StoreError> {
+    Ok(AttemptRow {
+        run_id: a.run_id.clone(),
+        n: i64::from(a.n),
+        step: i64::from(a.step),
+        route: clean(&a.route),
+        http_status: a.http_status.map(i64::from),
+        error: a.error.as_deref().map(clean),
+        verdict: a.verdict.map(|v| v.as_str().to_string()),
+        retry_hint_ms: a
+            .retry_hint_ms
+            .map(|v| to_i64(v, "retry_hint_ms"))
+            .transpose()?,
+        ratelimit_remaining: a.ratelimit_remaining,
+        provider_name: a.provider_name.as_deref().map(clean),
+        latency_ms: to_i64(a.latency_ms, "latency_ms")?,
+        t_ms: to_i64(a.t_ms, "t_ms")?,
+    })
+}
+
 pub(super) fn now_ms() -> Result<i64, StoreError> {
     to_i64(crate::clock::epoch_ms(), "now")
 }
@@ -625,6 +672,14 @@ impl Store for SqlStore {
     }
 
     async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.save_run_with(run, &[]).await
+    }
+
+    async fn save_run_with(
+        &self,
+        run: &RunRecord,
+        attached: &[Attached<'_>],
+    ) -> Result<(), StoreError> {
         let row = Box::new(RunRow::from_record(run)?);
         let approval = match (&run.pending_tool_call, run.status) {
             (Some(call), RunStatus::AwaitingApproval) => {
@@ -632,7 +687,20 @@ impl Store for SqlStore {
             }
             _ => None,
         };
-        self.writer.write(Write::SaveRun { row, approval }).await?;
+        let mut writes = Vec::with_capacity(attached.len() + 1);
+        for a in attached {
+            writes.push(match a {
+                Attached::Attempt(attempt) => Write::Attempt(attempt_row(attempt)?),
+                Attached::Message { key, message } => Write::Append(message_row(
+                    &run.conversation_id,
+                    &run.run_id,
+                    key,
+                    message,
+                )?),
+            });
+        }
+        writes.push(Write::SaveRun { row, approval });
+        self.writer.write_all(writes).await?;
         Ok(())
     }
 
@@ -656,20 +724,7 @@ impl Store for SqlStore {
         key: &str,
         message: &Message,
     ) -> Result<(), StoreError> {
-        let row = MessageRow {
-            id: ulid::Ulid::generate().to_string(),
-            conversation_id: conversation_id.to_string(),
-            run_id: run_id.to_string(),
-            key: key.to_string(),
-            role: enum_text(&message.role, "role")?,
-            content: message.content.as_deref().map(clean),
-            tool_calls: match message.tool_calls.is_empty() {
-                true => None,
-                false => Some(json_text(&message.tool_calls, "tool_calls")?),
-            },
-            tool_call_id: message.tool_call_id.as_deref().map(clean),
-            now: now_ms()?,
-        };
+        let row = message_row(conversation_id, run_id, key, message)?;
         self.writer.write(Write::Append(row)).await?;
         Ok(())
     }
@@ -683,25 +738,10 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn record_attempt(&self, a: &AttemptRecord) -> Result<(), StoreError> {
-        let row = AttemptRow {
-            run_id: a.run_id.clone(),
-            n: i64::from(a.n),
-            step: i64::from(a.step),
-            route: clean(&a.route),
-            http_status: a.http_status.map(i64::from),
-            error: a.error.as_deref().map(clean),
-            verdict: a.verdict.map(|v| v.as_str().to_string()),
-            retry_hint_ms: a
-                .retry_hint_ms
-                .map(|v| to_i64(v, "retry_hint_ms"))
-                .transpose()?,
-            ratelimit_remaining: a.ratelimit_remaining,
-            provider_name: a.provider_name.as_deref().map(clean),
-            latency_ms: to_i64(a.latency_ms, "latency_ms")?,
-            t_ms: to_i64(a.t_ms, "t_ms")?,
-        };
-        self.writer.write(Write::Attempt(row)).await?;
+    async fn record_attempt(&self, attempt: &AttemptRecord) -> Result<(), StoreError> {
+        self.writer
+            .write(Write::Attempt(attempt_row(attempt)?))
+            .await?;
         Ok(())
     }
 

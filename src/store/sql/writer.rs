@@ -77,8 +77,9 @@ pub(super) enum Written {
     Run(Option<Box<RunRow>>),
 }
 
+/// One caller's writes, committed together; the answer is the first write's.
 struct Queued {
-    write: Write,
+    writes: Vec<Write>,
     reply: oneshot::Sender<Result<Written, StoreError>>,
 }
 
@@ -99,10 +100,15 @@ impl Writer {
 
     /// Apply `write` in the next batch; returns once that batch is committed.
     pub async fn write(&self, write: Write) -> Result<Written, StoreError> {
+        self.write_all(vec![write]).await
+    }
+
+    /// Apply `writes` together (all or none) in the next batch; answers for the first.
+    pub async fn write_all(&self, writes: Vec<Write>) -> Result<Written, StoreError> {
         let stopped = || StoreError::Unavailable("the store's writer has stopped".into());
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send(Queued { write, reply })
+            .send(Queued { writes, reply })
             .await
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
@@ -132,7 +138,7 @@ async fn run(db: Db, turns: Option<FileLock>, mut rx: mpsc::Receiver<Queued>) {
 /// Commit `batch` in one transaction, or each write alone when that fails, and answer every
 /// caller.
 async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
-    let writes: Vec<&Write> = batch.iter().map(|q| &q.write).collect();
+    let writes: Vec<&Write> = batch.iter().flat_map(|q| &q.writes).collect();
     let started = std::time::Instant::now();
     let committed = commit(db, &writes).await;
     tracing::trace!(
@@ -143,8 +149,11 @@ async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
     );
     match committed {
         Ok(answers) => {
-            for (queued, answer) in batch.drain(..).zip(answers) {
-                let _ = queued.reply.send(Ok(answer));
+            let mut answers = answers.into_iter();
+            for queued in batch.drain(..) {
+                let mut own = answers.by_ref().take(queued.writes.len());
+                let _ = queued.reply.send(Ok(own.next().unwrap_or(Written::Done)));
+                own.for_each(drop);
             }
         }
         Err(e) => {
@@ -152,8 +161,10 @@ async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
                 tracing::warn!(writes = batch.len(), error = %e, "a batch of store writes failed; retrying them one by one");
             }
             for queued in batch.drain(..) {
-                let answer = commit(db, &[&queued.write]).await;
-                let _ = queued.reply.send(answer.map(|mut a| a.remove(0)));
+                let writes: Vec<&Write> = queued.writes.iter().collect();
+                let answer = commit(db, &writes).await;
+                let first = answer.map(|a| a.into_iter().next().unwrap_or(Written::Done));
+                let _ = queued.reply.send(first);
             }
         }
     }

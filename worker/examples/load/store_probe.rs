@@ -3,8 +3,8 @@
 //! the figure to hold the pipeline's rate against.
 //!
 //! The sequence copies what the engine does today (src/engine/mod.rs `execute`, `start`,
-//! `steps`, `take_completion`, `finish`; src/engine/attempt.rs): 7 writes and one
-//! transcript read. It must follow the engine when the engine changes.
+//! `steps`, `take_completion`, `finish`; src/engine/attempt.rs): 5 writes (the attempt and the answer each
+//! saved with the run) and one transcript read. It must follow the engine when the engine changes.
 
 use crate::BoxError;
 use crate::cluster::fresh_namespace;
@@ -13,14 +13,14 @@ use freeway::chat::Message;
 use freeway::job::{RunJob, RunRequest};
 use freeway::route::RouteSpec;
 use freeway::run::{AttemptRecord, RunRecord, RunStatus};
-use freeway::store::{SqlStore, Store};
+use freeway::store::{Attached, SqlStore, Store};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// Enough runs for a steady rate, few enough to keep the probe to a few seconds.
 const MAX_RUNS: u64 = 2_000;
-const WRITES_PER_RUN: u64 = 7;
+const WRITES_PER_RUN: u64 = 5;
 
 pub async fn run(runs: u64, concurrency: u16) -> Result<(), BoxError> {
     let dir = std::env::temp_dir().join(fresh_namespace("store"));
@@ -107,15 +107,17 @@ async fn one_run(store: &SqlStore) -> Result<(), freeway::store::StoreError> {
         latency_ms: 1,
         t_ms: now(),
     };
-    store.record_attempt(&attempt).await?;
-    store.save_run(&rec).await?;
-    let answer = Message::assistant(Some("A load test answer.".into()), vec![]);
     store
-        .append_message(&conv, &rec.run_id, "step-1", &answer)
+        .save_run_with(&rec, &[Attached::Attempt(&attempt)])
         .await?;
+    let answer = Message::assistant(Some("A load test answer.".into()), vec![]);
     rec.state.counters.steps = 1;
     rec.state.route_index = Some(0);
     rec.output = "A load test answer.".into();
     rec.status = RunStatus::Succeeded;
-    store.save_run(&rec).await
+    let answer = Attached::Message {
+        key: "step-1",
+        message: &answer,
+    };
+    store.save_run_with(&rec, &[answer]).await
 }
