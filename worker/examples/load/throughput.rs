@@ -1,5 +1,7 @@
 //! The throughput scenario: N runs through enqueue → worker → sim → store, against N bare
-//! apalis no-op jobs on the same Redis with the same queue settings (notes/apalis-1.0.md §11).
+//! apalis jobs on the same Redis with the same queue settings (notes/apalis-1.0.md §11): no-op
+//! jobs, and jobs that make the one provider call a run makes (to a simulator of their own) and
+//! nothing else, the floor of any job that calls a model.
 //!
 //! Both are pushed while nothing consumes them, so the drain starts from a backlog of N: the
 //! case where apalis's O(backlog) lease scan would show, as a first half slower than the second.
@@ -8,12 +10,15 @@ use crate::cluster::{Cluster, Sim, delete_namespace, fresh_namespace, with_clust
 use crate::measure::{Snapshot, quantile, thousands};
 use crate::{Args, BoxError};
 use apalis::prelude::*;
+use freeway::chat::Message;
 use freeway::job::{RunJob, RunRequest};
+use freeway::provider::{ApiKey, ChatProvider, ChatRequest, HttpProvider, Target, Timeouts};
 use freeway::route::RouteSpec;
 use freeway::run::RunStatus;
 use freeway::store::Store;
 use producer::Queue;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PAID: &str = "openai/gpt-4o-mini";
@@ -37,15 +42,53 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     })
     .await?;
     crate::store_probe::run(args.runs, args.concurrency).await?;
-    let noop = noop(args).await?;
+    let noop = bare(args, None).await?;
+    let sim = Sim::start(sim::SimConfig {
+        latency_ms: 0,
+        ..Default::default()
+    })?;
+    let one_call = OneCall::new(&sim);
+    let with_call = match one_call {
+        Ok(call) => bare(args, Some(Arc::new(call))).await,
+        Err(e) => Err(e),
+    };
+    sim.stop().await;
+    let with_call = with_call?;
     println!(
-        "  ratio            pipeline / bare apalis no-op = {:.3}; the pipeline's target \
-         (notes §11: at least bare apalis's ~{} jobs/s) is {}",
+        "  ratio            pipeline / bare apalis no-op = {:.3}; pipeline / bare apalis with the \
+         call = {:.3}; the pipeline's target (notes §11: at least bare apalis's ~{} jobs/s) is {}",
         pipeline / noop,
+        pipeline / with_call,
         thousands(TARGET),
         if pipeline >= TARGET { "met" } else { "NOT met" }
     );
     Ok(())
+}
+
+/// The provider call of a one-step run, made by a bare apalis job: freeway's own HTTP client,
+/// a non-streaming completion from the simulator.
+struct OneCall {
+    provider: HttpProvider,
+    target: Target,
+    request: ChatRequest,
+}
+
+impl OneCall {
+    fn new(sim: &Sim) -> Result<OneCall, BoxError> {
+        Ok(OneCall {
+            provider: HttpProvider::new(Timeouts::default())?,
+            target: Target {
+                base_url: sim.handle().base_url(),
+                api_key: ApiKey::new("sk-or-v1-load-bare"),
+            },
+            request: ChatRequest {
+                model: PAID.into(),
+                messages: vec![Message::user("Say something about load testing, please.")],
+                tools: vec![],
+                stream: false,
+            },
+        })
+    }
 }
 
 /// The full pipeline; returns its runs/s.
@@ -136,24 +179,31 @@ async fn pipeline(
     Ok(rate)
 }
 
-/// Bare apalis: the same queue settings, no-op jobs, in-process workers; returns its jobs/s.
-async fn noop(args: &Args) -> Result<f64, BoxError> {
+/// Bare apalis: the same queue settings, in-process workers, jobs that do nothing or make
+/// `call`; returns its jobs/s.
+async fn bare(args: &Args, call: Option<Arc<OneCall>>) -> Result<f64, BoxError> {
     let mut conn = freeway::connect::redis(&args.redis_url).await?;
-    let ns = fresh_namespace("noop");
+    let ns = fresh_namespace("bare");
     let queue = Queue::new(conn.clone(), &ns);
-    let rate = noop_drain(args, &queue, &mut conn).await;
+    let rate = bare_drain(args, &queue, &mut conn, call).await;
     delete_namespace(&mut conn, &ns).await?;
     rate
 }
 
-async fn noop_drain(
+async fn bare_drain(
     args: &Args,
     queue: &Queue,
     conn: &mut redis::aio::ConnectionManager,
+    call: Option<Arc<OneCall>>,
 ) -> Result<f64, BoxError> {
     let n = args.runs;
+    let what = if call.is_some() {
+        "jobs making one provider call each (a simulator of their own)"
+    } else {
+        "no-op jobs"
+    };
     println!(
-        "bare apalis: {n} no-op jobs, {} in-process workers × concurrency {}, same queue settings \
+        "bare apalis: {n} {what}, {} in-process workers × concurrency {}, same queue settings \
          (storage_config, poll every {} ms)",
         args.replicas,
         args.concurrency,
@@ -176,7 +226,8 @@ async fn noop_drain(
         .map(|i| {
             let storage = queue.storage(usize::from(args.concurrency));
             let concurrency = usize::from(args.concurrency);
-            let name = format!("load-noop-{}-{i}", std::process::id());
+            let name = format!("load-bare-{}-{i}", std::process::id());
+            let call = call.clone();
             let mut stop = stop_rx.clone();
             tokio::spawn(
                 Monitor::new()
@@ -184,7 +235,8 @@ async fn noop_drain(
                         WorkerBuilder::new(format!("{name}-r{restarts}"))
                             .backend(storage.clone().poll_with_interval(POLL))
                             .concurrency(concurrency)
-                            .build(noop_job)
+                            .data(call.clone())
+                            .build(bare_job)
                     })
                     .run_with_signal(async move {
                         let _ = stop.wait_for(|stopped| *stopped).await;
@@ -195,7 +247,7 @@ async fn noop_drain(
         .collect();
     let drained = drain(queue, n, args.timeout_s, || {
         if monitors.iter().any(|m| m.is_finished()) {
-            Err("a no-op worker stopped early".into())
+            Err("a bare apalis worker stopped early".into())
         } else {
             Ok(())
         }
@@ -206,9 +258,9 @@ async fn noop_drain(
     for m in monitors {
         match tokio::time::timeout(Duration::from_secs(10), m).await {
             Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => eprintln!("load: a no-op worker ended with: {e}"),
-            Ok(Err(e)) => eprintln!("load: a no-op worker panicked: {e}"),
-            Err(_) => eprintln!("load: a no-op worker did not stop within 10 s"),
+            Ok(Ok(Err(e))) => eprintln!("load: a bare apalis worker ended with: {e}"),
+            Ok(Err(e)) => eprintln!("load: a bare apalis worker panicked: {e}"),
+            Err(_) => eprintln!("load: a bare apalis worker did not stop within 10 s"),
         }
     }
     let drained = drained?;
@@ -221,7 +273,18 @@ async fn noop_drain(
     Ok(rate)
 }
 
-async fn noop_job(_job: serde_json::Value) -> Result<(), BoxDynError> {
+async fn bare_job(
+    _job: serde_json::Value,
+    call: Data<Option<Arc<OneCall>>>,
+) -> Result<(), BoxDynError> {
+    let Some(call) = call.as_ref() else {
+        return Ok(());
+    };
+    let (deltas, _) = tokio::sync::mpsc::unbounded_channel();
+    call.provider
+        .call(&call.target, &call.request, &deltas)
+        .await
+        .map_err(|e| format!("the provider call failed: {e}"))?;
     Ok(())
 }
 
