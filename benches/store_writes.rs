@@ -1,6 +1,7 @@
-//! Transcript writes per second on each backend: `append_message` (one write transaction that
-//! takes the conversation's row, checks the run's key and inserts the message), by one writer and
-//! by several writers on their own conversations.
+//! Transcript writes per second on each backend: `append_message` (takes the conversation's row
+//! for a position and inserts the message unless the run's key is there), by one writer and by
+//! several writers on their own conversations. The store commits the writes waiting at once in
+//! one transaction, so several writers share commits; one writer pays a commit per write.
 //!
 //! `cargo bench -p freeway --bench store_writes`. SQLite runs on a fresh file in the temp dir;
 //! PostgreSQL on a fresh database of the server at `PG_URL` (skipped when unset). Optional

@@ -39,6 +39,8 @@ pub struct Snapshot {
     worker_threads: BTreeMap<String, f64>,
     sim_cpu_s: f64,
     this_cpu_s: f64,
+    /// Every `postgres` process on the machine (the server-wide cost of a PostgreSQL store).
+    postgres_cpu_s: f64,
 }
 
 impl Snapshot {
@@ -68,6 +70,7 @@ impl Snapshot {
                 .and_then(|tid| cpu_s(&format!("/proc/self/task/{tid}/stat")))
                 .unwrap_or(0.0),
             this_cpu_s: cpu_s("/proc/self/stat").unwrap_or(0.0),
+            postgres_cpu_s: postgres_cpu_s(),
         })
     }
 
@@ -103,6 +106,10 @@ impl Snapshot {
         }
         if sim > 0.0 {
             line += &format!(", sim {}", share(sim));
+        }
+        let postgres = self.postgres_cpu_s - before.postgres_cpu_s;
+        if postgres > 0.0 {
+            line += &format!(", postgres {} (all its processes)", share(postgres));
         }
         line
     }
@@ -152,6 +159,26 @@ fn threads_cpu_s(pid: u32) -> Vec<(String, f64)> {
             Some((name, cpu_s(task.path().join("stat").to_str()?)?))
         })
         .collect()
+}
+
+/// CPU seconds of every process named `postgres` (the server and its backends).
+fn postgres_cpu_s() -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "postgres")
+        })
+        .filter_map(|e| cpu_s(&e.path().join("stat").to_string_lossy()))
+        .sum()
 }
 
 /// utime + stime of a `/proc/…/stat` file, in seconds.
