@@ -186,7 +186,7 @@ async fn an_account_429_skips_the_other_free_routes_and_rests_the_pool_for_every
         Outcome::Refused {
             code: Code::AccountResting,
             retry_after_s,
-        } => assert!(retry_after_s >= 1 && retry_after_s <= 300),
+        } => assert!((1..=300).contains(&retry_after_s)),
         other => panic!("a later all-free run is refused: {other:?}"),
     }
     assert_eq!(s.sim.calls().len(), 2, "the refused run made no call");

@@ -12,6 +12,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// One stream of an `XREAD` reply: its key and its entries (id, field-value pairs).
+type StreamReply = (String, Vec<(String, Vec<(String, String)>)>);
+
 pub const KEY: &str = "sk-or-v1-e2e-platform-key";
 
 pub struct Cluster {
@@ -166,16 +169,15 @@ impl Cluster {
                 "run {run_id}: no such event in {timeout:?}; events: {events:?}"
             );
             // Short blocks: the connection's response timeout is shorter than a long BLOCK.
-            let reply: Option<Vec<(String, Vec<(String, Vec<(String, String)>)>)>> =
-                redis::cmd("XREAD")
-                    .arg("BLOCK")
-                    .arg(left.as_millis().min(250) as u64)
-                    .arg("STREAMS")
-                    .arg(&key)
-                    .arg(&last)
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
+            let reply: Option<Vec<StreamReply>> = redis::cmd("XREAD")
+                .arg("BLOCK")
+                .arg(left.as_millis().min(250) as u64)
+                .arg("STREAMS")
+                .arg(&key)
+                .arg(&last)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
             for (_, entries) in reply.unwrap_or_default() {
                 for (id, fields) in entries {
                     last = id;
