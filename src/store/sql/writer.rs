@@ -508,3 +508,16 @@ async fn commit(db: &Db, writes: &[&Write]) -> Result<Vec<Written>, StoreError> 
         Db::Postgres(pool) => apply_all!(pool, writes, Params::Numbered),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_number_or_leave_anonymous_their_parameters() {
+        let numbered = multi_row("INSERT INTO t (a, b) VALUES ", 2, 2, " X", Params::Numbered);
+        assert_eq!(numbered, "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4) X");
+        let anonymous = multi_row("V ", 2, 2, "", Params::Anonymous);
+        assert_eq!(anonymous, "V (?, ?), (?, ?)");
+    }
+}
