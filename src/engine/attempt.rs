@@ -5,12 +5,11 @@
 //! once the call is over), so a log line explains a failover as the stored record does; the
 //! fleet's counters ([`crate::metrics`]) count the call and any rest it wrote.
 
-use super::{Engine, EngineError, Run};
+use super::{Engine, EngineError, Run, Unsaved};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::provider::{CallError, ChatRequest, Completion};
 use crate::run::AttemptRecord;
-use crate::store::Attached;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -143,7 +142,13 @@ impl Engine {
                 Err(failure)
             }
         };
-        self.save_with(run, &[Attached::Attempt(&record)]).await?;
+        // A failure's flags (an ambiguous stop, the route's state) are saved at once; a success's
+        // attempt rides on the next save, which follows within the step.
+        let failed = outcome.is_err();
+        run.unsaved.push(Unsaved::Attempt(record.clone()));
+        if failed {
+            self.save(run).await?;
+        }
         log_attempt(&record);
         let outcome_label = record.verdict.map_or(crate::metrics::OK, Verdict::as_str);
         self.rests

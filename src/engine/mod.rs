@@ -22,7 +22,7 @@ use crate::lease::{LEASE_TTL, Lease, Leases};
 use crate::provider::{ChatProvider, Completion};
 use crate::rest::{Closure, RestError, RestKind, Rests};
 use crate::route::Route;
-use crate::run::{Code, RunRecord, RunStatus};
+use crate::run::{AttemptRecord, Code, RunRecord, RunStatus};
 use crate::store::{Attached, Store, StoreError};
 use crate::tools::{ToolContext, ToolRunner};
 use std::sync::Arc;
@@ -109,6 +109,29 @@ pub(crate) struct Run<'a> {
     pub partial: Option<String>,
     /// The closures pre-flight read, for the chain walk's first pick.
     pub preflight_closures: Option<Vec<Option<Closure>>>,
+    /// Writes that wait for the run's next save and are committed with it, all or none: the
+    /// input, the model's turns, tool results, an attempt that succeeded. The transcript the run
+    /// works from is the stored one followed by these messages.
+    pub unsaved: Vec<Unsaved>,
+}
+
+/// A write held for the run's next save (see [`Run::unsaved`]).
+pub(crate) enum Unsaved {
+    Attempt(AttemptRecord),
+    /// A message of the run, appended under `key` (keyed appends: a redelivery never duplicates).
+    Message {
+        key: String,
+        message: Message,
+    },
+}
+
+impl Unsaved {
+    fn attached(&self) -> Attached<'_> {
+        match self {
+            Unsaved::Attempt(attempt) => Attached::Attempt(attempt),
+            Unsaved::Message { key, message } => Attached::Message { key, message },
+        }
+    }
 }
 
 /// How a step ended when it did not produce a completion.
@@ -163,8 +186,12 @@ impl Engine {
         routes: &[Route],
         when_resting: WhenResting,
     ) -> Result<Outcome, EngineError> {
-        let fresh = RunRecord::queued(job, self.clock.now_ms());
-        let rec = self.store.create_run(&fresh).await?;
+        // A run is stored by its first save (or by the producer at enqueue): a delivery that
+        // stops before saving leaves nothing behind.
+        let rec = match self.store.run(&job.run_id).await? {
+            Some(stored) => stored,
+            None => RunRecord::queued(job, self.clock.now_ms()),
+        };
         if rec.status.is_settled() {
             return Ok(Outcome::Skipped(rec.status));
         }
@@ -176,6 +203,7 @@ impl Engine {
             rec,
             partial: None,
             preflight_closures: None,
+            unsaved: Vec::new(),
         };
         let outcome = match self.preflight(&mut run, when_resting).await? {
             Some(outcome) => outcome,
@@ -341,23 +369,27 @@ impl Engine {
     /// Pre-flight passed: mark the run running and apply its input to the transcript, once.
     ///
     /// Nothing is saved here: the next save — before the first call, or as the run stops without
-    /// one — carries both marks. Applying the input is idempotent (keyed appends; a delete with
-    /// nothing after the last user message), so a crash before that save only applies it again.
+    /// one — carries the input, the mark and the status together. A regenerate's delete happens
+    /// at once; it is idempotent (nothing after the last user message), like the keyed append.
     async fn start(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
         if !run.rec.state.input_applied {
-            let conv = &run.job.conversation_id;
-            if let Some(c) = &run.job.continuation {
-                let result = Message::tool_result(c.tool_call.id.clone(), c.result.clone());
-                self.store
-                    .append_message(conv, &run.rec.run_id, "input", &result)
-                    .await?;
+            let input = if let Some(c) = &run.job.continuation {
+                Some(Message::tool_result(
+                    c.tool_call.id.clone(),
+                    c.result.clone(),
+                ))
             } else if run.job.request.regenerate {
+                let conv = &run.job.conversation_id;
                 self.store.delete_last_assistant_turn(conv).await?;
-            } else if let Some(input) = &run.job.request.input {
-                let message = Message::user(input.clone());
-                self.store
-                    .append_message(conv, &run.rec.run_id, "input", &message)
-                    .await?;
+                None
+            } else {
+                run.job.request.input.clone().map(Message::user)
+            };
+            if let Some(message) = input {
+                run.unsaved.push(Unsaved::Message {
+                    key: "input".into(),
+                    message,
+                });
             }
             run.rec.state.input_applied = true;
         }
@@ -373,7 +405,7 @@ impl Engine {
         when_resting: WhenResting,
     ) -> Result<Outcome, EngineError> {
         loop {
-            let transcript = self.store.transcript(&run.job.conversation_id).await?;
+            let transcript = self.transcript(run).await?;
             if run.rec.state.route_index.is_some() {
                 let pending = pending_tool_calls(&transcript);
                 if !pending.is_empty() {
@@ -427,21 +459,9 @@ impl Engine {
             run.rec.usage.add(u);
         }
         let text = (!c.text.is_empty()).then(|| c.text.clone());
-        let message = Message::assistant(text, c.tool_calls.clone());
         let key = format!("step-{}", state.counters.steps);
-        if c.tool_calls.is_empty() && !run.budget.summary {
-            // The answer lands with the run's final save.
-            run.rec.output = c.text;
-            let answer = Attached::Message {
-                key: &key,
-                message: &message,
-            };
-            let finished = self.finish_with(run, RunStatus::Succeeded, None, Some(answer));
-            return Ok(Some(finished.await?));
-        }
-        self.store
-            .append_message(&run.job.conversation_id, &run.rec.run_id, &key, &message)
-            .await?;
+        let message = Message::assistant(text, c.tool_calls.clone());
+        run.unsaved.push(Unsaved::Message { key, message });
         if c.tool_calls.is_empty() {
             run.rec.output = c.text;
             self.summarise(run).await?;
@@ -484,6 +504,11 @@ impl Engine {
         let (needs_approval, now): (Vec<_>, Vec<_>) = pending
             .into_iter()
             .partition(|c| approval_of(&c.name) == Some(Approval::Required));
+        // Tool results are stored as each tool returns, so a redelivery never runs a tool again;
+        // what waits for a save goes first, to keep the transcript in order.
+        if !run.unsaved.is_empty() {
+            self.save(run).await?;
+        }
         let ctx = ToolContext {
             run_id: &run.rec.run_id,
             user_id: &run.job.request.user_id,
@@ -543,8 +568,7 @@ impl Engine {
         let Some(index) = run.rec.state.route_index else {
             return Ok(());
         };
-        let mut messages =
-            self.messages(run, self.store.transcript(&run.job.conversation_id).await?);
+        let mut messages = self.messages(run, self.transcript(run).await?);
         messages.push(Message::user(SUMMARY_PROMPT));
         let step = run.rec.state.counters.steps + 1;
         if let Ok(c) = self.attempt(run, index, step, &messages, false).await? {
@@ -559,32 +583,18 @@ impl Engine {
         status: RunStatus,
         code: Option<Code>,
     ) -> Result<Outcome, EngineError> {
-        self.finish_with(run, status, code, None).await
-    }
-
-    /// [`Engine::finish`], saving `answer` with the run's final state.
-    async fn finish_with(
-        &self,
-        run: &mut Run<'_>,
-        status: RunStatus,
-        code: Option<Code>,
-        answer: Option<Attached<'_>>,
-    ) -> Result<Outcome, EngineError> {
         run.rec.status = status;
         run.rec.code = code;
-        let partial = run
-            .partial
-            .take()
-            .map(|text| Message::assistant(Some(text), vec![]));
-        let partial = partial.as_ref().map(|message| Attached::Message {
-            key: "partial",
-            message,
-        });
+        if let Some(text) = run.partial.take() {
+            run.unsaved.push(Unsaved::Message {
+                key: "partial".into(),
+                message: Message::assistant(Some(text), vec![]),
+            });
+        }
         if status == RunStatus::Failed && !run.rec.output.is_empty() {
             run.rec.incomplete = true;
         }
-        let attached: Vec<Attached<'_>> = answer.into_iter().chain(partial).collect();
-        self.save_with(run, &attached).await?;
+        self.save(run).await?;
         let event = Event::Finished {
             status: status.as_str().to_string(),
             code: code.map(|c| c.as_str().to_string()),
@@ -594,18 +604,22 @@ impl Engine {
         Ok(Outcome::Finished { status, code })
     }
 
+    /// Save the run with the writes waiting for it ([`Run::unsaved`]), all or none.
     pub(crate) async fn save(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
-        self.save_with(run, &[]).await
+        run.rec.updated_ms = self.clock.now_ms();
+        let unsaved = std::mem::take(&mut run.unsaved);
+        let attached: Vec<Attached<'_>> = unsaved.iter().map(Unsaved::attached).collect();
+        Ok(self.store.save_run_with(&run.rec, &attached).await?)
     }
 
-    /// Save the run with the writes `attached` to this moment, all or none.
-    pub(crate) async fn save_with(
-        &self,
-        run: &mut Run<'_>,
-        attached: &[Attached<'_>],
-    ) -> Result<(), EngineError> {
-        run.rec.updated_ms = self.clock.now_ms();
-        Ok(self.store.save_run_with(&run.rec, attached).await?)
+    /// The conversation as this run sees it: what is stored, then its own unsaved messages.
+    pub(crate) async fn transcript(&self, run: &Run<'_>) -> Result<Vec<Message>, EngineError> {
+        let mut transcript = self.store.transcript(&run.job.conversation_id).await?;
+        transcript.extend(run.unsaved.iter().filter_map(|u| match u {
+            Unsaved::Message { message, .. } => Some(message.clone()),
+            Unsaved::Attempt(_) => None,
+        }));
+        Ok(transcript)
     }
 
     pub(crate) async fn publish(&self, run: &mut Run<'_>, event: Event) -> Result<(), EngineError> {
