@@ -107,8 +107,9 @@ impl Snapshot {
         if sim > 0.0 {
             line += &format!(", sim {}", share(sim));
         }
+        // An idle server beside a SQLite run is not part of it.
         let postgres = self.postgres_cpu_s - before.postgres_cpu_s;
-        if postgres > 0.0 {
+        if postgres > 0.01 * wall_s {
             line += &format!(", postgres {} (all its processes)", share(postgres));
         }
         line
