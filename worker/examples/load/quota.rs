@@ -157,7 +157,7 @@ fn report_runs(jobs: &[RunJob], records: &HashMap<String, RunRecord>) {
             delayed += 1;
             snoozes += u64::from(rec.state.snoozes);
         }
-        // The worker creates the record when it first takes the run.
+        // The worker dates the record when it first takes the run (it is stored at its first save).
         pickups_ms.push(rec.created_ms.saturating_sub(job.enqueued_ms));
         if rec.status == RunStatus::Succeeded {
             succeeded += 1;

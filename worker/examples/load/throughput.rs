@@ -146,7 +146,7 @@ async fn pipeline(
         if rec.status == RunStatus::Succeeded {
             succeeded += 1;
         }
-        // The worker creates the record when it takes the run (nothing was stored at enqueue).
+        // The worker dates the record when it takes the run (nothing was stored at enqueue).
         inside_ms.push(rec.updated_ms.saturating_sub(rec.created_ms));
         let attempts = cluster.store.attempts(&job.run_id).await?;
         call_ms.extend(attempts.iter().map(|a| a.latency_ms));
