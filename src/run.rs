@@ -136,8 +136,8 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
-    /// The record of a run as it is first stored: the producer stores it at enqueue, and the
-    /// worker offers it again at each delivery, where the store keeps the first.
+    /// The record of a run before anything happened to it: the producer stores it at enqueue; a
+    /// worker that finds no record starts from it and stores it with its first save.
     pub fn queued(job: &RunJob, now_ms: u64) -> RunRecord {
         RunRecord {
             run_id: job.run_id.clone(),

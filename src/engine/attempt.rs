@@ -5,11 +5,12 @@
 //! once the call is over), so a log line explains a failover as the stored record does; the
 //! fleet's counters ([`crate::metrics`]) count the call and any rest it wrote.
 
-use super::{Engine, EngineError, Run, Unsaved};
+use super::{Engine, EngineError, Run};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::provider::{CallError, ChatRequest, Completion};
 use crate::run::AttemptRecord;
+use crate::store::Attached;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -145,7 +146,7 @@ impl Engine {
         // A failure's flags (an ambiguous stop, the route's state) are saved at once; a success's
         // attempt rides on the next save, which follows within the step.
         let failed = outcome.is_err();
-        run.unsaved.push(Unsaved::Attempt(record.clone()));
+        run.unsaved.push(Attached::Attempt(record.clone()));
         if failed {
             self.save(run).await?;
         }

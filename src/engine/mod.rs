@@ -22,7 +22,7 @@ use crate::lease::{LEASE_TTL, Lease, Leases};
 use crate::provider::{ChatProvider, Completion};
 use crate::rest::{Closure, RestError, RestKind, Rests};
 use crate::route::Route;
-use crate::run::{AttemptRecord, Code, RunRecord, RunStatus};
+use crate::run::{Code, RunRecord, RunStatus};
 use crate::store::{Attached, Store, StoreError};
 use crate::tools::{ToolContext, ToolRunner};
 use std::sync::Arc;
@@ -104,34 +104,12 @@ pub(crate) struct Run<'a> {
     pub routes: &'a [Route],
     pub budget: Budget,
     pub rec: RunRecord,
-    /// Text a failed stream produced before it broke off: kept in the transcript when the run
-    /// ends (SPEC §2.3), as an incomplete assistant turn.
-    pub partial: Option<String>,
     /// The closures pre-flight read, for the chain walk's first pick.
     pub preflight_closures: Option<Vec<Option<Closure>>>,
     /// Writes that wait for the run's next save and are committed with it, all or none: the
-    /// input, the model's turns, tool results, an attempt that succeeded. The transcript the run
-    /// works from is the stored one followed by these messages.
-    pub unsaved: Vec<Unsaved>,
-}
-
-/// A write held for the run's next save (see [`Run::unsaved`]).
-pub(crate) enum Unsaved {
-    Attempt(AttemptRecord),
-    /// A message of the run, appended under `key` (keyed appends: a redelivery never duplicates).
-    Message {
-        key: String,
-        message: Message,
-    },
-}
-
-impl Unsaved {
-    fn attached(&self) -> Attached<'_> {
-        match self {
-            Unsaved::Attempt(attempt) => Attached::Attempt(attempt),
-            Unsaved::Message { key, message } => Attached::Message { key, message },
-        }
-    }
+    /// input, the model's turns, tool results, an attempt that succeeded, a broken stream's
+    /// text. The transcript the run works from is the stored one followed by these messages.
+    pub unsaved: Vec<Attached>,
 }
 
 /// How a step ended when it did not produce a completion.
@@ -201,7 +179,6 @@ impl Engine {
             routes,
             budget,
             rec,
-            partial: None,
             preflight_closures: None,
             unsaved: Vec::new(),
         };
@@ -386,7 +363,7 @@ impl Engine {
                 run.job.request.input.clone().map(Message::user)
             };
             if let Some(message) = input {
-                run.unsaved.push(Unsaved::Message {
+                run.unsaved.push(Attached::Message {
                     key: "input".into(),
                     message,
                 });
@@ -461,7 +438,7 @@ impl Engine {
         let text = (!c.text.is_empty()).then(|| c.text.clone());
         let key = format!("step-{}", state.counters.steps);
         let message = Message::assistant(text, c.tool_calls.clone());
-        run.unsaved.push(Unsaved::Message { key, message });
+        run.unsaved.push(Attached::Message { key, message });
         if c.tool_calls.is_empty() {
             run.rec.output = c.text;
             self.summarise(run).await?;
@@ -504,11 +481,6 @@ impl Engine {
         let (needs_approval, now): (Vec<_>, Vec<_>) = pending
             .into_iter()
             .partition(|c| approval_of(&c.name) == Some(Approval::Required));
-        // Tool results are stored as each tool returns, so a redelivery never runs a tool again;
-        // what waits for a save goes first, to keep the transcript in order.
-        if !run.unsaved.is_empty() {
-            self.save(run).await?;
-        }
         let ctx = ToolContext {
             run_id: &run.rec.run_id,
             user_id: &run.job.request.user_id,
@@ -540,13 +512,17 @@ impl Engine {
                 },
             )
             .await?;
-            let key = format!("tool-{id}");
-            let message = Message::tool_result(id, content);
-            self.store
-                .append_message(&run.job.conversation_id, &run.rec.run_id, &key, &message)
-                .await?;
+            run.unsaved.push(Attached::Message {
+                key: format!("tool-{id}"),
+                message: Message::tool_result(id, content),
+            });
         }
-        let Some(call) = first else { return Ok(None) };
+        // The results are stored now, with whatever else waits for a save (a continuation's
+        // input), so a redelivery never runs these tools again.
+        let Some(call) = first else {
+            self.save(run).await?;
+            return Ok(None);
+        };
         run.rec.pending_tool_call = Some(call.clone());
         run.rec.status = RunStatus::AwaitingApproval;
         self.save(run).await?;
@@ -585,12 +561,6 @@ impl Engine {
     ) -> Result<Outcome, EngineError> {
         run.rec.status = status;
         run.rec.code = code;
-        if let Some(text) = run.partial.take() {
-            run.unsaved.push(Unsaved::Message {
-                key: "partial".into(),
-                message: Message::assistant(Some(text), vec![]),
-            });
-        }
         if status == RunStatus::Failed && !run.rec.output.is_empty() {
             run.rec.incomplete = true;
         }
@@ -608,16 +578,15 @@ impl Engine {
     pub(crate) async fn save(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
         run.rec.updated_ms = self.clock.now_ms();
         let unsaved = std::mem::take(&mut run.unsaved);
-        let attached: Vec<Attached<'_>> = unsaved.iter().map(Unsaved::attached).collect();
-        Ok(self.store.save_run_with(&run.rec, &attached).await?)
+        Ok(self.store.save_run_with(&run.rec, &unsaved).await?)
     }
 
     /// The conversation as this run sees it: what is stored, then its own unsaved messages.
     pub(crate) async fn transcript(&self, run: &Run<'_>) -> Result<Vec<Message>, EngineError> {
         let mut transcript = self.store.transcript(&run.job.conversation_id).await?;
         transcript.extend(run.unsaved.iter().filter_map(|u| match u {
-            Unsaved::Message { message, .. } => Some(message.clone()),
-            Unsaved::Attempt(_) => None,
+            Attached::Message { message, .. } => Some(message.clone()),
+            Attached::Attempt(_) => None,
         }));
         Ok(transcript)
     }

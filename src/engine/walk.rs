@@ -10,6 +10,7 @@ use crate::events::Event;
 use crate::provider::{CallError, Completion};
 use crate::rest::RestKind;
 use crate::run::Code;
+use crate::store::Attached;
 use std::time::Duration;
 
 impl Engine {
@@ -187,13 +188,17 @@ impl Engine {
     }
 }
 
-/// Keep the text a failed stream produced before it broke off.
+/// Keep the text a failed stream produced before it broke off: in the output, and in the
+/// transcript as an incomplete assistant turn saved when the run ends (SPEC §2.3).
 fn keep_partial(run: &mut Run<'_>, error: &CallError) {
     if let CallError::InBand { partial, .. } = error
         && !partial.is_empty()
     {
         run.rec.output.push_str(partial);
-        run.partial = Some(partial.clone());
+        run.unsaved.push(Attached::Message {
+            key: "partial".into(),
+            message: Message::assistant(Some(partial.clone()), vec![]),
+        });
     }
 }
 

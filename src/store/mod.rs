@@ -58,27 +58,26 @@ pub enum StoreError {
     Undecryptable(String),
 }
 
-/// A write that belongs to the moment a run is saved (the attempt just made, the answer just
-/// received), for [`Store::save_run_with`].
-#[derive(Debug, Clone, Copy)]
-pub enum Attached<'a> {
-    Attempt(&'a AttemptRecord),
+/// A write that belongs to the moment a run is saved (its input, the attempt just made, the
+/// answer just received), for [`Store::save_run_with`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attached {
+    Attempt(AttemptRecord),
     /// A message of the run, appended to its conversation under `key` as by
     /// [`Store::append_message`].
     Message {
-        key: &'a str,
-        message: &'a Message,
+        key: String,
+        message: Message,
     },
 }
 
 #[async_trait]
 pub trait Store: Send + Sync {
-    /// Insert the run when it is not there yet; returns the stored record either way, so a
-    /// second delivery sees the first one's progress.
+    /// Insert the run when it is not there yet; returns the stored record either way. The
+    /// producer stores a run at enqueue with it; a worker stores a run by its first save.
     async fn create_run(&self, run: &RunRecord) -> Result<RunRecord, StoreError>;
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
-    /// Overwrite the run's status, state and output. Called before every provider call, so the
-    /// attempt is counted before it is made.
+    /// Insert or overwrite the run's status, state and output.
     async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError>;
     /// [`Store::save_run`] with the writes `attached` to it. The SQL store commits them in one
     /// transaction, so a crash keeps all or none; this default writes them one by one, the run
@@ -86,7 +85,7 @@ pub trait Store: Send + Sync {
     async fn save_run_with(
         &self,
         run: &RunRecord,
-        attached: &[Attached<'_>],
+        attached: &[Attached],
     ) -> Result<(), StoreError> {
         for a in attached {
             match a {

@@ -678,12 +678,12 @@ impl Store for SqlStore {
     async fn save_run_with(
         &self,
         run: &RunRecord,
-        attached: &[Attached<'_>],
+        attached: &[Attached],
     ) -> Result<(), StoreError> {
         let row = Box::new(RunRow::from_record(run)?);
-        let approval = match (&run.pending_tool_call, run.status) {
-            (Some(call), RunStatus::AwaitingApproval) => {
-                Some((call.id.clone(), json_text(call, "pending_tool_call")?))
+        let approval = match (&run.pending_tool_call, &row.pending_tool_call, run.status) {
+            (Some(call), Some(json), RunStatus::AwaitingApproval) => {
+                Some((call.id.clone(), json.clone()))
             }
             _ => None,
         };

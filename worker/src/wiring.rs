@@ -50,12 +50,7 @@ pub async fn engine(
     worker: String,
     events: impl FnOnce(ConnectionManager) -> Arc<dyn EventSink>,
 ) -> Result<Wired, StartError> {
-    let store = SqlStore::open(&settings.database_url)
-        .await
-        .map_err(|e| StartError {
-            bad_config: matches!(e, freeway::store::StoreError::BadUrl(_)),
-            message: e.to_string(),
-        })?;
+    let store = store(&settings.database_url).await?;
     let conn = freeway::connect::redis(&settings.redis_url)
         .await
         .map_err(|e| StartError::unavailable(e.to_string()))?;

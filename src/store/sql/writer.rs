@@ -1,14 +1,14 @@
 //! Group commit: every write of the engine in this process goes through a writer task that
 //! commits whatever is waiting in one transaction.
 //!
-//! A run writes about seven times (created, input, counted before each call, attempt, answer,
-//! finished), and each write is awaited before the run goes on, so it is durable when the caller
-//! continues. Committed one by one, those writes cost a transaction each: on SQLite the file's
-//! write lock taken and released (shared with the other worker processes on the same file), on
-//! PostgreSQL a WAL flush. Here a caller's write joins the next batch instead: a writer takes
-//! everything queued while the previous batch committed, applies it in one transaction, one
-//! multi-row statement per kind of write, and answers every caller once it is committed. Under
-//! load batches grow by themselves; a lone write commits at once, as before.
+//! Each write is awaited before its run goes on, so it is durable when the caller continues (a
+//! run saves before every call, and at its end). Committed one by one, the writes of many runs
+//! cost a transaction each: on SQLite the file's write lock taken and released (shared with the
+//! other worker processes on the same file), on PostgreSQL a WAL flush. Here a caller's write
+//! joins the next batch instead: a writer takes everything queued while the previous batch
+//! committed, applies it in one transaction, one multi-row statement per kind of write, and
+//! answers every caller once it is committed. Under load batches grow by themselves; a lone write
+//! commits at once.
 //!
 //! A batch that fails is rolled back and its writes are retried one transaction each, so one
 //! write that cannot be applied fails only its own caller.
@@ -19,7 +19,7 @@ use sqlx::{AssertSqlSafe, Row};
 use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
 
-/// The most writes one transaction carries: bounds the time the SQLite write lock is held.
+/// The most callers one transaction serves: bounds the time the SQLite write lock is held.
 const MAX_BATCH: usize = 256;
 /// Writes waiting for the writer before callers wait to queue theirs.
 const QUEUE: usize = 4096;

@@ -87,15 +87,14 @@ async fn one_run(store: &SqlStore) -> Result<(), freeway::store::StoreError> {
         Some(stored) => stored,
         None => RunRecord::queued(&job, now()),
     };
-    let input = Message::user("Say something about load testing, please.");
     store.transcript(&conv).await?;
     rec.state.input_applied = true;
     rec.status = RunStatus::Running;
     rec.state.counters.calls = 1;
     rec.state.counters.step1_attempts = 1;
     let input = Attached::Message {
-        key: "input",
-        message: &input,
+        key: "input".into(),
+        message: Message::user("Say something about load testing, please."),
     };
     store.save_run_with(&rec, &[input]).await?;
     let attempt = AttemptRecord {
@@ -112,16 +111,15 @@ async fn one_run(store: &SqlStore) -> Result<(), freeway::store::StoreError> {
         latency_ms: 1,
         t_ms: now(),
     };
-    let answer = Message::assistant(Some("A load test answer.".into()), vec![]);
     rec.state.counters.steps = 1;
     rec.state.route_index = Some(0);
     rec.output = "A load test answer.".into();
     rec.status = RunStatus::Succeeded;
     let answer = Attached::Message {
-        key: "step-1",
-        message: &answer,
+        key: "step-1".into(),
+        message: Message::assistant(Some("A load test answer.".into()), vec![]),
     };
     store
-        .save_run_with(&rec, &[Attached::Attempt(&attempt), answer])
+        .save_run_with(&rec, &[Attached::Attempt(attempt), answer])
         .await
 }
