@@ -11,8 +11,7 @@ use crate::BoxError;
 use crate::cluster::fresh_namespace;
 use crate::measure::thousands;
 use freeway::chat::Message;
-use freeway::job::{RunJob, RunRequest};
-use freeway::route::RouteSpec;
+use freeway::job::RunJob;
 use freeway::run::{AttemptRecord, RunRecord, RunStatus};
 use freeway::store::{Attached, SqlStore, Store};
 use std::sync::Arc;
@@ -56,7 +55,7 @@ async fn probe(dir: &std::path::Path, runs: u64, concurrency: u16) -> Result<(),
     store.close().await;
     println!(
         "  store alone      {runs} runs' store calls ({WRITES_PER_RUN} writes + 2 reads \
-         each, {concurrency} at once, one process, no Redis or HTTP) in {elapsed:.2} s = {} runs/s \
+         each, {concurrency} at once, one process, SQLite, no Redis or HTTP) in {elapsed:.2} s = {} runs/s \
          = {} writes/s",
         thousands(runs as f64 / elapsed),
         thousands((runs * WRITES_PER_RUN) as f64 / elapsed)
@@ -66,22 +65,7 @@ async fn probe(dir: &std::path::Path, runs: u64, concurrency: u16) -> Result<(),
 
 async fn one_run(store: &SqlStore) -> Result<(), freeway::store::StoreError> {
     let now = freeway::clock::epoch_ms;
-    let job = RunJob::new(
-        RunRequest {
-            user_id: "probe".into(),
-            conversation_id: None,
-            kind: Default::default(),
-            input: Some("Say something about load testing, please.".into()),
-            routes: vec![RouteSpec::parse_cli("openai/gpt-4o-mini")],
-            tools: vec![],
-            system: None,
-            deadline_s: None,
-            on_rest: Default::default(),
-            regenerate: false,
-            idempotency_key: None,
-        },
-        now(),
-    );
+    let job = RunJob::new(crate::throughput::request(0), now());
     let conv = job.conversation_id.clone();
     let mut rec = match store.run(&job.run_id).await? {
         Some(stored) => stored,

@@ -4,7 +4,8 @@
 //! nothing else, the floor of any job that calls a model.
 //!
 //! Both are pushed while nothing consumes them, so the drain starts from a backlog of N: the
-//! case where apalis's O(backlog) lease scan would show, as a first half slower than the second.
+//! case where a fetch that costs O(backlog) (apalis's lease scan, off in freeway's queue
+//! settings) would show, as a first half slower than the second.
 
 use crate::cluster::{Cluster, Sim, delete_namespace, fresh_namespace, with_cluster};
 use crate::measure::{Snapshot, quantile, thousands};
@@ -22,12 +23,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PAID: &str = "openai/gpt-4o-mini";
-/// The no-op workers' poll interval, as in the worker.
+/// The bare workers' poll interval, the worker's (which polls with a strategy of its own, see
+/// worker/src/consume.rs; with a backlog both fetch again as soon as a batch is taken).
 const POLL: Duration = Duration::from_millis(50);
 /// How often completion is read: bare apalis drains 5,000 jobs in a few tenths of a second, so
 /// the worker's 50 ms would blur its rate; a read is a few Redis commands.
 const READ_EVERY: Duration = Duration::from_millis(10);
-/// notes/apalis-1.0.md §11: bare apalis no-op jobs on this kind of machine with leases on.
+/// The figure for the pipeline: bare apalis no-op jobs on this kind of machine with
+/// leases on (notes/apalis-1.0.md §11).
 const TARGET: f64 = 5_000.0;
 /// Runs read back from the store to check them and see where their time went.
 const SAMPLE: usize = 200;
@@ -364,7 +367,8 @@ async fn drain(
     }
 }
 
-fn request(i: u64) -> RunRequest {
+/// The `i`-th run of the scenario (the store probe stores the same runs).
+pub fn request(i: u64) -> RunRequest {
     RunRequest {
         // A hundred users, each with a conversation per run, as a busy web app would send.
         user_id: format!("user-{}", i % 100),
