@@ -1338,7 +1338,8 @@ impl Rig {
 #[tokio::test]
 async fn a_duplicated_delivery_appends_the_user_message_once() {
     for db in fresh("engine-duplicate").await {
-        let rig = engine_on(&db.store, Scripted::with(vec![])).await;
+        let provider = Scripted::with(vec![]);
+        let rig = engine_on(&db.store, provider.clone()).await;
         let conv = unique("conv");
         let (job, routes) = job(&conv, Some("hello"), false, &[FREE]);
         // Two deliveries of the same job at once (a redelivery while the first still runs)…
@@ -1384,6 +1385,8 @@ async fn a_duplicated_delivery_appends_the_user_message_once() {
             "{}: one user message, one answer: {transcript:?}",
             db.label
         );
+        // One executor at a time (the run's lease): the concurrent delivery made no call.
+        assert_eq!(*provider.calls.lock().unwrap(), 1, "{}", db.label);
         db.finish().await;
     }
 }
