@@ -956,3 +956,55 @@ async fn events_go_to_the_runs_redis_stream_and_expire_after_it_ends() {
         "expires a day after the run ends: {ttl}"
     );
 }
+
+/// Keys that cannot be read while `down` is set (a store outage), the platform key otherwise.
+struct KeysOutage {
+    down: std::sync::atomic::AtomicBool,
+    keys: freeway::engine::EnvTargets,
+}
+
+#[async_trait]
+impl freeway::engine::Targets for KeysOutage {
+    async fn target(&self, route: &Route) -> Result<Target, freeway::engine::TargetError> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(freeway::engine::TargetError::Unavailable(
+                "the store is down".into(),
+            ));
+        }
+        self.keys.target(route).await
+    }
+}
+
+#[tokio::test]
+async fn keys_that_cannot_be_read_spend_none_of_the_budget() {
+    let mut s = setup("keys-outage").await;
+    let outage = Arc::new(KeysOutage {
+        down: true.into(),
+        keys: freeway::engine::EnvTargets {
+            openrouter_base_url: s.sim.base_url(),
+            platform_key: Some(freeway::provider::ApiKey::new("sk-or-v1-platform-test")),
+        },
+    });
+    s.h.engine.targets = outage.clone();
+    let mut req = request("u1", "hello", &[PAID]);
+    req.kind = Kind::Complete;
+    let job = RunJob::new(req, freeway::clock::epoch_ms());
+    let routes = job.check().unwrap();
+
+    let err = s.h.engine.execute(&job, &routes, WhenResting::Snooze).await;
+    assert!(err.is_err(), "an infrastructure fault ends the delivery");
+    let rec = s.h.store.run(&job.run_id).await.unwrap();
+    assert_eq!(rec.map_or(0, |r| r.state.counters.calls), 0);
+    assert!(s.h.store.attempts(&job.run_id).await.unwrap().is_empty());
+
+    outage
+        .down
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let outcome = execute(&s.h, &job, WhenResting::Snooze).await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(
+        called(&s.sim),
+        vec![PAID],
+        "the redelivery made its one call"
+    );
+}

@@ -5,10 +5,10 @@
 //! once the call is over), so a log line explains a failover as the stored record does; the
 //! fleet's counters ([`crate::metrics`]) count the call and any rest it wrote.
 
-use super::{Engine, EngineError, Run};
+use super::{Engine, EngineError, Run, TargetError};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
-use crate::provider::{CallError, ChatRequest, Completion};
+use crate::provider::{CallError, ChatRequest, Completion, Target};
 use crate::run::AttemptRecord;
 use crate::store::Attached;
 use tokio::sync::mpsc;
@@ -28,6 +28,16 @@ impl Failure {
     }
 }
 
+/// A counted attempt, ready to be made.
+struct Call<'m> {
+    index: usize,
+    step: u32,
+    n: u32,
+    target: Result<Target, TargetError>,
+    messages: &'m [crate::chat::Message],
+    stream: bool,
+}
+
 impl Engine {
     /// Make one call on route `index` for `step`. The attempt is counted and saved before the
     /// call. Text deltas are published as they arrive when `stream` is set.
@@ -40,6 +50,12 @@ impl Engine {
         stream: bool,
     ) -> Result<Result<Completion, Failure>, EngineError> {
         let route = &run.routes[index];
+        // Keys that cannot be read are the fleet's fault, not the route's: the run stops before
+        // the attempt is counted, so its redelivery still has the call it never made.
+        let target = match self.targets.target(route).await {
+            Err(e @ TargetError::Unavailable(_)) => return Err(e.into()),
+            target => target,
+        };
         let counters = &mut run.rec.state.counters;
         counters.calls += 1;
         if step == 1 {
@@ -59,21 +75,31 @@ impl Engine {
             provider_name = Empty,
             error = Empty,
         );
-        self.attempt_numbered(run, index, step, n, messages, stream)
-            .instrument(span)
-            .await
+        let call = Call {
+            index,
+            step,
+            n,
+            target,
+            messages,
+            stream,
+        };
+        self.attempt_numbered(run, call).instrument(span).await
     }
 
     /// [`Engine::attempt`] once the attempt is counted, inside its span.
     async fn attempt_numbered(
         &self,
         run: &mut Run<'_>,
-        index: usize,
-        step: u32,
-        n: u32,
-        messages: &[crate::chat::Message],
-        stream: bool,
+        call: Call<'_>,
     ) -> Result<Result<Completion, Failure>, EngineError> {
+        let Call {
+            index,
+            step,
+            n,
+            target,
+            messages,
+            stream,
+        } = call;
         let route = &run.routes[index];
         self.save(run).await?;
         self.publish(
@@ -87,7 +113,7 @@ impl Engine {
         .await?;
 
         let started = self.clock.now_ms();
-        let result = match self.targets.target(route).await {
+        let result = match target {
             Ok(target) => {
                 let request = ChatRequest {
                     model: route.model.clone(),
@@ -97,7 +123,6 @@ impl Engine {
                 };
                 self.call_relaying(run, &target, &request).await?
             }
-            Err(e @ super::TargetError::Unavailable(_)) => return Err(e.into()),
             // No key to call with: the attempt fails like a refused key, without a call.
             Err(e) => Err(CallError::Http {
                 status: 401,

@@ -144,17 +144,23 @@ impl Engine {
         let outcome = loop {
             tokio::select! {
                 outcome = &mut run => break outcome,
-                _ = renew.tick() => {
-                    if !self.leases.renew(&job.run_id, &owner).await.map_err(RestError::from)? {
+                // A Redis error here is no reason to drop a run in the middle of its call: the
+                // lease lives three renewals, and the next tick tries again.
+                _ = renew.tick() => match self.leases.renew(&job.run_id, &owner).await {
+                    Ok(true) => {}
+                    Ok(false) => {
                         tracing::warn!(run_id = %job.run_id, "lost the run's lease while executing it");
+                    }
+                    Err(e) => {
+                        tracing::warn!(run_id = %job.run_id, error = %e, "could not renew the run's lease; trying again at the next renewal");
                     }
                 }
             }
         };
-        self.leases
-            .release(&job.run_id, &owner)
-            .await
-            .map_err(RestError::from)?;
+        // The run is over either way; a lease that cannot be released expires on its own.
+        if let Err(e) = self.leases.release(&job.run_id, &owner).await {
+            tracing::warn!(run_id = %job.run_id, error = %e, "could not release the run's lease; it expires on its own");
+        }
         outcome
     }
 

@@ -44,12 +44,17 @@ impl FileLock {
         })
     }
 
-    /// Wait for the lock, off the async runtime's threads.
+    /// Take the lock when it is free, else wait for it off the async runtime's threads.
     pub async fn lock(&self) -> Result<Held, StoreError> {
         let file = self.file.clone();
         let failed = |why: String| {
             StoreError::Unavailable(format!("cannot lock {}: {why}", self.path.display()))
         };
+        match file.try_lock() {
+            Ok(()) => return Ok(Held { file }),
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(failed(e.to_string())),
+        }
         tokio::task::spawn_blocking(move || file.lock().map(|()| file))
             .await
             .map_err(|e| failed(e.to_string()))?

@@ -147,18 +147,8 @@ pub async fn overview(
     headers: HeaderMap,
 ) -> Result<Json<Overview>, ApiError> {
     let now_ms = freeway::clock::epoch_ms();
-    let depths = state
-        .enqueuer
-        .queue()
-        .depths()
-        .await
-        .map_err(|e| ApiError::unavailable("redis", &e))?;
-    let rests = state
-        .enqueuer
-        .rests()
-        .list()
-        .await
-        .map_err(|e| ApiError::unavailable("redis", &e))?;
+    let depths = state.enqueuer.queue().depths().await?;
+    let rests = state.enqueuer.rests().list().await?;
     Ok(Json(Overview {
         now_ms,
         namespace: state.enqueuer.namespace().to_string(),

@@ -3,6 +3,7 @@
 //! JSON, a body over the limit, a bad path) into it.
 
 use crate::enqueue::EnqueueError;
+use crate::queue::QueueError;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -10,6 +11,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use freeway::rest::RestError;
 use freeway::run::Code;
 use freeway::store::StoreError;
 use serde::de::DeserializeOwned;
@@ -139,11 +141,18 @@ impl From<EnqueueError> for ApiError {
     }
 }
 
-impl From<redis::RedisError> for ApiError {
-    fn from(e: redis::RedisError) -> ApiError {
-        ApiError::unavailable("redis", &e)
-    }
+/// Redis errors, whichever part of freeway met them, are an outage the client may retry.
+macro_rules! redis_unavailable {
+    ($($error:ty),+) => {$(
+        impl From<$error> for ApiError {
+            fn from(e: $error) -> ApiError {
+                ApiError::unavailable("redis", &e)
+            }
+        }
+    )+};
 }
+
+redis_unavailable!(redis::RedisError, RestError, QueueError);
 
 /// The request body as bytes, with axum's limit turned into `payload_too_large`.
 pub struct Body(pub Bytes);

@@ -28,26 +28,9 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
-    let redis_down = |e: &dyn std::fmt::Display| ApiError::unavailable("redis", e);
-    let depths = state
-        .enqueuer
-        .queue()
-        .depths()
-        .await
-        .map_err(|e| redis_down(&e))?;
-    let rests = state
-        .enqueuer
-        .rests()
-        .list()
-        .await
-        .map_err(|e| redis_down(&e))?;
-    let counters = state
-        .enqueuer
-        .rests()
-        .metrics()
-        .read()
-        .await
-        .map_err(|e| redis_down(&e))?;
+    let depths = state.enqueuer.queue().depths().await?;
+    let rests = state.enqueuer.rests().list().await?;
+    let counters = state.enqueuer.rests().metrics().read().await?;
     let runs = state.store.count_by_status().await?;
     let workers = workers(&state, freeway::clock::epoch_ms()).await?;
 

@@ -21,12 +21,7 @@ pub struct RestList {
 }
 
 pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<RestList>, ApiError> {
-    let rests = state
-        .enqueuer
-        .rests()
-        .list()
-        .await
-        .map_err(|e| ApiError::unavailable("redis", &e))?;
+    let rests = state.enqueuer.rests().list().await?;
     Ok(Json(RestList { rests }))
 }
 
@@ -43,12 +38,7 @@ pub async fn clear(
             "scope must be one of pool, route, connection; got {scope:?}"
         )));
     }
-    let removed = state
-        .enqueuer
-        .rests()
-        .clear(&scope, &key)
-        .await
-        .map_err(|e| ApiError::unavailable("redis", &e))?;
+    let removed = state.enqueuer.rests().clear(&scope, &key).await?;
     tracing::warn!(%scope, %key, removed, by = "admin token", "DELETE /v1/rests: operator clear");
     if removed {
         Ok(StatusCode::NO_CONTENT)
