@@ -517,9 +517,36 @@ async fn preflight_refuses_an_all_closed_chain_before_the_transcript_is_touched(
     assert_eq!(called(&s.sim), vec![PAID]);
 }
 
+/// Every request's messages, in order, then the call as made.
+struct RecordMessages {
+    inner: Arc<dyn ChatProvider>,
+    sent: Arc<std::sync::Mutex<Vec<Vec<freeway::chat::Message>>>>,
+}
+
+#[async_trait]
+impl ChatProvider for RecordMessages {
+    async fn call(
+        &self,
+        t: &Target,
+        r: &ChatRequest,
+        d: &UnboundedSender<String>,
+    ) -> Result<Completion, CallError> {
+        self.sent.lock().unwrap().push(r.messages.clone());
+        self.inner.call(t, r, d).await
+    }
+}
+
 #[tokio::test]
 async fn a_refused_regenerate_keeps_the_last_answer() {
-    let s = setup("regenerate").await;
+    let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = sent.clone();
+    let s = setup_with("regenerate", sim::SimConfig::default(), move |inner| {
+        Arc::new(RecordMessages {
+            inner,
+            sent: record,
+        })
+    })
+    .await;
     let (job, _) = run(
         &s.h,
         request("u1", "hi [[answer:first]]", &[FREE_A]),
@@ -562,6 +589,12 @@ async fn a_refused_regenerate_keeps_the_last_answer() {
     assert_eq!(outcome, finished(RunStatus::Succeeded, None));
     let after = s.h.store.transcript(&job.conversation_id).await.unwrap();
     assert_eq!(after.len(), 2, "the last answer was replaced, not added to");
+    let sent = sent.lock().unwrap();
+    assert_eq!(
+        sent.last(),
+        Some(&before[..1].to_vec()),
+        "the model is sent the conversation without the answer it replaces"
+    );
 }
 
 #[tokio::test]

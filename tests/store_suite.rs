@@ -748,6 +748,59 @@ async fn delete_last_assistant_turn_removes_everything_after_the_last_user_messa
 }
 
 #[tokio::test]
+async fn run_and_transcript_reads_what_run_and_transcript_read() {
+    for db in fresh("run-and-transcript").await {
+        let s = &db.store;
+        let conv = unique("conv");
+        let nothing = s.run_and_transcript("run_absent", &conv).await.unwrap();
+        assert_eq!(nothing, (None, vec![]), "{}", db.label);
+
+        let mut rec = record("run_rt", &conv);
+        rec.output = "partial answer".into();
+        s.create_run(&rec).await.unwrap();
+        let (run, transcript) = s.run_and_transcript("run_rt", &conv).await.unwrap();
+        assert_eq!(
+            run.as_ref(),
+            s.run("run_rt").await.unwrap().as_ref(),
+            "{}",
+            db.label
+        );
+        assert!(run.is_some() && transcript.is_empty(), "{}", db.label);
+
+        let turn = [
+            Message::user("q1"),
+            Message::assistant(None, vec![call("call_1")]),
+            Message::tool_result("call_1", "r"),
+            Message::assistant(Some("a1".into()), vec![]),
+        ];
+        for (i, m) in turn.iter().enumerate() {
+            s.append_message(&conv, "run_rt", &format!("k{i}"), m)
+                .await
+                .unwrap();
+        }
+        let other = unique("conv");
+        s.append_message(&other, "run_other", "k0", &Message::user("elsewhere"))
+            .await
+            .unwrap();
+        let (run, transcript) = s.run_and_transcript("run_rt", &conv).await.unwrap();
+        assert_eq!(run, s.run("run_rt").await.unwrap(), "{}", db.label);
+        assert_eq!(transcript, turn.to_vec(), "{}", db.label);
+
+        s.delete_last_assistant_turn(&conv).await.unwrap();
+        let (_, transcript) = s.run_and_transcript("run_rt", &conv).await.unwrap();
+        assert_eq!(
+            transcript,
+            turn[..1].to_vec(),
+            "deleted turns are left out: {}",
+            db.label
+        );
+        let (run, transcript) = s.run_and_transcript("run_absent", &conv).await.unwrap();
+        assert!(run.is_none() && transcript == turn[..1], "{}", db.label);
+        db.finish().await;
+    }
+}
+
+#[tokio::test]
 async fn attempts_round_trip_every_field() {
     for db in fresh("attempts").await {
         let s = &db.store;

@@ -110,6 +110,9 @@ pub(crate) struct Run<'a> {
     /// input, the model's turns, tool results, an attempt that succeeded, a broken stream's
     /// text. The transcript the run works from is the stored one followed by these messages.
     pub unsaved: Vec<Attached>,
+    /// The stored transcript as read with the run when the delivery began, for its first step;
+    /// later steps, and a regenerate that deleted a turn, read the store again.
+    pub stored_transcript: Option<Vec<Message>>,
 }
 
 /// How a step ended when it did not produce a completion.
@@ -172,7 +175,11 @@ impl Engine {
     ) -> Result<Outcome, EngineError> {
         // A run is stored by its first save (or by the producer at enqueue): a delivery that
         // stops before saving leaves nothing behind.
-        let rec = match self.store.run(&job.run_id).await? {
+        let (stored, transcript) = self
+            .store
+            .run_and_transcript(&job.run_id, &job.conversation_id)
+            .await?;
+        let rec = match stored {
             Some(stored) => stored,
             None => RunRecord::queued(job, self.clock.now_ms()),
         };
@@ -187,6 +194,7 @@ impl Engine {
             rec,
             preflight_closures: None,
             unsaved: Vec::new(),
+            stored_transcript: Some(transcript),
         };
         let outcome = match self.preflight(&mut run, when_resting).await? {
             Some(outcome) => outcome,
@@ -364,6 +372,7 @@ impl Engine {
             } else if run.job.request.regenerate {
                 let conv = &run.job.conversation_id;
                 self.store.delete_last_assistant_turn(conv).await?;
+                run.stored_transcript = None;
                 None
             } else {
                 run.job.request.input.clone().map(Message::user)
@@ -550,7 +559,8 @@ impl Engine {
         let Some(index) = run.rec.state.route_index else {
             return Ok(());
         };
-        let mut messages = self.messages(run, self.transcript(run).await?);
+        let transcript = self.transcript(run).await?;
+        let mut messages = self.messages(run, transcript);
         messages.push(Message::user(SUMMARY_PROMPT));
         let step = run.rec.state.counters.steps + 1;
         if let Ok(c) = self.attempt(run, index, step, &messages, false).await? {
@@ -588,8 +598,11 @@ impl Engine {
     }
 
     /// The conversation as this run sees it: what is stored, then its own unsaved messages.
-    pub(crate) async fn transcript(&self, run: &Run<'_>) -> Result<Vec<Message>, EngineError> {
-        let mut transcript = self.store.transcript(&run.job.conversation_id).await?;
+    pub(crate) async fn transcript(&self, run: &mut Run<'_>) -> Result<Vec<Message>, EngineError> {
+        let mut transcript = match run.stored_transcript.take() {
+            Some(read_with_the_run) => read_with_the_run,
+            None => self.store.transcript(&run.job.conversation_id).await?,
+        };
         transcript.extend(run.unsaved.iter().filter_map(|u| match u {
             Attached::Message { message, .. } => Some(message.clone()),
             Attached::Attempt(_) => None,

@@ -101,6 +101,18 @@ pub trait Store: Send + Sync {
     }
     /// The conversation's messages, in order.
     async fn transcript(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError>;
+    /// [`Store::run`] and [`Store::transcript`] together, as a delivery starts. The SQL store
+    /// reads both in one statement: one round trip, one read transaction.
+    async fn run_and_transcript(
+        &self,
+        run_id: &str,
+        conversation_id: &str,
+    ) -> Result<(Option<RunRecord>, Vec<Message>), StoreError> {
+        Ok((
+            self.run(run_id).await?,
+            self.transcript(conversation_id).await?,
+        ))
+    }
     /// Append one message of `run_id` to the conversation. `key` names the message within its
     /// run (`input`, `step-2`, `tool-<call id>`): appending the same key twice keeps the first, so a
     /// job delivered twice, or resumed after a crash, never duplicates a message.

@@ -354,6 +354,27 @@ macro_rules! run_columns {
 }
 
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = $1");
+macro_rules! transcript_of {
+    ($conversation:literal) => {
+        concat!(
+            "SELECT seq, role, content, tool_calls, tool_call_id FROM messages \
+             WHERE conversation_id = ",
+            $conversation,
+            " AND deleted_ms IS NULL"
+        )
+    };
+}
+const TRANSCRIPT: &str = concat!(transcript_of!("$1"), " ORDER BY seq");
+// The run (none: NULLs) beside each of the conversation's messages (none: NULLs), so a delivery
+// starts with one round trip and one read transaction; the run's columns repeat on every row.
+const RUN_AND_TRANSCRIPT: &str = concat!(
+    "SELECT r.*, m.role, m.content, m.tool_calls, m.tool_call_id FROM (SELECT 1 AS one) AS q \
+     LEFT JOIN (SELECT ",
+    run_columns!(),
+    " FROM runs WHERE run_id = $1) AS r ON TRUE LEFT JOIN (",
+    transcript_of!("$2"),
+    ") AS m ON TRUE ORDER BY m.seq"
+);
 // Two texts rather than `$1 IS NULL OR user_id = $1`, which keeps PostgreSQL from using an index.
 const RECENT_RUNS: &str = concat!(
     "SELECT ",
@@ -705,15 +726,41 @@ impl Store for SqlStore {
     }
 
     async fn transcript(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError> {
-        const SQL: &str = "SELECT role, content, tool_calls, tool_call_id FROM messages \
-             WHERE conversation_id = $1 AND deleted_ms IS NULL ORDER BY seq";
         on_db!(self, |pool| {
-            let rows = sqlx::query(SQL)
+            let rows = sqlx::query(TRANSCRIPT)
                 .bind(conversation_id)
                 .fetch_all(pool)
                 .await
                 .map_err(db_error)?;
             rows.iter().map(message_from).collect()
+        })
+    }
+
+    async fn run_and_transcript(
+        &self,
+        run_id: &str,
+        conversation_id: &str,
+    ) -> Result<(Option<RunRecord>, Vec<Message>), StoreError> {
+        on_db!(self, |pool| {
+            let rows = sqlx::query(RUN_AND_TRANSCRIPT)
+                .bind(run_id)
+                .bind(conversation_id)
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?;
+            let run = match rows.first() {
+                Some(row) if row.opt_text("run_id")?.is_some() => {
+                    Some(RunRow::read(row)?.into_record()?)
+                }
+                _ => None,
+            };
+            let mut transcript = Vec::with_capacity(rows.len());
+            for row in &rows {
+                if row.opt_text("role")?.is_some() {
+                    transcript.push(message_from(row)?);
+                }
+            }
+            Ok((run, transcript))
         })
     }
 
