@@ -1,6 +1,7 @@
 //! The budget of SPEC §2.1 and the walk rules of §2.2, proven over random scripts of provider
 //! outcomes and random chains: calls never exceed the table, a closed route is never called,
-//! nothing fails over after output, and a continuation makes exactly one step-1 attempt.
+//! nothing fails over after output, and a continuation makes exactly one step-1 attempt; with
+//! `FREEWAY_SUMMARY` on or off.
 
 mod support;
 
@@ -223,6 +224,7 @@ async fn check_case(
     kind: Kind,
     script: Vec<Scripted>,
     continuation: bool,
+    summary: bool,
 ) -> Result<(), TestCaseError> {
     let specs: Vec<RouteSpec> = shared
         .iter()
@@ -249,6 +251,7 @@ async fn check_case(
         closed_calls: Mutex::new(vec![]),
     });
     let mut h = support::harness_in(&ns, conn, provider.clone(), "http://127.0.0.1:9").await;
+    h.engine.summary = summary;
     let request = RunRequest {
         user_id: "u1".into(),
         conversation_id: None,
@@ -299,7 +302,7 @@ async fn check_case(
     prop_assert!(outcome.is_some(), "the run settled");
 
     let calls = *provider.calls.lock().unwrap();
-    let budget = Budget::new(kind, chain.len(), false);
+    let budget = Budget::new(kind, chain.len(), summary);
     prop_assert!(
         calls <= budget.max_calls(),
         "{calls} calls > budget {}",
@@ -363,8 +366,9 @@ proptest! {
         kind in kind_strategy(),
         script in proptest::collection::vec(scripted(), 0..40),
         continuation in proptest::bool::weighted(0.2),
+        summary in proptest::bool::weighted(0.3),
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(check_case(shared, kind, script, continuation))?;
+        rt.block_on(check_case(shared, kind, script, continuation, summary))?;
     }
 }

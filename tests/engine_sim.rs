@@ -1041,3 +1041,43 @@ async fn keys_that_cannot_be_read_spend_none_of_the_budget() {
         "the redelivery made its one call"
     );
 }
+
+#[tokio::test]
+async fn a_summary_is_one_more_call_whose_failure_does_not_fail_the_run() {
+    let mut s = setup("summary").await;
+    s.h.engine.summary = true;
+    let (ok, outcome) = run(&s.h, request("u1", "hi", &[PAID]), WhenResting::Snooze).await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    let rec = s.h.store.run(&ok.run_id).await.unwrap().unwrap();
+    assert_eq!(rec.state.counters.calls, 2, "the answer, then the summary");
+    assert!(rec.summary.is_some_and(|t| !t.is_empty()));
+    assert_eq!(
+        s.h.store
+            .transcript(&ok.conversation_id)
+            .await
+            .unwrap()
+            .len(),
+        2,
+        "the summary's prompt and answer stay out of the transcript"
+    );
+
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "bad_gateway_502", "model": PAID, "skip": 1}),
+    ));
+    let (failed_summary, outcome) =
+        run(&s.h, request("u1", "hi", &[PAID]), WhenResting::Snooze).await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    let rec =
+        s.h.store
+            .run(&failed_summary.run_id)
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!((rec.state.counters.calls, rec.summary), (2, None));
+
+    let mut complete = request("u1", "hi", &[PAID]);
+    complete.kind = Kind::Complete;
+    let (_, outcome) = run(&s.h, complete, WhenResting::Snooze).await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(s.sim.calls().len(), 5, "complete makes no summary call");
+}
