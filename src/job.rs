@@ -227,8 +227,18 @@ impl RunJob {
 
     /// Parse a job from the queue; anything wrong makes it a poison job (`invalid_job`).
     pub fn from_json(bytes: &[u8]) -> Result<(RunJob, Vec<Route>), InvalidRequest> {
-        let job: RunJob =
-            serde_json::from_slice(bytes).map_err(|e| invalid("job", e.to_string()))?;
+        RunJob::checked(serde_json::from_slice(bytes))
+    }
+
+    /// [`RunJob::from_json`] for a payload the queue's codec has already decoded.
+    pub fn from_value(value: serde_json::Value) -> Result<(RunJob, Vec<Route>), InvalidRequest> {
+        RunJob::checked(serde_json::from_value(value))
+    }
+
+    fn checked(
+        parsed: Result<RunJob, serde_json::Error>,
+    ) -> Result<(RunJob, Vec<Route>), InvalidRequest> {
+        let job = parsed.map_err(|e| invalid("job", e.to_string()))?;
         let routes = job.check()?;
         Ok((job, routes))
     }
@@ -301,5 +311,7 @@ mod tests {
         let bytes = serde_json::to_vec(&job).unwrap();
         assert_eq!(RunJob::from_json(&bytes).unwrap_err().field, "v");
         assert_eq!(RunJob::from_json(b"{not json").unwrap_err().field, "job");
+        let wrong_shape = serde_json::json!({"v": 1, "run_id": 7});
+        assert_eq!(RunJob::from_value(wrong_shape).unwrap_err().field, "job");
     }
 }

@@ -40,9 +40,7 @@ async fn handle(
     app: Data<Arc<App>>,
     id: TaskId,
 ) -> Result<String, BoxDynError> {
-    let bytes =
-        serde_json::to_vec(&payload).map_err(|e| AbortError::new(InvalidJob(e.to_string())))?;
-    let (job, routes) = match RunJob::from_json(&bytes) {
+    let (job, routes) = match RunJob::from_value(payload) {
         Ok(parsed) => parsed,
         Err(e) => {
             warn!(task = %id, reason = %e, "dead-lettering an invalid job");
