@@ -232,14 +232,19 @@ impl Queue {
             .arg(-1)
             .query_async(&mut conn)
             .await?;
-        let mut running = 0;
-        for w in workers {
-            let n: u64 = redis::cmd("SCARD")
-                .arg(format!("{}:{w}", c.inflight_jobs_set()))
-                .query_async(&mut conn)
-                .await?;
-            running += n;
+        let mut inflight = redis::pipe();
+        for w in &workers {
+            inflight.scard(format!("{}:{w}", c.inflight_jobs_set()));
         }
+        let running = if workers.is_empty() {
+            0
+        } else {
+            inflight
+                .query_async::<Vec<u64>>(&mut conn)
+                .await?
+                .into_iter()
+                .sum()
+        };
         Ok(Depths {
             waiting,
             scheduled,
