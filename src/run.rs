@@ -182,3 +182,40 @@ pub struct AttemptRecord {
     pub latency_ms: u64,
     pub t_ms: u64,
 }
+
+/// A person's answer to a tool call that needs approval (SPEC §2.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// How a paused tool call was answered, and the continuation that carries the answer on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decided {
+    pub decision: Decision,
+    /// The tool result the model is given.
+    pub result: String,
+    pub continuation_run_id: String,
+    pub decided_ms: u64,
+}
+
+/// A tool call a run paused on, and its answer once given: the audit of who let a tool run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    pub run_id: String,
+    pub tool_call: ToolCall,
+    pub created_ms: u64,
+    /// `None` while the run still waits.
+    pub decided: Option<Decided>,
+}

@@ -21,9 +21,12 @@ use freeway::provider::{
 };
 use freeway::rest::Rests;
 use freeway::route::{OPENROUTER_FREE_POOL, Route, RouteSpec};
-use freeway::run::{AttemptRecord, Code, RunRecord, RunState, RunStatus};
+use freeway::run::{
+    ApprovalRecord, AttemptRecord, Code, Decided, Decision, RunRecord, RunState, RunStatus,
+};
 use freeway::store::{
-    Backend, NewConnection, SecretKey, SqlStore, Store, StoreError, StoreTargets,
+    Attached, Backend, MemoryStore, NewConnection, SecretKey, SqlStore, Store, StoreError,
+    StoreTargets,
 };
 use freeway::tools::ToolRunner;
 use sqlx::{Connection, Row};
@@ -868,25 +871,66 @@ async fn attempts_round_trip_every_field() {
 #[tokio::test]
 async fn a_paused_run_records_its_approval() {
     for db in fresh("approval").await {
-        let s = &db.store;
-        let mut r = record(&unique("run"), &unique("conv"));
-        s.create_run(&r).await.unwrap();
-        r.status = RunStatus::AwaitingApproval;
-        r.pending_tool_call = Some(call("call_ask"));
-        s.save_run(&r).await.unwrap();
-        s.save_run(&r).await.unwrap();
-        assert_eq!(s.run(&r.run_id).await.unwrap(), Some(r.clone()));
-        let rows = match db.store.backend() {
-            Backend::Postgres => db.pg_rows("approvals").await,
-            Backend::Sqlite => String::from_utf8_lossy(&db.sqlite_bytes()).into_owned(),
-        };
-        assert!(
-            rows.contains("call_ask"),
-            "{}: the approval row exists",
-            db.label
-        );
+        check_approvals(&db.store, db.label).await;
         db.finish().await;
     }
+    check_approvals(&MemoryStore::default(), "memory").await;
+}
+
+/// A run saved while it awaits a tool call records the call once; its answer rides on a later
+/// save, and the first answer stays.
+async fn check_approvals(s: &dyn Store, label: &str) {
+    let mut r = record(&unique("run"), &unique("conv"));
+    s.create_run(&r).await.unwrap();
+    r.status = RunStatus::AwaitingApproval;
+    r.pending_tool_call = Some(call("call_ask"));
+    s.save_run(&r).await.unwrap();
+    s.save_run(&r).await.unwrap();
+    assert_eq!(s.run(&r.run_id).await.unwrap(), Some(r.clone()));
+    let waiting = ApprovalRecord {
+        run_id: r.run_id.clone(),
+        tool_call: call("call_ask"),
+        created_ms: r.updated_ms,
+        decided: None,
+    };
+    assert_eq!(
+        s.approvals(&r.run_id).await.unwrap(),
+        vec![waiting.clone()],
+        "{label}: saved twice, recorded once"
+    );
+
+    let decided = Decided {
+        decision: Decision::Deny,
+        result: "denied by the user".into(),
+        continuation_run_id: "run_continuation".into(),
+        decided_ms: r.updated_ms + 5,
+    };
+    r.status = RunStatus::Succeeded;
+    r.pending_tool_call = None;
+    let answer = Attached::Decision {
+        tool_call_id: "call_ask".into(),
+        decided: decided.clone(),
+    };
+    s.save_run_with(&r, &[answer]).await.unwrap();
+    let second = Decided {
+        decision: Decision::Approve,
+        ..decided.clone()
+    };
+    s.record_decision(&r.run_id, "call_ask", &second)
+        .await
+        .unwrap();
+    s.record_decision(&r.run_id, "call_never_asked", &second)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.approvals(&r.run_id).await.unwrap(),
+        vec![ApprovalRecord {
+            decided: Some(decided),
+            ..waiting
+        }],
+        "{label}: the first answer stays, an unknown call records nothing"
+    );
+    assert_eq!(s.run(&r.run_id).await.unwrap(), Some(r));
 }
 
 #[tokio::test]

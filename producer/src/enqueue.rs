@@ -24,8 +24,8 @@ use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
 use freeway::rest::{Closure, RestError, RestKind, Rests};
 use freeway::route::Route;
-use freeway::run::{Code, RunRecord, RunStatus};
-use freeway::store::{Store, StoreError};
+use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
+use freeway::store::{Attached, Store, StoreError};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use serde::Deserialize;
@@ -84,13 +84,6 @@ pub struct Approval {
     /// The tool result the model sees; by default "approved" or "denied by the user".
     #[serde(default)]
     pub result: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    Approve,
-    Deny,
 }
 
 /// Enqueues runs: the producer side of freeway as a library.
@@ -212,7 +205,7 @@ impl Enqueuer {
         job.continuation = Some(Continuation {
             parent_run_id: run_id.to_string(),
             tool_call: call.clone(),
-            result,
+            result: result.clone(),
         });
         job.check()?;
         let claim = format!("{}:approval:{run_id}:{}", self.ns, call.id);
@@ -227,11 +220,21 @@ impl Enqueuer {
             }
             return Err(e);
         }
-        // The run's part is done; the continuation carries the conversation on.
+        // The run's part is done; the continuation carries the conversation on, and the approval
+        // keeps who was answered what.
+        let decided = Attached::Decision {
+            tool_call_id: call.id.clone(),
+            decided: Decided {
+                decision: approval.decision,
+                result,
+                continuation_run_id: job.run_id.clone(),
+                decided_ms: now,
+            },
+        };
         parent.pending_tool_call = None;
         parent.status = RunStatus::Succeeded;
         parent.updated_ms = now;
-        if let Err(error) = self.store.save_run(&parent).await {
+        if let Err(error) = self.store.save_run_with(&parent, &[decided]).await {
             // The continuation is queued and the claim stops a second one: report success.
             tracing::error!(run_id, %error, "continuation enqueued but the parent run not marked");
         }

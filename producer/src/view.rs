@@ -1,11 +1,12 @@
 //! A run as the web app and `producer status` see it (`GET /v1/runs/{id}`, SPEC §5.1): the
-//! record, its attempt log and its pending approval in one JSON object. Internal resume state
+//! record, its attempt log, its pending approval and the approvals it was given in one JSON
+//! object. Internal resume state
 //! (route index, flags) stays out; the call count is the one counter people ask about.
 
 use freeway::budget::Kind;
 use freeway::chat::{ToolCall, Usage};
 use freeway::route::RouteSpec;
-use freeway::run::{AttemptRecord, Code, RunStatus};
+use freeway::run::{ApprovalRecord, AttemptRecord, Code, RunStatus};
 use freeway::store::{Store, StoreError};
 use serde::Serialize;
 
@@ -24,6 +25,8 @@ pub struct RunView {
     pub attempts: Vec<AttemptRecord>,
     /// The tool call the run waits on, `null` when it waits on none.
     pub pending_approval: Option<ToolCall>,
+    /// Every tool call the run paused on, with its answer once given.
+    pub approvals: Vec<ApprovalRecord>,
     pub kind: Kind,
     pub routes: Vec<RouteSpec>,
     pub parent_run_id: Option<String>,
@@ -42,6 +45,7 @@ impl RunView {
             return Ok(None);
         };
         let attempts = store.attempts(run_id).await?;
+        let approvals = store.approvals(run_id).await?;
         Ok(Some(RunView {
             calls: r.state.counters.calls,
             pending_approval: r
@@ -55,6 +59,7 @@ impl RunView {
             output: r.output,
             incomplete: r.incomplete,
             attempts,
+            approvals,
             kind: r.kind,
             routes: r.routes,
             parent_run_id: r.parent_run_id,

@@ -483,6 +483,22 @@ async fn an_approval_enqueues_one_continuation() {
     let (_, run) = s.get_json(&format!("/v1/runs/{parent}")).await;
     assert_eq!(run["status"], "succeeded");
     assert_eq!(run["pending_approval"], Value::Null);
+    let answered = &run["approvals"][0];
+    assert_eq!(
+        (
+            &answered["tool_call"]["id"],
+            &answered["decided"]["decision"],
+            &answered["decided"]["result"],
+            &answered["decided"]["continuation_run_id"],
+        ),
+        (
+            &json!("call_1"),
+            &json!("approve"),
+            &json!("sent"),
+            &json!(child)
+        ),
+        "the parent keeps who was answered what: {run}"
+    );
     let (status, err) = approve(&s, &parent, yes).await;
     assert_eq!((status, code(&err)), (409, "conflict"), "{err}");
     assert_eq!(

@@ -605,7 +605,7 @@ impl Engine {
         };
         transcript.extend(run.unsaved.iter().filter_map(|u| match u {
             Attached::Message { message, .. } => Some(message.clone()),
-            Attached::Attempt(_) => None,
+            Attached::Attempt(_) | Attached::Decision { .. } => None,
         }));
         Ok(transcript)
     }

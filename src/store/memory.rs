@@ -3,7 +3,7 @@
 
 use super::{RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
 use crate::chat::{Message, Role};
-use crate::run::{AttemptRecord, RunRecord};
+use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunStatus};
 use async_trait::async_trait;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -19,6 +19,7 @@ struct Memory {
     conversations: HashMap<String, Vec<Message>>,
     appended: HashSet<(String, String)>,
     attempts: HashMap<String, Vec<AttemptRecord>>,
+    approvals: HashMap<String, Vec<ApprovalRecord>>,
 }
 
 impl MemoryStore {
@@ -48,6 +49,18 @@ impl Store for MemoryStore {
 
     async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         self.with(|m| {
+            if let (RunStatus::AwaitingApproval, Some(call)) = (run.status, &run.pending_tool_call)
+            {
+                let approvals = m.approvals.entry(run.run_id.clone()).or_default();
+                if !approvals.iter().any(|a| a.tool_call.id == call.id) {
+                    approvals.push(ApprovalRecord {
+                        run_id: run.run_id.clone(),
+                        tool_call: call.clone(),
+                        created_ms: run.updated_ms,
+                        decided: None,
+                    });
+                }
+            }
             m.runs.insert(run.run_id.clone(), run.clone());
         })
     }
@@ -101,6 +114,27 @@ impl Store for MemoryStore {
 
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
         self.with(|m| m.attempts.get(run_id).cloned().unwrap_or_default())
+    }
+
+    async fn record_decision(
+        &self,
+        run_id: &str,
+        tool_call_id: &str,
+        decided: &Decided,
+    ) -> Result<(), StoreError> {
+        self.with(|m| {
+            let awaited = m
+                .approvals
+                .get_mut(run_id)
+                .and_then(|a| a.iter_mut().find(|a| a.tool_call.id == tool_call_id));
+            if let Some(approval) = awaited {
+                approval.decided.get_or_insert_with(|| decided.clone());
+            }
+        })
+    }
+
+    async fn approvals(&self, run_id: &str) -> Result<Vec<ApprovalRecord>, StoreError> {
+        self.with(|m| m.approvals.get(run_id).cloned().unwrap_or_default())
     }
 
     async fn recent_runs(

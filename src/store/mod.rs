@@ -20,7 +20,7 @@ pub use retention::Pruned;
 pub use sql::{Backend, SqlStore};
 
 use crate::chat::Message;
-use crate::run::{AttemptRecord, Code, RunRecord, RunStatus};
+use crate::run::{ApprovalRecord, AttemptRecord, Code, Decided, RunRecord, RunStatus};
 use async_trait::async_trait;
 
 /// The most runs [`Store::recent_runs`] returns, whatever the caller asks.
@@ -59,7 +59,7 @@ pub enum StoreError {
 }
 
 /// A write that belongs to the moment a run is saved (its input, the attempt just made, the
-/// answer just received), for [`Store::save_run_with`].
+/// answer just received, the answer to its approval), for [`Store::save_run_with`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Attached {
     Attempt(AttemptRecord),
@@ -68,6 +68,12 @@ pub enum Attached {
     Message {
         key: String,
         message: Message,
+    },
+    /// The answer to the tool call `tool_call_id` the run paused on, as by
+    /// [`Store::record_decision`].
+    Decision {
+        tool_call_id: String,
+        decided: Decided,
     },
 }
 
@@ -93,6 +99,13 @@ pub trait Store: Send + Sync {
                 Attached::Message { key, message } => {
                     let conversation = &run.conversation_id;
                     self.append_message(conversation, &run.run_id, key, message)
+                        .await?
+                }
+                Attached::Decision {
+                    tool_call_id,
+                    decided,
+                } => {
+                    self.record_decision(&run.run_id, tool_call_id, decided)
                         .await?
                 }
             }
@@ -127,6 +140,16 @@ pub trait Store: Send + Sync {
     async fn delete_last_assistant_turn(&self, conversation_id: &str) -> Result<(), StoreError>;
     async fn record_attempt(&self, attempt: &AttemptRecord) -> Result<(), StoreError>;
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError>;
+    /// Answer the tool call `tool_call_id` that run `run_id` paused on (a run saved awaiting
+    /// approval records the call); the first answer stays.
+    async fn record_decision(
+        &self,
+        run_id: &str,
+        tool_call_id: &str,
+        decided: &Decided,
+    ) -> Result<(), StoreError>;
+    /// The tool calls the run paused on, oldest first, with their answers.
+    async fn approvals(&self, run_id: &str) -> Result<Vec<ApprovalRecord>, StoreError>;
     /// The newest runs first (by creation time, then id), at most `limit` (capped at
     /// [`RECENT_RUNS_MAX`]), only `user_id`'s when it is given: the job board's list.
     async fn recent_runs(

@@ -14,7 +14,7 @@ use super::migrations::{migrate_error, migrator};
 use super::{Attached, RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
 use crate::budget::Counters;
 use crate::chat::{Message, ToolCall, Usage};
-use crate::run::{AttemptRecord, RunRecord, RunState, RunStatus};
+use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunState, RunStatus};
 use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -73,6 +73,20 @@ macro_rules! on_db {
     };
 }
 pub(super) use on_db;
+
+/// The rows `sql` selects for one key, each decoded by `decode`.
+macro_rules! rows_for {
+    ($store:expr, $sql:expr, $key:expr, $decode:expr) => {
+        on_db!($store, |pool| {
+            let rows = sqlx::query($sql)
+                .bind($key)
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?;
+            rows.iter().map($decode).collect()
+        })
+    };
+}
 
 /// A transaction that writes: SQLite takes the write lock at `BEGIN IMMEDIATE`, so a transaction
 /// never has to upgrade a read lock (which fails at once instead of waiting when another writer
@@ -457,7 +471,7 @@ macro_rules! bind_run {
 }
 
 mod writer;
-use writer::{AttemptRow, MessageRow, Write, Writer, Written};
+use writer::{AttemptRow, DecisionRow, MessageRow, Write, Writer, Written};
 
 impl RunRow {
     fn from_record(r: &RunRecord) -> Result<RunRow, StoreError> {
@@ -660,6 +674,35 @@ fn attempt_row(a: &AttemptRecord) -> Result<AttemptRow, StoreError> {
     })
 }
 
+fn decision_row(run_id: &str, tool_call_id: &str, d: &Decided) -> Result<DecisionRow, StoreError> {
+    Ok(DecisionRow {
+        run_id: run_id.to_string(),
+        tool_call_id: tool_call_id.to_string(),
+        decision: d.decision.as_str(),
+        result: clean(&d.result),
+        continuation_run_id: d.continuation_run_id.clone(),
+        decided_ms: to_i64(d.decided_ms, "decided_ms")?,
+    })
+}
+
+fn approval_from(row: &impl Columns) -> Result<ApprovalRecord, StoreError> {
+    let decided = match row.opt_text("decision")? {
+        None => None,
+        Some(decision) => Some(Decided {
+            decision: enum_from(decision, "decision")?,
+            result: row.opt_text("result")?.unwrap_or_default(),
+            continuation_run_id: row.opt_text("continuation_run_id")?.unwrap_or_default(),
+            decided_ms: from_i64(row.opt_int("decided_ms")?.unwrap_or_default(), "decided_ms")?,
+        }),
+    };
+    Ok(ApprovalRecord {
+        run_id: row.text("run_id")?,
+        tool_call: json_from(&row.text("tool_call")?, "tool_call")?,
+        created_ms: from_i64(row.int("created_ms")?, "created_ms")?,
+        decided,
+    })
+}
+
 pub(super) fn now_ms() -> Result<i64, StoreError> {
     to_i64(crate::clock::epoch_ms(), "now")
 }
@@ -718,6 +761,10 @@ impl Store for SqlStore {
                     key,
                     message,
                 )?),
+                Attached::Decision {
+                    tool_call_id,
+                    decided,
+                } => Write::Decide(decision_row(&run.run_id, tool_call_id, decided)?),
             });
         }
         writes.push(Write::SaveRun { row, approval });
@@ -726,14 +773,7 @@ impl Store for SqlStore {
     }
 
     async fn transcript(&self, conversation_id: &str) -> Result<Vec<Message>, StoreError> {
-        on_db!(self, |pool| {
-            let rows = sqlx::query(TRANSCRIPT)
-                .bind(conversation_id)
-                .fetch_all(pool)
-                .await
-                .map_err(db_error)?;
-            rows.iter().map(message_from).collect()
-        })
+        rows_for!(self, TRANSCRIPT, conversation_id, message_from)
     }
 
     async fn run_and_transcript(
@@ -795,14 +835,24 @@ impl Store for SqlStore {
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
         const SQL: &str = "SELECT run_id, n, step, route, http_status, error, verdict, retry_hint_ms, \
              ratelimit_remaining, provider_name, latency_ms, t_ms FROM attempts WHERE run_id = $1 ORDER BY n";
-        on_db!(self, |pool| {
-            let rows = sqlx::query(SQL)
-                .bind(run_id)
-                .fetch_all(pool)
-                .await
-                .map_err(db_error)?;
-            rows.iter().map(attempt_from).collect()
-        })
+        rows_for!(self, SQL, run_id, attempt_from)
+    }
+
+    async fn record_decision(
+        &self,
+        run_id: &str,
+        tool_call_id: &str,
+        decided: &Decided,
+    ) -> Result<(), StoreError> {
+        let row = decision_row(run_id, tool_call_id, decided)?;
+        self.writer.write(Write::Decide(row)).await?;
+        Ok(())
+    }
+
+    async fn approvals(&self, run_id: &str) -> Result<Vec<ApprovalRecord>, StoreError> {
+        const SQL: &str = "SELECT run_id, tool_call, decision, result, continuation_run_id, \
+             created_ms, decided_ms FROM approvals WHERE run_id = $1 ORDER BY created_ms, tool_call_id";
+        rows_for!(self, SQL, run_id, approval_from)
     }
 
     async fn recent_runs(

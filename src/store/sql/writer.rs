@@ -39,6 +39,17 @@ pub(super) enum Write {
         conversation_id: String,
         now: i64,
     },
+    Decide(DecisionRow),
+}
+
+/// The answer to an approval, as the `approvals` table holds it.
+pub(super) struct DecisionRow {
+    pub run_id: String,
+    pub tool_call_id: String,
+    pub decision: &'static str,
+    pub result: String,
+    pub continuation_run_id: String,
+    pub decided_ms: i64,
 }
 
 /// A message as the `messages` table holds it.
@@ -207,6 +218,10 @@ const INSERT_ATTEMPTS: &str = "INSERT INTO attempts (run_id, n, step, route, htt
 const INSERT_ATTEMPTS_TAIL: &str = " ON CONFLICT (run_id, n) DO NOTHING";
 const RECORD_APPROVAL: &str = "INSERT INTO approvals (run_id, tool_call_id, tool_call, created_ms) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, tool_call_id) DO NOTHING";
+// The first answer stays: a second one (a retried request) changes nothing.
+const RECORD_DECISION: &str = "UPDATE approvals SET decision = $3, result = $4, \
+     continuation_run_id = $5, decided_ms = $6 \
+     WHERE run_id = $1 AND tool_call_id = $2 AND decision IS NULL";
 const DELETE_LAST_TURN: &str = "UPDATE messages SET deleted_ms = $2 \
      WHERE conversation_id = $1 AND deleted_ms IS NULL AND seq > COALESCE((\
          SELECT MAX(seq) FROM messages \
@@ -257,6 +272,7 @@ struct ByKind<'a> {
     appends: Vec<&'a MessageRow>,
     attempts: Vec<&'a AttemptRow>,
     deletes: Vec<(&'a str, i64)>,
+    decisions: Vec<&'a DecisionRow>,
 }
 
 impl<'a> ByKind<'a> {
@@ -282,6 +298,7 @@ impl<'a> ByKind<'a> {
                     conversation_id,
                     now,
                 } => k.deletes.push((conversation_id, *now)),
+                Write::Decide(d) => k.decisions.push(d),
             }
         }
         k
@@ -394,6 +411,18 @@ macro_rules! apply_all {
                 .bind(call_id)
                 .bind(call)
                 .bind(row.updated_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        for d in &k.decisions {
+            sqlx::query(RECORD_DECISION)
+                .bind(&d.run_id)
+                .bind(&d.tool_call_id)
+                .bind(d.decision)
+                .bind(&d.result)
+                .bind(&d.continuation_run_id)
+                .bind(d.decided_ms)
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;
