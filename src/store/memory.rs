@@ -34,12 +34,11 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn create_run(&self, run: &RunRecord) -> Result<RunRecord, StoreError> {
+    async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         self.with(|m| {
             m.runs
                 .entry(run.run_id.clone())
-                .or_insert_with(|| run.clone())
-                .clone()
+                .or_insert_with(|| run.clone());
         })
     }
 

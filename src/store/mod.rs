@@ -79,9 +79,9 @@ pub enum Attached {
 
 #[async_trait]
 pub trait Store: Send + Sync {
-    /// Insert the run when it is not there yet; returns the stored record either way. The
-    /// producer stores a run at enqueue with it; a worker stores a run by its first save.
-    async fn create_run(&self, run: &RunRecord) -> Result<RunRecord, StoreError>;
+    /// Insert the run when it is not there yet; a stored run keeps its progress. The producer
+    /// stores a run at enqueue with it; a worker stores a run by its first save.
+    async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError>;
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
     /// Insert or overwrite the run's status, state and output.
     async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError>;

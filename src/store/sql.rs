@@ -471,7 +471,7 @@ macro_rules! bind_run {
 }
 
 mod writer;
-use writer::{AttemptRow, DecisionRow, MessageRow, Write, Writer, Written};
+use writer::{AttemptRow, DecisionRow, MessageRow, Write, Writer};
 
 impl RunRow {
     fn from_record(r: &RunRecord) -> Result<RunRow, StoreError> {
@@ -709,16 +709,9 @@ pub(super) fn now_ms() -> Result<i64, StoreError> {
 
 #[async_trait]
 impl Store for SqlStore {
-    async fn create_run(&self, run: &RunRecord) -> Result<RunRecord, StoreError> {
+    async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         let row = Box::new(RunRow::from_record(run)?);
-        match self.writer.write(Write::CreateRun(row)).await? {
-            Written::Run(None) => Ok(run.clone()),
-            Written::Run(Some(stored)) => stored.into_record(),
-            Written::Done => Err(StoreError::Corrupt(format!(
-                "run {} was not read back after its insert",
-                run.run_id
-            ))),
-        }
+        self.writer.write(Write::CreateRun(row)).await
     }
 
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {

@@ -26,7 +26,7 @@ const QUEUE: usize = 4096;
 
 /// One write, with every value already converted to what the columns hold.
 pub(super) enum Write {
-    /// Insert the run and its conversation unless the run exists; answers with the stored run.
+    /// Insert the run and its conversation unless the run exists.
     CreateRun(Box<RunRow>),
     /// Upsert the run; `approval` is (tool call id, tool call JSON) when it awaits one.
     SaveRun {
@@ -81,17 +81,10 @@ pub(super) struct AttemptRow {
     pub t_ms: i64,
 }
 
-/// What a committed write answers: for [`Write::CreateRun`], the run stored before, or `None`
-/// when this write inserted it; nothing otherwise.
-pub(super) enum Written {
-    Done,
-    Run(Option<Box<RunRow>>),
-}
-
-/// One caller's writes, committed together; the answer is the first write's.
+/// One caller's writes, committed together, and where to say they are.
 struct Queued {
     writes: Vec<Write>,
-    reply: oneshot::Sender<Result<Written, StoreError>>,
+    reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
 /// The handle callers write through; cloning shares the one writer task.
@@ -110,12 +103,12 @@ impl Writer {
     }
 
     /// Apply `write` in the next batch; returns once that batch is committed.
-    pub async fn write(&self, write: Write) -> Result<Written, StoreError> {
+    pub async fn write(&self, write: Write) -> Result<(), StoreError> {
         self.write_all(vec![write]).await
     }
 
-    /// Apply `writes` together (all or none) in the next batch; answers for the first.
-    pub async fn write_all(&self, writes: Vec<Write>) -> Result<Written, StoreError> {
+    /// Apply `writes` together (all or none) in the next batch.
+    pub async fn write_all(&self, writes: Vec<Write>) -> Result<(), StoreError> {
         let stopped = || StoreError::Unavailable("the store's writer has stopped".into());
         let (reply, answer) = oneshot::channel();
         self.queue
@@ -159,12 +152,9 @@ async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
         "store batch"
     );
     match committed {
-        Ok(answers) => {
-            let mut answers = answers.into_iter();
+        Ok(()) => {
             for queued in batch.drain(..) {
-                let mut own = answers.by_ref().take(queued.writes.len());
-                let _ = queued.reply.send(Ok(own.next().unwrap_or(Written::Done)));
-                own.for_each(drop);
+                let _ = queued.reply.send(Ok(()));
             }
         }
         Err(e) => {
@@ -173,9 +163,7 @@ async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
             }
             for queued in batch.drain(..) {
                 let writes: Vec<&Write> = queued.writes.iter().collect();
-                let answer = commit(db, &writes).await;
-                let first = answer.map(|a| a.into_iter().next().unwrap_or(Written::Done));
-                let _ = queued.reply.send(first);
+                let _ = queued.reply.send(commit(db, &writes).await);
             }
         }
     }
@@ -189,7 +177,7 @@ const MESSAGE_COLUMNS: usize = 10;
 const ATTEMPT_COLUMNS: usize = 12;
 
 const INSERT_RUNS: &str = concat!("INSERT INTO runs (", run_columns!(), ") VALUES ");
-const CREATE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO NOTHING RETURNING run_id";
+const CREATE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO NOTHING";
 const SAVE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, \
      code = excluded.code, calls = excluded.calls, step1_attempts = excluded.step1_attempts, \
      retried = excluded.retried, steps = excluded.steps, route_index = excluded.route_index, \
@@ -352,12 +340,11 @@ fn positions(
 }
 
 /// [`commit`] for one driver: the same statements, typed for `$pool`'s database. Each kind is
-/// one multi-row statement; a create whose run existed reads it back.
+/// one multi-row statement.
 macro_rules! apply_all {
     ($pool:expr, $writes:expr, $params:expr) => {{
         let k = ByKind::of($writes);
         let mut tx = $pool.write_tx().await?;
-        let mut inserted: Vec<String> = Vec::new();
         if !k.creates.is_empty() {
             let sql = multi_row(
                 INSERT_RUNS,
@@ -370,9 +357,7 @@ macro_rules! apply_all {
             for row in &k.creates {
                 q = bind_run!(q, row);
             }
-            for r in q.fetch_all(&mut *tx).await.map_err(db_error)? {
-                inserted.push(r.try_get("run_id").map_err(db_error)?);
-            }
+            q.execute(&mut *tx).await.map_err(db_error)?;
             let sql = multi_row(
                 ENSURE_CONVERSATIONS,
                 k.creates.len(),
@@ -503,35 +488,12 @@ macro_rules! apply_all {
                 .await
                 .map_err(db_error)?;
         }
-        let mut answers = Vec::with_capacity($writes.len());
-        for write in $writes {
-            let answer = match write {
-                Write::CreateRun(row) => match inserted.iter().position(|id| *id == row.run_id) {
-                    // A run created twice in one batch: the first write inserted it.
-                    Some(i) => {
-                        inserted.swap_remove(i);
-                        Written::Run(None)
-                    }
-                    None => {
-                        let stored = sqlx::query(super::SELECT_RUN)
-                            .bind(&row.run_id)
-                            .fetch_one(&mut *tx)
-                            .await
-                            .map_err(db_error)?;
-                        Written::Run(Some(Box::new(RunRow::read(&stored)?)))
-                    }
-                },
-                _ => Written::Done,
-            };
-            answers.push(answer);
-        }
-        tx.commit().await.map_err(db_error)?;
-        Ok(answers)
+        tx.commit().await.map_err(db_error)
     }};
 }
 
 /// Apply `writes` in one transaction and commit it.
-async fn commit(db: &Db, writes: &[&Write]) -> Result<Vec<Written>, StoreError> {
+async fn commit(db: &Db, writes: &[&Write]) -> Result<(), StoreError> {
     match db {
         Db::Sqlite(pool) => apply_all!(pool, writes, Params::Anonymous),
         Db::Postgres(pool) => apply_all!(pool, writes, Params::Numbered),
