@@ -1081,3 +1081,102 @@ async fn a_summary_is_one_more_call_whose_failure_does_not_fail_the_run() {
     assert_eq!(outcome, finished(RunStatus::Succeeded, None));
     assert_eq!(s.sim.calls().len(), 5, "complete makes no summary call");
 }
+
+/// The call that comes after a tool result crashes its executor (a `kill -9` in the middle of the
+/// call), once; every other call goes through.
+struct CrashAfterTheTool {
+    inner: Arc<dyn ChatProvider>,
+    crashed: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl ChatProvider for CrashAfterTheTool {
+    async fn call(
+        &self,
+        t: &Target,
+        r: &ChatRequest,
+        d: &UnboundedSender<String>,
+    ) -> Result<Completion, CallError> {
+        let after_tool = r.messages.last().is_some_and(|m| m.tool_call_id.is_some());
+        if after_tool && !self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            panic!("the executor dies in the middle of the call");
+        }
+        self.inner.call(t, r, d).await
+    }
+}
+
+#[tokio::test]
+async fn a_run_that_crashes_inside_its_tool_loop_resumes_within_its_budget() {
+    let s = setup_with("tool-crash", sim::SimConfig::default(), |inner| {
+        Arc::new(CrashAfterTheTool {
+            inner,
+            crashed: false.into(),
+        })
+    })
+    .await;
+    let job = RunJob::new(
+        request("u1", "hi [[tools:1]] [[answer:all done]]", &[PAID]),
+        freeway::clock::epoch_ms(),
+    );
+    let routes = job.check().unwrap();
+    let engine = s.h.engine.clone();
+    let (first, crashed_job, crashed_routes) = (engine, job.clone(), routes.clone());
+    let died = tokio::spawn(async move {
+        first
+            .execute(&crashed_job, &crashed_routes, WhenResting::Snooze)
+            .await
+    })
+    .await;
+    assert!(died.is_err_and(|e| e.is_panic()), "the first executor died");
+    let stored = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.state.counters.calls, 2,
+        "the crashed call was counted before it was made"
+    );
+
+    // The dead executor's lease expires; the queue delivers the run again.
+    let mut conn = s.h.conn.clone();
+    let lease = format!("{}:run:{}:lease", s.h.ns, job.run_id);
+    let _: () = redis::cmd("DEL")
+        .arg(&lease)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let outcome = execute(&s.h, &job, WhenResting::Snooze).await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    let made = s.sim.calls().len() as u32 + 1;
+    assert_eq!(
+        rec.state.counters.calls, made,
+        "every call made was counted, the crashed one too"
+    );
+    let budget = freeway::budget::Budget::new(Kind::Chat, 1, false);
+    assert!(made <= budget.max_calls());
+    let attempts: Vec<(u32, u32)> =
+        s.h.store
+            .attempts(&job.run_id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|a| (a.n, a.step))
+            .collect();
+    assert_eq!(
+        attempts,
+        vec![(1, 1), (3, 2)],
+        "attempt 2 died with its executor; its number is not reused"
+    );
+    let roles: Vec<String> =
+        s.h.store
+            .transcript(&job.conversation_id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| format!("{:?}", m.role))
+            .collect();
+    assert_eq!(
+        roles,
+        ["User", "Assistant", "Tool", "Assistant"],
+        "the tool ran once and the answer is stored once"
+    );
+}
