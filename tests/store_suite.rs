@@ -350,6 +350,38 @@ async fn create_run_is_insert_if_absent_and_keeps_the_stored_progress() {
 }
 
 #[tokio::test]
+async fn a_conversation_belongs_to_the_user_whose_run_opened_it() {
+    for db in fresh("owner").await {
+        check_conversation_owner(&db.store, db.label).await;
+        db.finish().await;
+    }
+    check_conversation_owner(&MemoryStore::default(), "memory").await;
+}
+
+async fn check_conversation_owner(s: &dyn Store, label: &str) {
+    let conv = unique("conv");
+    assert_eq!(s.conversation_owner(&conv).await.unwrap(), None, "{label}");
+    s.create_run(&record(&unique("run"), &conv)).await.unwrap();
+    let mut other = record(&unique("run"), &conv);
+    other.user_id = "u2".into();
+    s.create_run(&other).await.unwrap();
+    assert_eq!(
+        s.conversation_owner(&conv).await.unwrap().as_deref(),
+        Some("u1"),
+        "{label}: the first run's user keeps it"
+    );
+    let pushed = unique("conv");
+    s.append_message(&pushed, "run_pushed", "input", &Message::user("hi"))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.conversation_owner(&pushed).await.unwrap(),
+        None,
+        "{label}: a conversation opened by a worker alone has no owner"
+    );
+}
+
+#[tokio::test]
 async fn save_run_overwrites_every_mutable_field_and_counters_survive_a_snooze() {
     for db in fresh("save").await {
         let s = &db.store;

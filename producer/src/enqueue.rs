@@ -54,6 +54,9 @@ pub enum EnqueueError {
     Invalid(#[from] InvalidRequest),
     #[error("run {0} not found")]
     NotFound(String),
+    /// Another user's conversation looks, to this user, like none at all.
+    #[error("conversation {0} not found")]
+    ConversationNotFound(String),
     /// The run is not in a state that allows the request (an approval it is not waiting for).
     #[error("{0}")]
     Conflict(String),
@@ -130,10 +133,17 @@ impl Enqueuer {
         self.conn.clone()
     }
 
-    /// Enqueue a run for `request`: validate, refuse while every route rests (`on_rest:
-    /// refuse`), else record it (queued), publish `queued` and push it.
+    /// Enqueue a run for `request`: validate (a conversation of another user is not found),
+    /// refuse while every route rests (`on_rest: refuse`), else record it (queued), publish
+    /// `queued` and push it.
     pub async fn enqueue(&self, request: RunRequest) -> Result<Outcome, EnqueueError> {
         let routes = request.validate()?;
+        if let Some(conversation) = &request.conversation_id {
+            let owner = self.store.conversation_owner(conversation).await?;
+            if owner.is_some_and(|owner| owner != request.user_id) {
+                return Err(EnqueueError::ConversationNotFound(conversation.clone()));
+            }
+        }
         let idem = request
             .idempotency_key
             .as_ref()

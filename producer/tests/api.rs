@@ -754,6 +754,42 @@ async fn unknown_routes_wrong_methods_and_unknown_runs_use_the_error_envelope() 
 }
 
 #[tokio::test]
+async fn a_run_on_another_users_conversation_is_not_found_and_nothing_is_written() {
+    let s = Server::open().await;
+    let first = json!({ "user_id": "u1", "input": "hello", "routes": [{ "model": "vendor/m" }] });
+    let (status, body) = s.post_run(&first).await;
+    assert_eq!(status, 202, "{body}");
+    let run_id = body["run_id"].as_str().expect("run id");
+    let (_, run) = s.get_json(&format!("/v1/runs/{run_id}")).await;
+    let conversation = run["conversation_id"].as_str().expect("conversation").to_string();
+
+    let mut theirs = first.clone();
+    theirs["user_id"] = json!("u2");
+    theirs["conversation_id"] = json!(conversation);
+    let (status, err) = s.post_run(&theirs).await;
+    assert_eq!((status, code(&err)), (404, "not_found"), "{err}");
+    assert_eq!(
+        err["error"]["message"],
+        format!("conversation {conversation} not found")
+    );
+    assert_eq!(s.stored_runs().await, 1, "nothing was written");
+    assert_eq!(
+        s.enqueuer.queue().depths().await.expect("depths").waiting,
+        1,
+        "nothing was enqueued"
+    );
+
+    let mut mine = first.clone();
+    mine["conversation_id"] = json!(conversation);
+    let (status, body) = s.post_run(&mine).await;
+    assert_eq!(status, 202, "the owner goes on with it: {body}");
+    let mut fresh = theirs.clone();
+    fresh["conversation_id"] = json!("conv_of_u2");
+    let (status, body) = s.post_run(&fresh).await;
+    assert_eq!(status, 202, "a conversation nobody has is anyone's to open: {body}");
+}
+
+#[tokio::test]
 async fn where_a_user_is_named_another_users_run_is_not_found() {
     let s = Server::open().await;
     let run_id = awaiting_run(&s).await;

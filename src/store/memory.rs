@@ -20,6 +20,7 @@ struct Memory {
     appended: HashSet<(String, String)>,
     attempts: HashMap<String, Vec<AttemptRecord>>,
     approvals: HashMap<String, Vec<ApprovalRecord>>,
+    owners: HashMap<String, String>,
 }
 
 impl MemoryStore {
@@ -36,10 +37,20 @@ impl MemoryStore {
 impl Store for MemoryStore {
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         self.with(|m| {
-            m.runs
-                .entry(run.run_id.clone())
-                .or_insert_with(|| run.clone());
+            if !m.runs.contains_key(&run.run_id) {
+                m.owners
+                    .entry(run.conversation_id.clone())
+                    .or_insert_with(|| run.user_id.clone());
+                m.runs.insert(run.run_id.clone(), run.clone());
+            }
         })
+    }
+
+    async fn conversation_owner(
+        &self,
+        conversation_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.with(|m| m.owners.get(conversation_id).cloned())
     }
 
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {

@@ -83,6 +83,10 @@ pub trait Store: Send + Sync {
     /// stores a run at enqueue with it; a worker stores a run by its first save.
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError>;
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+    /// The user whose first run opened the conversation; `None` for a conversation not stored,
+    /// or one opened by a job pushed straight into the queue.
+    async fn conversation_owner(&self, conversation_id: &str)
+    -> Result<Option<String>, StoreError>;
     /// Insert or overwrite the run's status, state and output.
     async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError>;
     /// [`Store::save_run`] with the writes `attached` to it. The SQL store commits them in one

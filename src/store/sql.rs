@@ -714,6 +714,21 @@ impl Store for SqlStore {
         self.writer.write(Write::CreateRun(row)).await
     }
 
+    async fn conversation_owner(
+        &self,
+        conversation_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        const SQL: &str = "SELECT user_id FROM conversations WHERE id = $1";
+        on_db!(self, |pool| {
+            let row = sqlx::query(SQL)
+                .bind(conversation_id)
+                .fetch_optional(pool)
+                .await
+                .map_err(db_error)?;
+            Ok(row.map(|r| r.opt_text("user_id")).transpose()?.flatten())
+        })
+    }
+
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         on_db!(self, |pool| {
             match sqlx::query(SELECT_RUN)
