@@ -4,7 +4,7 @@
 //! that names the variable, never as a panic.
 
 use crate::provider::ApiKey;
-use crate::store::SecretKey;
+use crate::store::{SecretKey, SecretKeys};
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +43,9 @@ pub struct Settings {
     /// `FREEWAY_SECRET_KEY`: seals users' connection keys in the store; without it user
     /// connections cannot be stored or used.
     pub secret_key: Option<SecretKey>,
+    /// `FREEWAY_SECRET_KEY_PREVIOUS`: the key being rotated out; keys it sealed still open until
+    /// `worker reseal-keys` seals them with `FREEWAY_SECRET_KEY`.
+    pub previous_secret_key: Option<SecretKey>,
     /// `FREEWAY_API_TOKEN`: the bearer token every `/v1` route needs; without it the API binds
     /// only to loopback. Never printed (its `Debug` is redacted).
     pub api_token: Option<ApiKey>,
@@ -51,6 +54,14 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The keys that open users' connection keys; `None` without `FREEWAY_SECRET_KEY`.
+    pub fn secret_keys(&self) -> Option<SecretKeys> {
+        Some(SecretKeys {
+            current: self.secret_key.clone()?,
+            previous: self.previous_secret_key.clone(),
+        })
+    }
+
     /// Read the process environment.
     pub fn from_env() -> Result<Settings, ConfigError> {
         Self::from_vars(&std::env::vars().collect())
@@ -109,10 +120,20 @@ impl Settings {
                 ));
             }
         };
-        let secret_key = get("FREEWAY_SECRET_KEY")
-            .map(SecretKey::from_hex)
-            .transpose()
-            .map_err(|e| ConfigError::new("FREEWAY_SECRET_KEY", e.to_string()))?;
+        let secret = |var: &'static str| {
+            get(var)
+                .map(SecretKey::from_hex)
+                .transpose()
+                .map_err(|e| ConfigError::new(var, e.to_string()))
+        };
+        let secret_key = secret("FREEWAY_SECRET_KEY")?;
+        let previous_secret_key = secret("FREEWAY_SECRET_KEY_PREVIOUS")?;
+        if previous_secret_key.is_some() && secret_key.is_none() {
+            return Err(ConfigError::new(
+                "FREEWAY_SECRET_KEY_PREVIOUS",
+                "is only for rotating FREEWAY_SECRET_KEY, which is not set".to_string(),
+            ));
+        }
         Ok(Settings {
             redis_url,
             database_url,
@@ -123,6 +144,7 @@ impl Settings {
             summary,
             log_format,
             secret_key,
+            previous_secret_key,
             api_token: get("FREEWAY_API_TOKEN").map(ApiKey::new),
             admin_token: get("FREEWAY_ADMIN_TOKEN").map(ApiKey::new),
         })

@@ -25,8 +25,8 @@ use freeway::run::{
     ApprovalRecord, AttemptRecord, Code, Decided, Decision, RunRecord, RunState, RunStatus,
 };
 use freeway::store::{
-    Attached, Backend, MemoryStore, NewConnection, SecretKey, SqlStore, Store, StoreError,
-    StoreTargets,
+    Attached, Backend, MemoryStore, NewConnection, SecretKey, SecretKeys, SqlStore, Store,
+    StoreError, StoreTargets,
 };
 use freeway::tools::ToolRunner;
 use sqlx::{Connection, Row};
@@ -1158,6 +1158,7 @@ async fn sqlite_memory_urls_work_for_experiments() {
 #[tokio::test]
 async fn an_encrypted_key_round_trips_and_the_raw_key_is_not_in_the_database() {
     let secret = SecretKey::from_hex(SECRET_HEX).unwrap();
+    let keys = only(&secret);
     for db in fresh("connections").await {
         let s = &db.store;
         let raw = unique("sk-user-RAWKEY");
@@ -1169,7 +1170,7 @@ async fn an_encrypted_key_round_trips_and_the_raw_key_is_not_in_the_database() {
         };
         s.put_connection(&secret, &c).await.unwrap();
         let (info, key) = s
-            .connection_key(&secret, "conn_rt")
+            .connection_key(&keys, "conn_rt")
             .await
             .unwrap()
             .expect("stored");
@@ -1201,7 +1202,7 @@ async fn an_encrypted_key_round_trips_and_the_raw_key_is_not_in_the_database() {
         };
         s.put_connection(&secret, &rotated).await.unwrap();
         assert_eq!(
-            s.connection_key(&secret, "conn_rt")
+            s.connection_key(&keys, "conn_rt")
                 .await
                 .unwrap()
                 .unwrap()
@@ -1212,7 +1213,7 @@ async fn an_encrypted_key_round_trips_and_the_raw_key_is_not_in_the_database() {
         // Another secret does not open it.
         let other = SecretKey::from_hex(&SECRET_HEX.replace('6', "7")).unwrap();
         assert!(matches!(
-            s.connection_key(&other, "conn_rt").await,
+            s.connection_key(&only(&other), "conn_rt").await,
             Err(StoreError::Undecryptable(_))
         ));
         let bad = NewConnection {
@@ -1248,12 +1249,88 @@ async fn an_encrypted_key_round_trips_and_the_raw_key_is_not_in_the_database() {
         );
         assert!(s.delete_connection("u1", "conn_rt").await.unwrap());
         assert_eq!(
-            s.connection_key(&secret, "conn_rt")
+            s.connection_key(&keys, "conn_rt")
                 .await
                 .unwrap()
                 .map(|(i, _)| i),
             None
         );
+        db.finish().await;
+    }
+}
+
+/// Sealing and opening with `key` alone: no rotation under way.
+fn only(key: &SecretKey) -> SecretKeys {
+    SecretKeys {
+        current: key.clone(),
+        previous: None,
+    }
+}
+
+#[tokio::test]
+async fn a_rotated_secret_key_opens_old_keys_until_they_are_resealed() {
+    let old = SecretKey::from_hex(SECRET_HEX).unwrap();
+    let new = SecretKey::from_hex(&SECRET_HEX.replace('6', "8")).unwrap();
+    let lost = SecretKey::from_hex(&SECRET_HEX.replace('6', "9")).unwrap();
+    let rotating = SecretKeys {
+        current: new.clone(),
+        previous: Some(old.clone()),
+    };
+    for db in fresh("reseal").await {
+        let s = &db.store;
+        let put = |id: &str, key: &SecretKey| {
+            let c = NewConnection {
+                id: id.into(),
+                user_id: "u1".into(),
+                provider: "openrouter".into(),
+                api_key: ApiKey::new(format!("sk-{id}")),
+            };
+            let key = key.clone();
+            async move { s.put_connection(&key, &c).await.unwrap() }
+        };
+        put("conn_old", &old).await;
+        put("conn_new", &new).await;
+        put("conn_lost", &lost).await;
+        let opened = |keys: SecretKeys, id: &'static str| async move {
+            s.connection_key(&keys, id)
+                .await
+                .map(|found| found.map(|(_, key)| key.expose().to_string()))
+        };
+        assert!(
+            matches!(
+                opened(only(&new), "conn_old").await,
+                Err(StoreError::Undecryptable(_))
+            ),
+            "{}: the new key alone does not open what the old one sealed",
+            db.label
+        );
+        assert_eq!(
+            opened(rotating.clone(), "conn_old")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("sk-conn_old"),
+            "{}: while rotating, the previous key still opens it",
+            db.label
+        );
+
+        let done = s.reseal_connections(&rotating).await.unwrap();
+        assert_eq!(
+            (done.resealed, done.current, done.unreadable),
+            (1, 1, vec!["conn_lost".to_string()]),
+            "{}",
+            db.label
+        );
+        for id in ["conn_old", "conn_new"] {
+            assert_eq!(
+                opened(only(&new), id).await.unwrap(),
+                Some(format!("sk-{id}")),
+                "{}: after resealing, the new key alone opens {id}",
+                db.label
+            );
+        }
+        let again = s.reseal_connections(&rotating).await.unwrap();
+        assert_eq!((again.resealed, again.current), (0, 2), "{}", db.label);
         db.finish().await;
     }
 }
@@ -1282,6 +1359,27 @@ fn settings_read_the_secret_key_and_never_print_it() {
             .secret_key
             .is_none()
     );
+    let other = SECRET_HEX.replace('6', "8");
+    let both: std::collections::HashMap<String, String> = [
+        ("FREEWAY_SECRET_KEY".to_string(), other.clone()),
+        (
+            "FREEWAY_SECRET_KEY_PREVIOUS".to_string(),
+            SECRET_HEX.to_string(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    let rotating = Settings::from_vars(&both).unwrap();
+    assert!(rotating.secret_keys().is_some_and(|k| k.previous.is_some()));
+    assert!(!format!("{rotating:?}").contains(&other[..16]));
+    let previous_alone: std::collections::HashMap<String, String> = [(
+        "FREEWAY_SECRET_KEY_PREVIOUS".to_string(),
+        SECRET_HEX.to_string(),
+    )]
+    .into_iter()
+    .collect();
+    let e = Settings::from_vars(&previous_alone).unwrap_err();
+    assert_eq!(e.var, "FREEWAY_SECRET_KEY_PREVIOUS", "{e}");
 }
 
 // ---- the real engine on the SQL store ----
@@ -1846,7 +1944,7 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
         let targets = Arc::new(StoreTargets::new(
             env,
             db.store.clone(),
-            Some(secret.clone()),
+            Some(only(&secret)),
         ));
         let redis_conn = support::redis().await;
         let ns = support::unique_ns("leak");
@@ -1943,7 +2041,7 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
                 platform_key: None,
             },
             db.store.clone(),
-            Some(secret.clone()),
+            Some(only(&secret)),
         );
         assert_eq!(
             with_secret.target(&missing).await.unwrap_err(),

@@ -761,7 +761,10 @@ async fn a_run_on_another_users_conversation_is_not_found_and_nothing_is_written
     assert_eq!(status, 202, "{body}");
     let run_id = body["run_id"].as_str().expect("run id");
     let (_, run) = s.get_json(&format!("/v1/runs/{run_id}")).await;
-    let conversation = run["conversation_id"].as_str().expect("conversation").to_string();
+    let conversation = run["conversation_id"]
+        .as_str()
+        .expect("conversation")
+        .to_string();
 
     let mut theirs = first.clone();
     theirs["user_id"] = json!("u2");
@@ -786,7 +789,10 @@ async fn a_run_on_another_users_conversation_is_not_found_and_nothing_is_written
     let mut fresh = theirs.clone();
     fresh["conversation_id"] = json!("conv_of_u2");
     let (status, body) = s.post_run(&fresh).await;
-    assert_eq!(status, 202, "a conversation nobody has is anyone's to open: {body}");
+    assert_eq!(
+        status, 202,
+        "a conversation nobody has is anyone's to open: {body}"
+    );
 }
 
 #[tokio::test]

@@ -8,6 +8,10 @@
 //! Sealing is XChaCha20-Poly1305 (RustCrypto's `chacha20poly1305`) with a random 24-byte nonce
 //! per write. The row's id, user and provider are the associated data, so a sealed key copied onto
 //! another row does not open. Stored form: `v1:` + base64(nonce ‖ ciphertext ‖ tag).
+//!
+//! Rotating `FREEWAY_SECRET_KEY`: give every process the new key, and the old one as
+//! `FREEWAY_SECRET_KEY_PREVIOUS` ([`SecretKeys`]: keys sealed with it still open), run
+//! `worker reseal-keys` ([`SqlStore::reseal_connections`]), then drop the previous key.
 
 use super::StoreError;
 use super::sql::{Columns, SqlStore, db_error, now_ms, on_db};
@@ -121,6 +125,34 @@ pub struct NewConnection {
     pub user_id: String,
     pub provider: String,
     pub api_key: ApiKey,
+}
+
+/// The key that seals, and the one being retired, which still opens what it sealed.
+#[derive(Clone, Debug)]
+pub struct SecretKeys {
+    pub current: SecretKey,
+    pub previous: Option<SecretKey>,
+}
+
+impl SecretKeys {
+    /// Open with the current key, else with the previous one.
+    fn open(&self, id: &str, sealed: &str, aad: &[u8]) -> Result<ApiKey, StoreError> {
+        open(&self.current, id, sealed, aad).or_else(|e| match &self.previous {
+            Some(previous) => open(previous, id, sealed, aad),
+            None => Err(e),
+        })
+    }
+}
+
+/// What [`SqlStore::reseal_connections`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Resealed {
+    /// Keys that were sealed with the previous key and now are with the current one.
+    pub resealed: u64,
+    /// Keys already sealed with the current key.
+    pub current: u64,
+    /// Connections whose key opens with neither key: left as they are.
+    pub unreadable: Vec<String>,
 }
 
 /// A stored connection as anyone may see it: everything but the key.
@@ -238,19 +270,65 @@ impl SqlStore {
     /// A connection and its opened key: for the call about to be made, nothing else.
     pub async fn connection_key(
         &self,
-        secret: &SecretKey,
+        keys: &SecretKeys,
         id: &str,
     ) -> Result<Option<(ConnectionInfo, ApiKey)>, StoreError> {
         let Some((info, sealed)) = self.sealed_connection(id).await? else {
             return Ok(None);
         };
-        let key = open(
-            secret,
-            id,
-            &sealed,
-            &aad(&info.id, &info.user_id, &info.provider),
-        )?;
+        let key = keys.open(id, &sealed, &aad(&info.id, &info.user_id, &info.provider))?;
         Ok(Some((info, key)))
+    }
+
+    /// Seal every key that opens only with the previous key with the current one. A row changed
+    /// meanwhile (a new key put) is left to its writer.
+    pub async fn reseal_connections(&self, keys: &SecretKeys) -> Result<Resealed, StoreError> {
+        const ALL: &str = "SELECT id, user_id, provider, sealed_key FROM connections ORDER BY id";
+        const RESEAL: &str = "UPDATE connections SET sealed_key = $2, updated_ms = $3 \
+             WHERE id = $1 AND sealed_key = $4";
+        let rows: Vec<[String; 4]> = on_db!(self, |pool| {
+            sqlx::query(ALL)
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?
+                .iter()
+                .map(|r| {
+                    Ok([
+                        r.text("id")?,
+                        r.text("user_id")?,
+                        r.text("provider")?,
+                        r.text("sealed_key")?,
+                    ])
+                })
+                .collect::<Result<_, StoreError>>()?
+        });
+        let mut done = Resealed::default();
+        for [id, user_id, provider, sealed] in rows {
+            let aad = aad(&id, &user_id, &provider);
+            if open(&keys.current, &id, &sealed, &aad).is_ok() {
+                done.current += 1;
+                continue;
+            }
+            let Ok(key) = keys.open(&id, &sealed, &aad) else {
+                done.unreadable.push(id);
+                continue;
+            };
+            let resealed = seal(&keys.current, &key, &aad)?;
+            let now = now_ms()?;
+            let changed = on_db!(self, |pool| {
+                sqlx::query(RESEAL)
+                    .bind(&id)
+                    .bind(&resealed)
+                    .bind(now)
+                    .bind(&sealed)
+                    .execute(pool)
+                    .await
+                    .map_err(db_error)?
+                    .rows_affected()
+            });
+            done.resealed += changed;
+        }
+        Ok(done)
     }
 
     async fn sealed_connection(
@@ -278,12 +356,12 @@ impl SqlStore {
 pub struct StoreTargets {
     env: EnvTargets,
     store: SqlStore,
-    secret: Option<SecretKey>,
+    keys: Option<SecretKeys>,
 }
 
 impl StoreTargets {
-    pub fn new(env: EnvTargets, store: SqlStore, secret: Option<SecretKey>) -> StoreTargets {
-        StoreTargets { env, store, secret }
+    pub fn new(env: EnvTargets, store: SqlStore, keys: Option<SecretKeys>) -> StoreTargets {
+        StoreTargets { env, store, keys }
     }
 
     fn base_url(&self, provider: &str) -> Option<String> {
@@ -303,12 +381,12 @@ impl Targets for StoreTargets {
         let unknown = || TargetError::UnknownConnection(id.clone());
         // An outage is not the connection's fault: the engine hands it to the queue to retry
         // instead of failing the call. The cause never carries the key.
-        let Some(secret) = &self.secret else {
+        let Some(keys) = &self.keys else {
             return Err(TargetError::Unavailable(
                 StoreError::NoSecretKey.to_string(),
             ));
         };
-        let (info, api_key) = match self.store.connection_key(secret, id).await {
+        let (info, api_key) = match self.store.connection_key(keys, id).await {
             Ok(Some(found)) => found,
             Ok(None) => return Err(unknown()),
             Err(e) => {

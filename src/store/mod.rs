@@ -13,7 +13,9 @@ mod migrations;
 mod retention;
 mod sql;
 
-pub use connections::{ConnectionInfo, NewConnection, SecretKey, SecretKeyError, StoreTargets};
+pub use connections::{
+    ConnectionInfo, NewConnection, Resealed, SecretKey, SecretKeyError, SecretKeys, StoreTargets,
+};
 pub use memory::MemoryStore;
 pub use migrations::MIGRATIONS;
 pub use retention::Pruned;

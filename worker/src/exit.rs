@@ -12,6 +12,25 @@ pub fn fail(code: u8, message: &str) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// A command that runs once: read the settings (exit 2 when they are bad), set up logging, and
+/// run `command` on a single-threaded runtime.
+pub fn one_shot<F: std::future::Future<Output = ExitCode>>(
+    command: impl FnOnce(freeway::config::Settings) -> F,
+) -> ExitCode {
+    let settings = match freeway::config::Settings::from_env() {
+        Ok(s) => s,
+        Err(e) => return fail(BAD_INPUT, &format!("bad configuration: {e}")),
+    };
+    crate::logging::init(settings.log_format);
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(command(settings)),
+        Err(e) => fail(FAILED, &format!("cannot start the runtime: {e}")),
+    }
+}
+
 /// A start-up failure: 2 for bad configuration, 1 for an unavailable service.
 pub fn start_failed(e: &crate::wiring::StartError) -> ExitCode {
     if e.bad_config {

@@ -6,6 +6,7 @@ mod classify_cmd;
 mod consume;
 mod exit;
 mod prune;
+mod reseal;
 mod run_one;
 mod wiring;
 
@@ -61,6 +62,10 @@ enum Command {
         #[arg(long)]
         older_than_days: u64,
     },
+    /// Key rotation: seal every user connection key that only FREEWAY_SECRET_KEY_PREVIOUS opens
+    /// with FREEWAY_SECRET_KEY. Prints what it did as one JSON line; exit 1 when some key opens
+    /// with neither.
+    ResealKeys,
 }
 
 fn main() -> ExitCode {
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
         Some(Command::Classify { route }) => classify(&route),
         Some(Command::RunOne { job }) => run_one::main(&job),
         Some(Command::Prune { older_than_days }) => prune::main(older_than_days),
+        Some(Command::ResealKeys) => reseal::main(),
     }
 }
 

@@ -5,26 +5,13 @@
 //! described in [`freeway::store::SqlStore::prune`]. Exit 0 after pruning, 1 when the store
 //! cannot be opened or written, 2 on bad configuration.
 
-use crate::exit::{BAD_INPUT, FAILED, fail};
-use freeway::config::Settings;
+use crate::exit::{FAILED, fail};
 use std::process::ExitCode;
 
 const DAY_MS: u64 = 86_400_000;
 
 pub fn main(days: u64) -> ExitCode {
-    let settings = match Settings::from_env() {
-        Ok(s) => s,
-        Err(e) => return fail(BAD_INPUT, &format!("bad configuration: {e}")),
-    };
-    crate::logging::init(settings.log_format);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => return fail(FAILED, &format!("cannot start the runtime: {e}")),
-    };
-    runtime.block_on(prune(&settings.database_url, days))
+    crate::exit::one_shot(|settings| async move { prune(&settings.database_url, days).await })
 }
 
 async fn prune(url: &str, days: u64) -> ExitCode {

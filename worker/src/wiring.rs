@@ -64,7 +64,7 @@ pub async fn engine(
             platform_key: settings.openrouter_api_key.clone(),
         },
         store.clone(),
-        settings.secret_key.clone(),
+        settings.secret_keys(),
     );
     let engine = Engine {
         provider: Arc::new(provider),

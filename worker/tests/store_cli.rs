@@ -6,7 +6,7 @@
 mod support;
 
 use freeway::provider::ApiKey;
-use freeway::store::{NewConnection, SecretKey, SqlStore, Store};
+use freeway::store::{NewConnection, SecretKey, SecretKeys, SqlStore, Store};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -232,5 +232,71 @@ fn run_one_opens_the_stored_connection_at_call_time_and_its_key_leaks_nowhere() 
         assert_eq!(transcript.len(), 1, "the run wrote its input to the store");
         store.close().await;
     });
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn reseal_keys_moves_every_connection_key_to_the_new_secret() {
+    let new_hex = SECRET_HEX.replace('0', "1");
+    let dir = temp_dir("reseal");
+    let url = format!("sqlite://{}", dir.join("freeway.db").display());
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let raw = unique("sk-user-RAWKEY");
+    runtime.block_on(async {
+        let store = SqlStore::open(&url).await.expect("open");
+        let old = SecretKey::from_hex(SECRET_HEX).expect("secret");
+        let c = NewConnection {
+            id: "conn_old".into(),
+            user_id: "u1".into(),
+            provider: "openrouter".into(),
+            api_key: ApiKey::new(raw.clone()),
+        };
+        store.put_connection(&old, &c).await.expect("put");
+        store.close().await;
+    });
+
+    let out = worker(&["reseal-keys"], &[("DATABASE_URL", url.as_str())], b"");
+    assert_eq!(out.status.code(), Some(2), "no new key");
+    assert!(one_clear_line(&out).contains("FREEWAY_SECRET_KEY"));
+
+    let env = [
+        ("DATABASE_URL", url.as_str()),
+        ("FREEWAY_SECRET_KEY", new_hex.as_str()),
+        ("FREEWAY_SECRET_KEY_PREVIOUS", SECRET_HEX),
+    ];
+    let out = worker(&["reseal-keys"], &env, b"");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!(
+        line,
+        serde_json::json!({"resealed": 1, "current": 0, "unreadable": []})
+    );
+    let printed = format!("{out:?}");
+    assert!(!printed.contains(&raw) && !printed.contains(&new_hex[..16]));
+
+    runtime.block_on(async {
+        let store = SqlStore::open(&url).await.expect("open");
+        let new_only = SecretKeys {
+            current: SecretKey::from_hex(&new_hex).expect("secret"),
+            previous: None,
+        };
+        let (_, key) = store
+            .connection_key(&new_only, "conn_old")
+            .await
+            .expect("opens")
+            .expect("stored");
+        assert_eq!(key.expose(), raw, "the new key alone opens it now");
+        store.close().await;
+    });
+
+    let wrong = SECRET_HEX.replace('0', "2");
+    let lost = [
+        ("DATABASE_URL", url.as_str()),
+        ("FREEWAY_SECRET_KEY", wrong.as_str()),
+        ("FREEWAY_SECRET_KEY_PREVIOUS", SECRET_HEX),
+    ];
+    let out = worker(&["reseal-keys"], &lost, b"");
+    assert_eq!(out.status.code(), Some(1), "a key neither opens");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("conn_old"));
     let _ = std::fs::remove_dir_all(dir);
 }
