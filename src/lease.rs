@@ -79,15 +79,12 @@ impl Leases {
     }
 }
 
-/// Returns 0 when granted, else the holder's remaining ms.
+/// Returns 0 when granted, else the holder's remaining ms. Owners are unique per delivery, so a
+/// held lease is always another's.
 static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
         if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            redis.call('PEXPIRE', KEYS[1], ARGV[2])
-            return 0
-        end
         return math.max(redis.call('PTTL', KEYS[1]), 1)
         ",
     )

@@ -1,4 +1,5 @@
-//! Rests against a real Redis (`REDIS_URL`, default `redis://127.0.0.1:6379`).
+//! Rests, and the runs' leases, against a real Redis (`REDIS_URL`, default
+//! `redis://127.0.0.1:6379`).
 //!
 //! Each test works in its own namespace (`test-<ulid>`), so the tests run in parallel on one
 //! server and never see each other's keys. Time comes from Redis throughout: where a test needs
@@ -700,4 +701,66 @@ async fn list_and_clear() {
 async fn closures_of_an_empty_chain_make_no_call() {
     let f = fixture().await;
     assert_eq!(f.rests.closures(&[]).await.expect("closures"), Vec::new());
+}
+
+#[tokio::test]
+async fn a_run_lease_has_one_holder_until_it_lets_go() {
+    use freeway::lease::{LEASE_TTL, Lease, Leases};
+    let f = fixture().await;
+    let ns = format!("test-{}", ulid::Ulid::generate());
+    let leases = Leases::new(f.conn.clone(), ns.clone());
+    let (first, second) = ("worker-a:1", "worker-b:2");
+    assert_eq!(
+        leases.acquire("run_1", first).await.unwrap(),
+        Lease::Granted
+    );
+    let Lease::HeldFor(left) = leases.acquire("run_1", second).await.unwrap() else {
+        panic!("a second executor must wait");
+    };
+    assert!(
+        left <= LEASE_TTL && left > LEASE_TTL - Duration::from_secs(5),
+        "{left:?}"
+    );
+    assert_eq!(
+        leases.acquire("run_2", second).await.unwrap(),
+        Lease::Granted,
+        "leases are per run"
+    );
+
+    assert!(
+        !leases.renew("run_1", second).await.unwrap(),
+        "only the holder renews"
+    );
+    let key = format!("{ns}:run:run_1:lease");
+    let mut conn = f.conn.clone();
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(1_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(leases.renew("run_1", first).await.unwrap());
+    let pttl = f.pttl(&key).await;
+    assert!(
+        pttl > 1_000,
+        "a renewal gives the lease its whole life again: {pttl} ms"
+    );
+
+    leases.release("run_1", second).await.unwrap();
+    assert!(
+        matches!(
+            leases.acquire("run_1", second).await.unwrap(),
+            Lease::HeldFor(_)
+        ),
+        "a release by another leaves the lease"
+    );
+    leases.release("run_1", first).await.unwrap();
+    assert_eq!(
+        leases.acquire("run_1", second).await.unwrap(),
+        Lease::Granted
+    );
+    assert!(
+        !leases.renew("run_1", first).await.unwrap(),
+        "a lost lease is not renewed"
+    );
 }
