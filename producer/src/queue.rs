@@ -69,6 +69,16 @@ pub struct Depths {
     pub dead: u64,
 }
 
+/// A worker replica as apalis registered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replica {
+    pub name: String,
+    /// Its last heartbeat (apalis scores them in whole seconds).
+    pub heartbeat_ms: u64,
+    /// Jobs it has claimed and not finished.
+    pub running: u64,
+}
+
 #[derive(Clone)]
 pub struct Queue {
     conn: ConnectionManager,
@@ -216,43 +226,55 @@ impl Queue {
     }
 
     pub async fn depths(&self) -> Result<Depths, QueueError> {
+        Ok(self.snapshot().await?.0)
+    }
+
+    /// The depths and every registered replica, newest heartbeat first, in two round trips.
+    pub async fn snapshot(&self) -> Result<(Depths, Vec<Replica>), QueueError> {
         let mut conn = self.conn.clone();
         let c = &self.config;
-        let (waiting, scheduled, delayed, done, dead): (u64, u64, u64, u64, u64) = redis::pipe()
+        type Counts = (u64, u64, u64, u64, u64, Vec<(String, f64)>);
+        let (waiting, scheduled, delayed, done, dead, beats): Counts = redis::pipe()
             .llen(c.active_jobs_list())
             .zcard(c.scheduled_jobs_set())
             .zcard(self.snoozed())
             .scard(c.done_jobs_set())
             .scard(c.dead_jobs_set())
-            .query_async(&mut conn)
-            .await?;
-        let workers: Vec<String> = redis::cmd("ZRANGE")
+            .cmd("ZRANGE")
             .arg(c.workers_set())
             .arg(0)
             .arg(-1)
+            .arg("REV")
+            .arg("WITHSCORES")
             .query_async(&mut conn)
             .await?;
-        let mut inflight = redis::pipe();
-        for w in &workers {
-            inflight.scard(format!("{}:{w}", c.inflight_jobs_set()));
-        }
-        let running = if workers.is_empty() {
-            0
+        let running: Vec<u64> = if beats.is_empty() {
+            Vec::new()
         } else {
-            inflight
-                .query_async::<Vec<u64>>(&mut conn)
-                .await?
-                .into_iter()
-                .sum()
+            let mut inflight = redis::pipe();
+            for (name, _) in &beats {
+                inflight.scard(format!("{}:{name}", c.inflight_jobs_set()));
+            }
+            inflight.query_async(&mut conn).await?
         };
-        Ok(Depths {
+        let depths = Depths {
             waiting,
             scheduled,
             delayed,
-            running,
+            running: running.iter().sum(),
             done,
             dead,
-        })
+        };
+        let replicas = beats
+            .into_iter()
+            .zip(running)
+            .map(|((name, secs), running)| Replica {
+                name,
+                heartbeat_ms: (secs.max(0.0) * 1000.0) as u64,
+                running,
+            })
+            .collect();
+        Ok((depths, replicas))
     }
 
     fn snoozed(&self) -> String {

@@ -19,7 +19,7 @@ use super::AppState;
 use super::auth::presents_admin;
 use super::error::{ApiError, PathParams};
 use super::user::ForUser;
-use crate::queue::{Depths, HEARTBEAT, MISSED_HEARTBEATS, storage_config};
+use crate::queue::{Depths, HEARTBEAT, MISSED_HEARTBEATS, Replica};
 use crate::view::RunView;
 use axum::Json;
 use axum::extract::{Query, State};
@@ -83,44 +83,22 @@ pub struct Worker {
     pub stale: bool,
 }
 
-/// Every registered worker, newest heartbeat first, from apalis's workers ZSET and inflight
-/// sets.
-pub async fn workers(state: &AppState, now_ms: u64) -> Result<Vec<Worker>, ApiError> {
-    let config = storage_config(state.enqueuer.namespace(), 1, HEARTBEAT);
-    let mut conn = state.enqueuer.connection();
-    let beats: Vec<(String, f64)> = redis::cmd("ZRANGE")
-        .arg(config.workers_set())
-        .arg(0)
-        .arg(MAX_WORKERS - 1)
-        .arg("REV")
-        .arg("WITHSCORES")
-        .query_async(&mut conn)
-        .await?;
-    if beats.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut pipe = redis::pipe();
-    for (name, _) in &beats {
-        pipe.scard(format!("{}:{name}", config.inflight_jobs_set()));
-    }
-    let running: Vec<u64> = pipe.query_async(&mut conn).await?;
+/// The replicas as the board shows them at `now_ms`: which ones missed their heartbeats.
+pub fn workers(replicas: Vec<Replica>, now_ms: u64) -> Vec<Worker> {
     let stale_after = (HEARTBEAT * (MISSED_HEARTBEATS as u32 + 1)).as_millis() as u64;
-    Ok(beats
+    replicas
         .into_iter()
-        .zip(running)
-        .map(|((name, secs), running)| {
-            // apalis scores heartbeats in whole seconds.
-            let last_heartbeat_ms = (secs.max(0.0) * 1000.0) as u64;
-            let age_ms = now_ms.saturating_sub(last_heartbeat_ms);
+        .map(|r| {
+            let age_ms = now_ms.saturating_sub(r.heartbeat_ms);
             Worker {
-                name,
-                last_heartbeat_ms,
+                name: r.name,
+                last_heartbeat_ms: r.heartbeat_ms,
                 age_ms,
-                running,
+                running: r.running,
                 stale: age_ms > stale_after,
             }
         })
-        .collect())
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -147,7 +125,8 @@ pub async fn overview(
     headers: HeaderMap,
 ) -> Result<Json<Overview>, ApiError> {
     let now_ms = freeway::clock::epoch_ms();
-    let depths = state.enqueuer.queue().depths().await?;
+    let (depths, mut replicas) = state.enqueuer.queue().snapshot().await?;
+    replicas.truncate(MAX_WORKERS);
     let rests = state.enqueuer.rests().list().await?;
     Ok(Json(Overview {
         now_ms,
@@ -157,7 +136,7 @@ pub async fn overview(
             clear_enabled: state.tokens.admin.is_some(),
         },
         depths,
-        workers: workers(&state, now_ms).await?,
+        workers: workers(replicas, now_ms),
         rests,
     }))
 }

@@ -28,11 +28,11 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
-    let depths = state.enqueuer.queue().depths().await?;
+    let (depths, replicas) = state.enqueuer.queue().snapshot().await?;
     let rests = state.enqueuer.rests().list().await?;
     let counters = state.enqueuer.rests().metrics().read().await?;
     let runs = state.store.count_by_status().await?;
-    let workers = workers(&state, freeway::clock::epoch_ms()).await?;
+    let workers = workers(replicas, freeway::clock::epoch_ms());
 
     let mut out = Text::default();
     out.family(
