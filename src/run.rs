@@ -183,6 +183,26 @@ pub struct AttemptRecord {
     pub t_ms: u64,
 }
 
+impl AttemptRecord {
+    /// A call that succeeded; a failure fills in its status, error and verdict.
+    pub fn succeeded(run_id: &str, n: u32, step: u32, route: String, t_ms: u64) -> AttemptRecord {
+        AttemptRecord {
+            run_id: run_id.to_string(),
+            n,
+            step,
+            route,
+            http_status: Some(200),
+            error: None,
+            verdict: None,
+            retry_hint_ms: None,
+            ratelimit_remaining: None,
+            provider_name: None,
+            latency_ms: 0,
+            t_ms,
+        }
+    }
+}
+
 /// A person's answer to a tool call that needs approval (SPEC §2.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -351,11 +351,16 @@ async fn create_run_is_insert_if_absent_and_keeps_the_stored_progress() {
 
 #[tokio::test]
 async fn a_conversation_belongs_to_the_user_whose_run_opened_it() {
-    for db in fresh("owner").await {
-        check_conversation_owner(&db.store, db.label).await;
+    on_every_store("owner", check_conversation_owner).await;
+}
+
+/// Run `check` on a fresh SQLite store, PostgreSQL store (with `PG_URL`) and memory store.
+async fn on_every_store(test: &str, check: impl AsyncFn(&dyn Store, &str)) {
+    for db in fresh(test).await {
+        check(&db.store, db.label).await;
         db.finish().await;
     }
-    check_conversation_owner(&MemoryStore::default(), "memory").await;
+    check(&MemoryStore::default(), "memory").await;
 }
 
 async fn check_conversation_owner(s: &dyn Store, label: &str) {
@@ -500,18 +505,8 @@ async fn append_message_is_idempotent_per_run_and_key_and_keeps_order() {
 /// A successful first attempt of `run_id` on `route`.
 fn ok_attempt(run_id: &str, route: &str, latency_ms: u32) -> AttemptRecord {
     AttemptRecord {
-        run_id: run_id.into(),
-        n: 1,
-        step: 1,
-        route: route.into(),
-        http_status: Some(200),
-        error: None,
-        verdict: None,
-        retry_hint_ms: None,
-        ratelimit_remaining: None,
-        provider_name: None,
         latency_ms: u64::from(latency_ms),
-        t_ms: epoch_ms(),
+        ..AttemptRecord::succeeded(run_id, 1, 1, route.into(), epoch_ms())
     }
 }
 
@@ -904,11 +899,7 @@ async fn attempts_round_trip_every_field() {
 
 #[tokio::test]
 async fn a_paused_run_records_its_approval() {
-    for db in fresh("approval").await {
-        check_approvals(&db.store, db.label).await;
-        db.finish().await;
-    }
-    check_approvals(&MemoryStore::default(), "memory").await;
+    on_every_store("approval", check_approvals).await;
 }
 
 /// A run saved while it awaits a tool call records the call once; its answer rides on a later
@@ -1042,6 +1033,7 @@ async fn prune_deletes_finished_runs_older_than_the_cutoff_and_keeps_transcripts
 
 /// The board's list and the metrics' counts (issue 6), with the same answers from every store.
 async fn check_recent_runs_and_counts(s: &dyn Store, label: &str) {
+    assert!(s.count_by_status().await.unwrap().is_empty(), "{label}");
     let conv = unique("conv");
     let base = epoch_ms();
     let mut specs = vec![
@@ -1110,12 +1102,7 @@ async fn check_recent_runs_and_counts(s: &dyn Store, label: &str) {
 
 #[tokio::test]
 async fn recent_runs_are_newest_first_and_runs_are_counted_by_status_and_code() {
-    for db in fresh("recent").await {
-        assert!(db.store.count_by_status().await.unwrap().is_empty());
-        check_recent_runs_and_counts(&db.store, db.label).await;
-        db.finish().await;
-    }
-    check_recent_runs_and_counts(&freeway::store::MemoryStore::default(), "memory").await;
+    on_every_store("recent", check_recent_runs_and_counts).await;
 }
 
 #[tokio::test]

@@ -132,18 +132,8 @@ impl Engine {
         };
         let finished = self.clock.now_ms();
         let mut record = AttemptRecord {
-            run_id: run.rec.run_id.clone(),
-            n,
-            step,
-            route: route.key(),
-            http_status: Some(200),
-            error: None,
-            verdict: None,
-            retry_hint_ms: None,
-            ratelimit_remaining: None,
-            provider_name: None,
             latency_ms: finished.saturating_sub(started),
-            t_ms: started,
+            ..AttemptRecord::succeeded(&run.rec.run_id, n, step, route.key(), started)
         };
         let outcome = match result {
             Ok(c) => {

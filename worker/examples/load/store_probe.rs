@@ -82,18 +82,14 @@ async fn one_run(store: &SqlStore) -> Result<(), freeway::store::StoreError> {
     };
     store.save_run_with(&rec, &[input]).await?;
     let attempt = AttemptRecord {
-        run_id: rec.run_id.clone(),
-        n: 1,
-        step: 1,
-        route: "openrouter/openai/gpt-4o-mini".into(),
-        http_status: Some(200),
-        error: None,
-        verdict: None,
-        retry_hint_ms: None,
-        ratelimit_remaining: None,
-        provider_name: None,
         latency_ms: 1,
-        t_ms: now(),
+        ..AttemptRecord::succeeded(
+            &rec.run_id,
+            1,
+            1,
+            "openrouter/openai/gpt-4o-mini".into(),
+            now(),
+        )
     };
     rec.state.counters.steps = 1;
     rec.state.route_index = Some(0);
