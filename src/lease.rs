@@ -35,7 +35,8 @@ impl Leases {
         }
     }
 
-    fn key(&self, run_id: &str) -> String {
+    /// The Redis key of the run's lease.
+    pub fn key(&self, run_id: &str) -> String {
         format!("{}:run:{run_id}:lease", self.ns)
     }
 

@@ -990,16 +990,22 @@ async fn events_go_to_the_runs_redis_stream_and_expire_after_it_ends() {
     );
 }
 
-/// Keys that cannot be read while `down` is set (a store outage), the platform key otherwise.
+/// `keys`, readable for `up_for` more lookups, then not (a store outage).
 struct KeysOutage {
-    down: std::sync::atomic::AtomicBool,
-    keys: freeway::engine::EnvTargets,
+    up_for: std::sync::atomic::AtomicU32,
+    keys: Arc<dyn freeway::engine::Targets>,
 }
 
 #[async_trait]
 impl freeway::engine::Targets for KeysOutage {
     async fn target(&self, route: &Route) -> Result<Target, freeway::engine::TargetError> {
-        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+        let one_less = |n: u32| n.checked_sub(1);
+        let up = self.up_for.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            one_less,
+        );
+        if up.is_err() {
             return Err(freeway::engine::TargetError::Unavailable(
                 "the store is down".into(),
             ));
@@ -1012,11 +1018,8 @@ impl freeway::engine::Targets for KeysOutage {
 async fn keys_that_cannot_be_read_spend_none_of_the_budget() {
     let mut s = setup("keys-outage").await;
     let outage = Arc::new(KeysOutage {
-        down: true.into(),
-        keys: freeway::engine::EnvTargets {
-            openrouter_base_url: s.sim.base_url(),
-            platform_key: Some(freeway::provider::ApiKey::new("sk-or-v1-platform-test")),
-        },
+        up_for: 0.into(),
+        keys: s.h.engine.targets.clone(),
     });
     s.h.engine.targets = outage.clone();
     let mut req = request("u1", "hello", &[PAID]);
@@ -1031,8 +1034,8 @@ async fn keys_that_cannot_be_read_spend_none_of_the_budget() {
     assert!(s.h.store.attempts(&job.run_id).await.unwrap().is_empty());
 
     outage
-        .down
-        .store(false, std::sync::atomic::Ordering::SeqCst);
+        .up_for
+        .store(u32::MAX, std::sync::atomic::Ordering::SeqCst);
     let outcome = execute(&s.h, &job, WhenResting::Snooze).await;
     assert_eq!(outcome, finished(RunStatus::Succeeded, None));
     assert_eq!(
@@ -1136,9 +1139,8 @@ async fn a_run_that_crashes_inside_its_tool_loop_resumes_within_its_budget() {
 
     // The dead executor's lease expires; the queue delivers the run again.
     let mut conn = s.h.conn.clone();
-    let lease = format!("{}:run:{}:lease", s.h.ns, job.run_id);
     let _: () = redis::cmd("DEL")
-        .arg(&lease)
+        .arg(s.h.engine.leases.key(&job.run_id))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -1177,6 +1179,46 @@ async fn a_run_that_crashes_inside_its_tool_loop_resumes_within_its_budget() {
     assert_eq!(
         roles,
         ["User", "Assistant", "Tool", "Assistant"],
-        "the tool ran once and the answer is stored once"
+        "the tool result and the answer are stored once"
+    );
+    let tool_results =
+        s.h.events
+            .of(&job.run_id)
+            .into_iter()
+            .filter(|e| matches!(e, Event::ToolResult { .. }))
+            .count();
+    assert_eq!(tool_results, 1, "the tool ran once");
+}
+
+#[tokio::test]
+async fn keys_that_cannot_be_read_for_the_summary_keep_the_answer() {
+    let mut s = setup("keys-outage-summary").await;
+    s.h.engine.summary = true;
+    s.h.engine.targets = Arc::new(KeysOutage {
+        up_for: 1.into(),
+        keys: s.h.engine.targets.clone(),
+    });
+    let job = RunJob::new(
+        request("u1", "hi [[answer:kept]]", &[PAID]),
+        freeway::clock::epoch_ms(),
+    );
+    let routes = job.check().unwrap();
+    let err = s.h.engine.execute(&job, &routes, WhenResting::Snooze).await;
+    assert!(err.is_err(), "the summary's keys could not be read");
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            rec.state.counters.calls,
+            rec.state.counters.steps,
+            rec.output.as_str()
+        ),
+        (1, 1, "kept"),
+        "the answer's step is stored; the summary was never counted"
+    );
+    assert_eq!(s.h.store.attempts(&job.run_id).await.unwrap().len(), 1);
+    let transcript = s.h.store.transcript(&job.conversation_id).await.unwrap();
+    assert_eq!(
+        transcript.last().and_then(|m| m.content.as_deref()),
+        Some("kept")
     );
 }

@@ -731,7 +731,7 @@ async fn a_run_lease_has_one_holder_until_it_lets_go() {
         !leases.renew("run_1", second).await.unwrap(),
         "only the holder renews"
     );
-    let key = format!("{ns}:run:run_1:lease");
+    let key = leases.key("run_1");
     let mut conn = f.conn.clone();
     let _: () = redis::cmd("PEXPIRE")
         .arg(&key)

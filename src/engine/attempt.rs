@@ -51,9 +51,15 @@ impl Engine {
     ) -> Result<Result<Completion, Failure>, EngineError> {
         let route = &run.routes[index];
         // Keys that cannot be read are the fleet's fault, not the route's: the run stops before
-        // the attempt is counted, so its redelivery still has the call it never made.
+        // the attempt is counted, so its redelivery still has the call it never made. What the
+        // run did before (an answer waiting for this call's save, before a summary) is kept.
         let target = match self.targets.target(route).await {
-            Err(e @ TargetError::Unavailable(_)) => return Err(e.into()),
+            Err(e @ TargetError::Unavailable(_)) => {
+                if !run.unsaved.is_empty() {
+                    self.save(run).await?;
+                }
+                return Err(e.into());
+            }
             target => target,
         };
         let counters = &mut run.rec.state.counters;

@@ -467,6 +467,8 @@ impl Engine {
                     .await?,
             ));
         }
+        // Saved before it is announced: an event that cannot be published loses no answer.
+        self.save(run).await?;
         for call in &c.tool_calls {
             let event = Event::ToolCall {
                 id: call.id.clone(),
@@ -475,7 +477,6 @@ impl Engine {
             };
             self.publish(run, event).await?;
         }
-        self.save(run).await?;
         Ok(None)
     }
 
@@ -518,29 +519,25 @@ impl Engine {
                 "not executed: another tool call is awaiting approval".to_string(),
             ));
         }
-        for (id, content) in results {
-            self.publish(
-                run,
-                Event::ToolResult {
-                    id: id.clone(),
-                    content: content.clone(),
-                },
-            )
-            .await?;
+        for (id, content) in &results {
             run.unsaved.push(Attached::Message {
                 key: format!("tool-{id}"),
-                message: Message::tool_result(id, content),
+                message: Message::tool_result(id.clone(), content.clone()),
             });
         }
-        // The results are stored now, with whatever else waits for a save (a continuation's
-        // input), so a redelivery never runs these tools again.
+        if let Some(call) = &first {
+            run.rec.pending_tool_call = Some(call.clone());
+            run.rec.status = RunStatus::AwaitingApproval;
+        }
+        // The results are stored before they are announced, with whatever else waits for a save
+        // (a continuation's input), so a redelivery never runs these tools again.
+        self.save(run).await?;
+        for (id, content) in results {
+            self.publish(run, Event::ToolResult { id, content }).await?;
+        }
         let Some(call) = first else {
-            self.save(run).await?;
             return Ok(None);
         };
-        run.rec.pending_tool_call = Some(call.clone());
-        run.rec.status = RunStatus::AwaitingApproval;
-        self.save(run).await?;
         self.publish(
             run,
             Event::AwaitingApproval {

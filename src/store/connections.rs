@@ -309,7 +309,8 @@ impl SqlStore {
                 done.current += 1;
                 continue;
             }
-            let Ok(key) = keys.open(&id, &sealed, &aad) else {
+            let previous = keys.previous.as_ref();
+            let Some(key) = previous.and_then(|p| open(p, &id, &sealed, &aad).ok()) else {
                 done.unreadable.push(id);
                 continue;
             };

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The open lock file; [`FileLock::lock`] waits for the lock.
-#[derive(Clone)]
 pub(super) struct FileLock {
     file: Arc<File>,
     path: PathBuf,

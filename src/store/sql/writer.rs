@@ -157,10 +157,14 @@ async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
                 let _ = queued.reply.send(Ok(()));
             }
         }
-        Err(e) => {
-            if batch.len() > 1 {
-                tracing::warn!(writes = batch.len(), error = %e, "a batch of store writes failed; retrying them one by one");
+        // A lone caller's error is its own: committing it again would fail the same way.
+        Err(e) if batch.len() == 1 => {
+            if let Some(queued) = batch.pop() {
+                let _ = queued.reply.send(Err(e));
             }
+        }
+        Err(e) => {
+            tracing::warn!(writes = batch.len(), error = %e, "a batch of store writes failed; retrying them one by one");
             for queued in batch.drain(..) {
                 let writes: Vec<&Write> = queued.writes.iter().collect();
                 let _ = queued.reply.send(commit(db, &writes).await);
@@ -249,9 +253,10 @@ fn multi_row(head: &str, rows: usize, columns: usize, tail: &str, params: Params
     sql
 }
 
-/// A batch's writes by kind, in queue order within each kind. The writes of one batch come
-/// from callers each awaiting their own, so no two depend on each other and any order of kinds
-/// is a valid order of commits.
+/// A batch's writes by kind, in queue order within each kind. Writes of different callers do not
+/// depend on each other (each caller awaits its own); one caller's writes are applied in the
+/// order its kinds are: created runs, saved runs, approvals and their answers, deleted turns
+/// before appended messages (a regenerate's new turn is never deleted), then attempts.
 #[derive(Default)]
 struct ByKind<'a> {
     creates: Vec<&'a RunRow>,
@@ -412,6 +417,14 @@ macro_rules! apply_all {
                 .await
                 .map_err(db_error)?;
         }
+        for (conversation, now) in &k.deletes {
+            sqlx::query(DELETE_LAST_TURN)
+                .bind(*conversation)
+                .bind(*now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
         if !k.appends.is_empty() {
             let counts = k.append_counts();
             let sql = multi_row(
@@ -479,14 +492,6 @@ macro_rules! apply_all {
                     .bind(a.t_ms);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
-        }
-        for (conversation, now) in &k.deletes {
-            sqlx::query(DELETE_LAST_TURN)
-                .bind(*conversation)
-                .bind(*now)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
         }
         tx.commit().await.map_err(db_error)
     }};

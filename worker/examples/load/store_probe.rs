@@ -3,8 +3,8 @@
 //! the figure to hold the pipeline's rate against.
 //!
 //! The sequence copies what the engine does today (src/engine/mod.rs `execute`, `start`,
-//! `steps`, `take_completion`, `finish`; src/engine/attempt.rs): a read of the run, one of the transcript,
-//! and 2 writes (the input with the save before the call; the attempt and the answer with the
+//! `steps`, `take_completion`, `finish`; src/engine/attempt.rs): one read of the run with its
+//! transcript, and 2 writes (the input with the save before the call; the attempt and the answer with the
 //! final save). It must follow the engine when the engine changes.
 
 use crate::BoxError;
@@ -54,7 +54,7 @@ async fn probe(dir: &std::path::Path, runs: u64, concurrency: u16) -> Result<(),
     let elapsed = started.elapsed().as_secs_f64();
     store.close().await;
     println!(
-        "  store alone      {runs} runs' store calls ({WRITES_PER_RUN} writes + 2 reads \
+        "  store alone      {runs} runs' store calls ({WRITES_PER_RUN} writes + 1 read \
          each, {concurrency} at once, one process, SQLite, no Redis or HTTP) in {elapsed:.2} s = {} runs/s \
          = {} writes/s",
         thousands(runs as f64 / elapsed),
@@ -66,12 +66,10 @@ async fn probe(dir: &std::path::Path, runs: u64, concurrency: u16) -> Result<(),
 async fn one_run(store: &SqlStore) -> Result<(), freeway::store::StoreError> {
     let now = freeway::clock::epoch_ms;
     let job = RunJob::new(crate::throughput::request(0), now());
-    let conv = job.conversation_id.clone();
-    let mut rec = match store.run(&job.run_id).await? {
-        Some(stored) => stored,
-        None => RunRecord::queued(&job, now()),
-    };
-    store.transcript(&conv).await?;
+    let (stored, _transcript) = store
+        .run_and_transcript(&job.run_id, &job.conversation_id)
+        .await?;
+    let mut rec = stored.unwrap_or_else(|| RunRecord::queued(&job, now()));
     rec.state.input_applied = true;
     rec.status = RunStatus::Running;
     rec.state.counters.calls = 1;
