@@ -303,7 +303,7 @@ impl Decision {
     fn circuit(verdict: Verdict, route: &Route, rule: &'static str) -> Self {
         Decision {
             verdict,
-            scope: RestScope::Connection(route.connection.id().to_string()),
+            scope: RestScope::Connection(route.connection_scope()),
             length: Some(RestLength::For(CIRCUIT_MS)),
             evidence: false,
             rule,

@@ -20,7 +20,7 @@
 //! | `ns:{pool}:route:<route_key>` | string + PX | route rest of a shared route (all users) |
 //! | `ns:{pool}:evidence` | ZSET | ambiguous evidence: member `<user_id>:<unique>`, score Redis ms |
 //! | `ns:{route:<route_key>}:rest` | string + PX | route rest of an off-quota route |
-//! | `ns:{conn:<conn_id>}:circuit` | string + PX | connection circuit (billing, auth) |
+//! | `ns:{<connection>}:circuit` | string + PX | connection circuit (billing, auth): `<connection>` is `platform:<provider>` or `conn:<conn_id>` |
 //! | `ns:rests` | ZSET | index for [`Rests::list`]: member = rest key, score = expiry in Redis ms |
 //!
 //! Rest values are `{"reason":…,"set_at_ms":…}`: why and when, never a key or a prompt.
@@ -33,7 +33,7 @@
 //! index key itself expires an hour after the last write, when every rest it lists has expired.
 //!
 //! Namespaces and pool names must not contain `{` or `}`, and pool names must not start with
-//! `route:` or `conn:`: the hash tags and the parsing of listed keys rely on it.
+//! `route:`, `conn:` or `platform:`: the hash tags and the parsing of listed keys rely on it.
 
 use crate::classify::{
     CIRCUIT_MS, EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS,
@@ -227,7 +227,7 @@ impl Rests {
             if let Some(pool) = &route.pool {
                 mine.push((RestKind::Pool, slot(pool_key(&self.ns, pool))));
             }
-            let circuit = RestScope::Connection(route.connection.id().to_string());
+            let circuit = RestScope::Connection(route.connection_scope());
             let route_scope = RestScope::Route {
                 pool: route.pool.clone(),
                 route_key: route.key(),
@@ -436,7 +436,7 @@ fn pool_key(ns: &str, pool: &str) -> String {
 }
 
 fn circuit_key(ns: &str, connection: &str) -> String {
-    format!("{ns}:{{conn:{connection}}}:circuit")
+    format!("{ns}:{{{connection}}}:circuit")
 }
 
 /// The scope kind and the listed key (`pool`, route key, connection id) of a rest key.
@@ -448,11 +448,8 @@ fn parse_rest_key(ns: &str, key: &str) -> Option<(RestKind, String)> {
     {
         return Some((RestKind::Route, route_key.to_string()));
     }
-    if let Some(id) = rest
-        .strip_prefix("conn:")
-        .and_then(|r| r.strip_suffix("}:circuit"))
-    {
-        return Some((RestKind::Circuit, id.to_string()));
+    if let Some(connection) = rest.strip_suffix("}:circuit") {
+        return Some((RestKind::Circuit, connection.to_string()));
     }
     let (pool, tail) = rest.split_once('}')?;
     if tail == ":rest" {
@@ -496,28 +493,28 @@ mod tests {
             (
                 RestScope::Route {
                     pool: Some("openrouter-free".into()),
-                    route_key: "openrouter/a/b:free".into(),
+                    route_key: "platform:openrouter/a/b:free".into(),
                 },
                 RestKind::Route,
-                "openrouter/a/b:free",
+                "platform:openrouter/a/b:free",
             ),
             (
                 RestScope::Route {
                     pool: None,
-                    route_key: "conn_1/x:free".into(),
+                    route_key: "conn:conn_1/x:free".into(),
                 },
                 RestKind::Route,
-                "conn_1/x:free",
+                "conn:conn_1/x:free",
             ),
             (
-                RestScope::Connection("platform".into()),
+                RestScope::Connection("platform:openrouter".into()),
                 RestKind::Circuit,
-                "platform",
+                "platform:openrouter",
             ),
             (
-                RestScope::Connection("conn:a.b".into()),
+                RestScope::Connection("conn:a.b:c".into()),
                 RestKind::Circuit,
-                "conn:a.b",
+                "conn:a.b:c",
             ),
         ];
         for (scope, kind, name) in cases {

@@ -3,7 +3,11 @@
 //! A route is (provider, model, connection). Routes that spend one shared quota belong to a pool;
 //! the default pool `openrouter-free` is every `:free` model (and `openrouter/free`) called on
 //! OpenRouter with the platform key. Everything else is *off-quota* and stays usable while a pool
-//! rests (SPEC §1, §2.2).
+//! rests.
+//!
+//! A route's identity is what rests, circuits and evidence are keyed by, so two routes that spend
+//! different keys must never share one: the platform's routes are keyed `platform:{provider}/…`
+//! and a user's `conn:{id}/…`, and no connection id can pass for the platform or a provider.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -12,6 +16,14 @@ use std::fmt;
 pub const DEFAULT_PROVIDER: &str = "openrouter";
 /// The pool of OpenRouter's shared free quota.
 pub const OPENROUTER_FREE_POOL: &str = "openrouter-free";
+/// The providers a route may name. A name outside this list is refused at enqueue: a route to a
+/// provider freeway cannot call would only ever fail, and its failures must not rest anything.
+pub const PROVIDERS: &[&str] = &[DEFAULT_PROVIDER];
+
+/// Whether `name` is a provider a route may name.
+pub fn is_provider(name: &str) -> bool {
+    PROVIDERS.contains(&name)
+}
 
 /// Whose key a call uses.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -31,6 +43,12 @@ impl Connection {
             Connection::User(id) => id,
         }
     }
+}
+
+/// Whether `id` may not name a user's connection: `platform`, and every provider's name (a
+/// connection called `openrouter` would read, in logs and on the board, as the platform's).
+pub fn is_reserved_connection_id(id: &str) -> bool {
+    id == "platform" || is_provider(id)
 }
 
 impl From<Connection> for String {
@@ -70,6 +88,8 @@ pub enum RouteError {
     BadModel(String),
     #[error("provider must be 1-64 characters of [a-z0-9_-], got {0:?}")]
     BadProvider(String),
+    #[error("unknown provider {0:?} (known: {known})", known = PROVIDERS.join(", "))]
+    UnknownProvider(String),
 }
 
 /// A route as a job names it: `{model, connection?, provider?}`.
@@ -127,6 +147,9 @@ impl Route {
         if !provider_ok {
             return Err(RouteError::BadProvider(provider.to_string()));
         }
+        if !is_provider(provider) {
+            return Err(RouteError::UnknownProvider(provider.to_string()));
+        }
         let connection = Connection::parse(spec.connection.as_deref().unwrap_or(""))?;
         let pool = default_pool(provider, model, &connection).map(str::to_string);
         Ok(Route {
@@ -137,11 +160,27 @@ impl Route {
         })
     }
 
-    /// `provider/model` for the platform connection, `conn_id/model` for a user connection.
+    /// `platform:{provider}/{model}` or `conn:{id}/{model}`: the route's rest key. The two
+    /// prefixes keep a user's key from ever resting the platform's routes, or the reverse.
     pub fn key(&self) -> String {
+        format!("{}/{}", self.connection_scope(), self.model)
+    }
+
+    /// Whose key the route spends, as circuits are keyed: `platform:{provider}` (the operator's
+    /// key of that provider) or `conn:{id}` (one user's connection).
+    pub fn connection_scope(&self) -> String {
         match &self.connection {
-            Connection::Platform => format!("{}/{}", self.provider, self.model),
-            Connection::User(id) => format!("{id}/{}", self.model),
+            Connection::Platform => format!("platform:{}", self.provider),
+            Connection::User(id) => format!("conn:{id}"),
+        }
+    }
+
+    /// The route as a metrics label: a user's connection id stays out of it (it names a user,
+    /// and every new one would be a new series), so a user's routes count as `conn:*/{model}`.
+    pub fn metrics_label(&self) -> String {
+        match &self.connection {
+            Connection::Platform => self.key(),
+            Connection::User(_) => format!("conn:*/{}", self.model),
         }
     }
 
@@ -200,9 +239,30 @@ mod tests {
     }
 
     #[test]
-    fn keys_name_the_connection_for_user_routes() {
-        assert_eq!(route("a/b:free").key(), "openrouter/a/b:free");
-        assert_eq!(route("a/b:free@conn_9").key(), "conn_9/a/b:free");
+    fn platform_and_user_keys_never_collide() {
+        assert_eq!(route("a/b:free").key(), "platform:openrouter/a/b:free");
+        assert_eq!(route("a/b:free@conn_9").key(), "conn:conn_9/a/b:free");
+        // A connection named after the provider is still a user's connection.
+        let named_like_the_provider = route("a/b:free@openrouter");
+        assert_ne!(named_like_the_provider.key(), route("a/b:free").key());
+        assert_ne!(
+            named_like_the_provider.connection_scope(),
+            route("a/b:free").connection_scope()
+        );
+        assert_eq!(route("a/b@conn_9").metrics_label(), "conn:*/a/b");
+    }
+
+    #[test]
+    fn only_known_providers_are_routes() {
+        let spec = RouteSpec {
+            model: "m".into(),
+            connection: None,
+            provider: Some("nosuch".into()),
+        };
+        assert_eq!(
+            Route::resolve(&spec),
+            Err(RouteError::UnknownProvider("nosuch".into()))
+        );
     }
 
     #[test]

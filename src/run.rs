@@ -61,6 +61,9 @@ pub enum Code {
     UpstreamRejected,
     BudgetExhausted,
     InvalidJob,
+    /// Every route that was open had no key this run may use (a deleted connection, another
+    /// user's, a provider without its key).
+    ConnectionMissing,
 }
 
 impl Code {
@@ -78,6 +81,7 @@ impl Code {
             Code::UpstreamRejected => "upstream_rejected",
             Code::BudgetExhausted => "budget_exhausted",
             Code::InvalidJob => "invalid_job",
+            Code::ConnectionMissing => "connection_missing",
         }
     }
 

@@ -899,9 +899,9 @@ async fn an_auth_failure_opens_the_platform_circuit_for_every_platform_route() {
     );
     let rests = s.h.rests.list().await.unwrap();
     assert!(
-        rests
-            .iter()
-            .any(|r| r.scope == "connection" && r.key == "platform" && r.remaining_ms > 3_500_000),
+        rests.iter().any(|r| r.scope == "connection"
+            && r.key == "platform:openrouter"
+            && r.remaining_ms > 3_500_000),
         "{rests:?}"
     );
     let closures =
@@ -998,7 +998,11 @@ struct KeysOutage {
 
 #[async_trait]
 impl freeway::engine::Targets for KeysOutage {
-    async fn target(&self, route: &Route) -> Result<Target, freeway::engine::TargetError> {
+    async fn target(
+        &self,
+        route: &Route,
+        user_id: &str,
+    ) -> Result<Target, freeway::engine::TargetError> {
         let one_less = |n: u32| n.checked_sub(1);
         let up = self.up_for.fetch_update(
             std::sync::atomic::Ordering::SeqCst,
@@ -1010,7 +1014,7 @@ impl freeway::engine::Targets for KeysOutage {
                 "the store is down".into(),
             ));
         }
-        self.keys.target(route).await
+        self.keys.target(route, user_id).await
     }
 }
 
@@ -1220,5 +1224,94 @@ async fn keys_that_cannot_be_read_for_the_summary_keep_the_answer() {
     assert_eq!(
         transcript.last().and_then(|m| m.content.as_deref()),
         Some("kept")
+    );
+}
+
+/// Every key of the harness's namespace in Redis (rests, evidence, circuits, leases, metrics).
+async fn namespace_keys(h: &Harness) -> Vec<String> {
+    let mut conn = h.conn.clone();
+    redis::cmd("KEYS")
+        .arg(format!("{}:*", h.ns))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Whether any Redis key of the namespace is a rest, a circuit or evidence.
+async fn rested_anything(h: &Harness) -> bool {
+    namespace_keys(h).await.iter().any(|k| {
+        k.ends_with(":rest")
+            || k.ends_with(":circuit")
+            || k.contains(":route:")
+            || k.ends_with(":evidence")
+    })
+}
+
+#[tokio::test]
+async fn a_route_without_a_key_is_skipped_unclassified_and_rests_nothing() {
+    let s = setup("no-key").await;
+    // The harness's targets know no user connections: `conn_gone` has no key for this run.
+    let gone = "vendor/model@conn_gone";
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[gone, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(called(&s.sim), vec![PAID], "no call for the keyless route");
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        rec.state.counters.calls, 1,
+        "the skipped route spent no budget"
+    );
+    assert_eq!(s.h.store.attempts(&job.run_id).await.unwrap().len(), 1);
+    assert!(
+        !rested_anything(&s.h).await,
+        "{:?}",
+        namespace_keys(&s.h).await
+    );
+
+    // Alone in its chain, it ends the run `connection_missing`, still without a call or a rest.
+    let (job, outcome) = run(&s.h, request("u1", "hi", &[gone]), WhenResting::Snooze).await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::ConnectionMissing))
+    );
+    assert_eq!(called(&s.sim), vec![PAID]);
+    assert!(s.h.store.attempts(&job.run_id).await.unwrap().is_empty());
+    assert!(
+        !rested_anything(&s.h).await,
+        "{:?}",
+        namespace_keys(&s.h).await
+    );
+}
+
+#[tokio::test]
+async fn a_missing_platform_key_circuits_nothing() {
+    let mut s = setup("no-platform-key").await;
+    s.h.engine.targets = Arc::new(freeway::engine::EnvTargets {
+        openrouter_base_url: s.sim.base_url(),
+        platform_key: None,
+    });
+    let (_, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::ConnectionMissing))
+    );
+    assert!(called(&s.sim).is_empty());
+    assert!(
+        s.h.rests.list().await.unwrap().is_empty(),
+        "no circuit on the platform"
+    );
+    assert!(
+        !rested_anything(&s.h).await,
+        "{:?}",
+        namespace_keys(&s.h).await
     );
 }

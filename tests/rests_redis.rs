@@ -210,7 +210,7 @@ async fn writes_are_capped_by_scope() {
         300_000
     );
     let two_hours = RestLength::For(7_200_000);
-    let circuit = RestScope::Connection("platform".into());
+    let circuit = RestScope::Connection("platform:openrouter".into());
     assert_eq!(
         f.rests
             .write(&circuit, two_hours, "auth")
@@ -502,8 +502,8 @@ async fn user_connection_failures_never_touch_the_pool() {
     assert_eq!(
         scopes,
         vec![
-            ("connection".into(), "conn_1".into()),
-            ("route".into(), "conn_1/qwen/qwen3-coder:free".into())
+            ("connection".into(), "conn:conn_1".into()),
+            ("route".into(), "conn:conn_1/qwen/qwen3-coder:free".into())
         ]
     );
 }
@@ -540,7 +540,7 @@ async fn closures_return_the_longest_per_route() {
         .expect("write");
     f.rests
         .write(
-            &RestScope::Connection("conn_1".into()),
+            &RestScope::Connection("conn:conn_1".into()),
             RestLength::For(50_000),
             "conn",
         )
@@ -576,7 +576,7 @@ async fn closures_return_the_longest_per_route() {
     }
 
     // A platform circuit closes every platform route, shared or paid, and nothing else.
-    let circuit = RestScope::Connection("platform".into());
+    let circuit = RestScope::Connection("platform:openrouter".into());
     f.rests
         .write(&circuit, RestLength::For(3_600_000), "billing")
         .await
@@ -622,7 +622,7 @@ async fn list_and_clear() {
         .expect("write");
     f.rests
         .write(
-            &RestScope::Connection("conn_1".into()),
+            &RestScope::Connection("conn:conn_1".into()),
             RestLength::For(70_000),
             "auth",
         )
@@ -641,14 +641,14 @@ async fn list_and_clear() {
     assert_eq!(
         summary,
         vec![
-            ("connection", "conn_1", "auth"),
+            ("connection", "conn:conn_1", "auth"),
             ("pool", POOL, "account 0:limit_source"),
             (
                 "route",
-                "openrouter/meta-llama/llama-3.3-70b-instruct:free",
+                "platform:openrouter/meta-llama/llama-3.3-70b-instruct:free",
                 "route"
             ),
-            ("route", "openrouter/openai/gpt-4o-mini", "paid"),
+            ("route", "platform:openrouter/openai/gpt-4o-mini", "paid"),
         ]
     );
     assert!(
@@ -659,19 +659,25 @@ async fn list_and_clear() {
 
     assert!(
         f.rests
-            .clear("route", "openrouter/meta-llama/llama-3.3-70b-instruct:free")
+            .clear(
+                "route",
+                "platform:openrouter/meta-llama/llama-3.3-70b-instruct:free"
+            )
             .await
             .expect("clear")
     );
     assert!(
         !f.rests
-            .clear("route", "openrouter/meta-llama/llama-3.3-70b-instruct:free")
+            .clear(
+                "route",
+                "platform:openrouter/meta-llama/llama-3.3-70b-instruct:free"
+            )
             .await
             .expect("clear")
     );
     assert!(
         f.rests
-            .clear("route", "openrouter/openai/gpt-4o-mini")
+            .clear("route", "platform:openrouter/openai/gpt-4o-mini")
             .await
             .expect("clear")
     );
@@ -687,9 +693,14 @@ async fn list_and_clear() {
     assert_eq!(listed.len(), 1);
     assert_eq!(
         (listed[0].scope.as_str(), listed[0].key.as_str()),
-        ("connection", "conn_1")
+        ("connection", "conn:conn_1")
     );
-    assert!(f.rests.clear("connection", "conn_1").await.expect("clear"));
+    assert!(
+        f.rests
+            .clear("connection", "conn:conn_1")
+            .await
+            .expect("clear")
+    );
     assert_eq!(
         f.rests.list().await.expect("list"),
         Vec::<ActiveRest>::new()

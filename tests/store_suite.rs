@@ -523,7 +523,7 @@ async fn a_write_the_database_refuses_fails_only_its_own_caller() {
                     let route = if i == 17 {
                         "poison"
                     } else {
-                        "openrouter/vendor/m"
+                        "platform:openrouter/vendor/m"
                     };
                     let attempt = ok_attempt(&format!("run_{i}_{}", unique("p")), route, i);
                     (attempt.clone(), s.record_attempt(&attempt).await)
@@ -648,7 +648,7 @@ async fn writes_of_many_runs_at_once_each_land_as_if_alone() {
                 let mut saved_twice = twice.clone();
                 saved_twice.state.counters.calls = 7;
                 s.save_run(&saved_twice).await?;
-                let attempt = ok_attempt(&rec.run_id, "openrouter/vendor/m:free", i);
+                let attempt = ok_attempt(&rec.run_id, "platform:openrouter/vendor/m:free", i);
                 s.record_attempt(&attempt).await?;
                 Ok::<_, freeway::store::StoreError>((rec, attempt))
             }));
@@ -841,7 +841,7 @@ async fn attempts_round_trip_every_field() {
             run_id: run_id.clone(),
             n: 1,
             step: 1,
-            route: "openrouter/vendor/m:free".into(),
+            route: "platform:openrouter/vendor/m:free".into(),
             http_status: Some(429),
             error: Some("HTTP 429: Rate limit exceeded: free-models-per-min".into()),
             verdict: Some(Verdict::Account),
@@ -2015,7 +2015,7 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
             None,
         );
         let route = Route::resolve(&RouteSpec::parse_cli(&first)).unwrap();
-        let err = no_secret.target(&route).await.unwrap_err();
+        let err = no_secret.target(&route, "u1").await.unwrap_err();
         assert!(matches!(err, TargetError::Unavailable(_)), "{err:?}");
         assert!(
             err.to_string().contains("FREEWAY_SECRET_KEY"),
@@ -2031,18 +2031,15 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
             Some(only(&secret)),
         );
         assert_eq!(
-            with_secret.target(&missing).await.unwrap_err(),
+            with_secret.target(&missing, "u1").await.unwrap_err(),
             TargetError::UnknownConnection("conn_missing".into())
         );
-        let groq = Route::resolve(&RouteSpec {
-            model: "m".into(),
-            connection: Some(conn_id.clone()),
-            provider: Some("groq".into()),
-        })
-        .unwrap();
-        assert!(
-            with_secret.target(&groq).await.is_err(),
-            "no base URL for another provider"
+        assert!(with_secret.target(&route, "u1").await.is_ok());
+        assert_eq!(
+            with_secret.target(&route, "u2").await.unwrap_err(),
+            TargetError::UnknownConnection(conn_id.clone()),
+            "{}: another user's run cannot open u1's connection",
+            db.label
         );
         db.finish().await;
     }

@@ -23,7 +23,7 @@ use freeway::chat::ToolCall;
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
 use freeway::rest::{Closure, RestError, RestKind, Rests};
-use freeway::route::Route;
+use freeway::route::{Connection, Route};
 use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
 use freeway::store::{Attached, Store, StoreError};
 use redis::AsyncCommands;
@@ -57,6 +57,10 @@ pub enum EnqueueError {
     /// Another user's conversation looks, to this user, like none at all.
     #[error("conversation {0} not found")]
     ConversationNotFound(String),
+    /// A route names a connection the user does not own (or none that exists): to this user,
+    /// another user's connection looks like none at all.
+    #[error("connection {0} not found")]
+    ConnectionNotFound(String),
     /// The run is not in a state that allows the request (an approval it is not waiting for).
     #[error("{0}")]
     Conflict(String),
@@ -144,6 +148,7 @@ impl Enqueuer {
                 return Err(EnqueueError::ConversationNotFound(conversation.clone()));
             }
         }
+        self.check_connections(&request.user_id, &routes).await?;
         let idem = request
             .idempotency_key
             .as_ref()
@@ -279,6 +284,33 @@ impl Enqueuer {
             .await?;
         self.events.publish(&job.run_id, &Event::Queued).await?;
         self.queue.push(std::slice::from_ref(job)).await?;
+        Ok(())
+    }
+
+    /// Every user connection the chain names must be `user_id`'s, for the route's provider. The
+    /// worker checks the owner again when it opens the key; this check makes a foreign or missing
+    /// connection a 404 at once, with nothing written.
+    async fn check_connections(&self, user_id: &str, routes: &[Route]) -> Result<(), EnqueueError> {
+        for (i, route) in routes.iter().enumerate() {
+            let Connection::User(id) = &route.connection else {
+                continue;
+            };
+            match self.store.connection(id).await? {
+                Some(info) if info.user_id == user_id => {
+                    if info.provider != route.provider {
+                        return Err(InvalidRequest {
+                            field: format!("routes[{i}].provider"),
+                            message: format!(
+                                "connection {id} is for provider {:?}, not {:?}",
+                                info.provider, route.provider
+                            ),
+                        }
+                        .into());
+                    }
+                }
+                _ => return Err(EnqueueError::ConnectionNotFound(id.clone())),
+            }
+        }
         Ok(())
     }
 

@@ -233,7 +233,7 @@ async fn a_chain_with_a_resting_off_quota_route_is_routes_resting() {
         .write(
             &RestScope::Route {
                 pool: None,
-                route_key: "openrouter/vendor/paid".into(),
+                route_key: "platform:openrouter/vendor/paid".into(),
             },
             RestLength::For(5_000),
             "test rest",
@@ -586,9 +586,23 @@ async fn a_connection_key_is_stored_sealed_and_never_echoed() {
             .as_u16(),
         404
     );
-    assert_eq!(delete("").await.expect("DELETE").status().as_u16(), 204);
+    assert_eq!(
+        delete("?user_id=u1")
+            .await
+            .expect("DELETE")
+            .status()
+            .as_u16(),
+        204
+    );
     assert!(s.store.connection("conn_a").await.expect("read").is_none());
-    assert_eq!(delete("").await.expect("DELETE").status().as_u16(), 404);
+    assert_eq!(
+        delete("?user_id=u1")
+            .await
+            .expect("DELETE")
+            .status()
+            .as_u16(),
+        404
+    );
 }
 
 #[tokio::test]
@@ -615,7 +629,7 @@ async fn rests_are_listed_and_cleared_only_with_the_admin_token() {
         .write(
             &RestScope::Route {
                 pool: Some(POOL.into()),
-                route_key: "openrouter/vendor/m:free".into(),
+                route_key: "platform:openrouter/vendor/m:free".into(),
             },
             RestLength::For(20_000),
             "high demand",
@@ -640,7 +654,7 @@ async fn rests_are_listed_and_cleared_only_with_the_admin_token() {
             .as_u64()
             .is_some_and(|ms| ms > 0 && ms <= 30_000)
     );
-    assert_eq!(rests[1]["key"], "openrouter/vendor/m:free");
+    assert_eq!(rests[1]["key"], "platform:openrouter/vendor/m:free");
 
     let clear = |path: &str, token: Option<&str>| {
         let mut req = s.http.delete(s.url(path));
@@ -669,7 +683,7 @@ async fn rests_are_listed_and_cleared_only_with_the_admin_token() {
         .expect("DELETE");
     assert_eq!(resp.status().as_u16(), 204);
     let resp = clear(
-        "/v1/rests/route/openrouter/vendor/m:free",
+        "/v1/rests/route/platform:openrouter/vendor/m:free",
         Some("admin-token-1"),
     )
     .await
@@ -972,7 +986,7 @@ async fn the_board_lists_runs_newest_first_and_shows_one_with_its_attempts_event
             run_id: run_id.clone(),
             n: 1,
             step: 1,
-            route: "openrouter/vendor/m:free".into(),
+            route: "platform:openrouter/vendor/m:free".into(),
             http_status: Some(429),
             error: Some("HTTP 429".into()),
             verdict: Some(freeway::classify::Verdict::Account),

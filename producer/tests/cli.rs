@@ -231,7 +231,7 @@ async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
             Event::Attempt {
                 n: 1,
                 step: 1,
-                route: "openrouter/vendor/m".into(),
+                route: "platform:openrouter/vendor/m".into(),
             },
             Event::Delta {
                 text: "Hello".into(),
@@ -247,7 +247,7 @@ async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
     assert_eq!(stdout(&out), "Hello world\n");
     let progress = String::from_utf8_lossy(&out.stderr);
     assert!(
-        progress.contains("[attempt 1 step 1 route openrouter/vendor/m]"),
+        progress.contains("[attempt 1 step 1 route platform:openrouter/vendor/m]"),
         "{progress}"
     );
     assert!(progress.contains("[finished: succeeded]"), "{progress}");
@@ -256,7 +256,7 @@ async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
         &env,
         vec![
             Event::Failover {
-                from: "openrouter/vendor/m".into(),
+                from: "platform:openrouter/vendor/m".into(),
                 to: None,
                 verdict: "server".into(),
             },

@@ -95,7 +95,10 @@ async fn metrics_count_what_the_fleet_did_call_for_call() {
     let mut expected: BTreeMap<(String, &str), u64> = BTreeMap::new();
     for c in &calls {
         *expected
-            .entry((format!("openrouter/{}", c.model), outcome(c.status)))
+            .entry((
+                format!("platform:openrouter/{}", c.model),
+                outcome(c.status),
+            ))
             .or_default() += 1;
     }
     assert_eq!(
@@ -219,6 +222,35 @@ async fn a_whole_run_at_trace_level_logs_no_secret_and_json_spans_carry_the_atte
         keys.contains(&PLATFORM_KEY.to_string()),
         "the platform key was used"
     );
+    // A job in the queue is no proof of ownership: bob's run naming u-sec's connection, pushed
+    // past the API, is skipped by the worker without a call, a rest or a circuit.
+    let bobs = bobs_job_on(&fleet, "conn_secret").await;
+    let run = settled_pushed(&fleet, &bobs).await;
+    assert_eq!(
+        (&run["status"], &run["code"]),
+        (&json!("failed"), &json!("connection_missing")),
+        "{run}"
+    );
+    let calls = fleet.sim.calls();
+    assert_eq!(
+        calls.iter().filter(|c| c.key == USER_KEY).count(),
+        1,
+        "only u-sec's own run used u-sec's key: {calls:?}"
+    );
+    let (_, rests) = fleet.call("GET", "/v1/rests", None).await;
+    assert!(
+        !rests.to_string().contains("conn_secret"),
+        "bob's run rested nothing of u-sec's: {rests}"
+    );
+    let metrics = fleet.metrics().await;
+    assert!(
+        !metrics.contains("conn_"),
+        "a metrics label names a user's connection:\n{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("route=\"conn:*/{PAID}\"")),
+        "a user's calls count under conn:*:\n{metrics}"
+    );
     // The operator's paths log too: a refused token, a refused clear, a clear.
     let resp = fleet
         .http
@@ -228,7 +260,7 @@ async fn a_whole_run_at_trace_level_logs_no_secret_and_json_spans_carry_the_atte
         .await
         .expect("GET");
     assert_eq!(resp.status().as_u16(), 401);
-    let route = format!("/v1/rests/route/openrouter/{FREE}");
+    let route = format!("/v1/rests/route/platform:openrouter/{FREE}");
     let clear = |token: &'static str| {
         fleet
             .http
@@ -293,7 +325,7 @@ async fn a_whole_run_at_trace_level_logs_no_secret_and_json_spans_carry_the_atte
     assert_eq!(span["name"], "attempt");
     assert_eq!(span["n"], 1);
     assert_eq!(span["step"], 1);
-    assert_eq!(span["route"], format!("openrouter/{FREE}"));
+    assert_eq!(span["route"], format!("platform:openrouter/{FREE}"));
     assert_eq!(span["status"], 429);
     assert_eq!(span["verdict"], "provider");
     assert_eq!(span["provider_name"], "Venice");
@@ -311,4 +343,35 @@ async fn a_whole_run_at_trace_level_logs_no_secret_and_json_spans_carry_the_atte
         .collect::<Vec<_>>();
     assert!(ok.contains(&(json!(2), json!(200))), "{ok:?}");
     assert!(ok.contains(&(json!(1), json!(200))), "{ok:?}");
+}
+
+/// Push a run of user `bob` naming `connection` straight into the queue, past the API's checks.
+async fn bobs_job_on(fleet: &Fleet, connection: &str) -> String {
+    let request: freeway::job::RunRequest = serde_json::from_value(json!({
+        "user_id": "bob", "input": "let me in",
+        "routes": [{ "model": PAID, "connection": connection }]
+    }))
+    .expect("a valid request");
+    let job = freeway::job::RunJob::new(request, freeway::clock::epoch_ms());
+    let conn = freeway::connect::redis(&common::redis_url())
+        .await
+        .expect("Redis");
+    producer::Queue::new(conn, &fleet.ns)
+        .push(std::slice::from_ref(&job))
+        .await
+        .expect("pushed");
+    job.run_id
+}
+
+/// A pushed run is stored by the worker's first save: until then it is not found.
+async fn settled_pushed(fleet: &Fleet, run_id: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let (status, run) = fleet.call("GET", &format!("/v1/runs/{run_id}"), None).await;
+        if status == 200 && run["status"] != "queued" && run["status"] != "running" {
+            return run;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{run_id}: {run}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

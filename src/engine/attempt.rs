@@ -5,7 +5,7 @@
 //! once the call is over), so a log line explains a failover as the stored record does; the
 //! fleet's counters ([`crate::metrics`]) count the call and any rest it wrote.
 
-use super::{Engine, EngineError, Run, TargetError};
+use super::{Engine, EngineError, Run};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::provider::{CallError, ChatRequest, Completion, Target};
@@ -28,12 +28,22 @@ impl Failure {
     }
 }
 
+/// Why an attempt gave no completion.
+pub(crate) enum Miss {
+    /// The call was made and failed: classified, its rest written.
+    Failed(Box<Failure>),
+    /// No call was made: the route has no key this run may use (a deleted connection, another
+    /// user's, a provider without its key). That is no provider's answer, so nothing is counted,
+    /// classified or rested: the route is skipped for this run.
+    NoKey,
+}
+
 /// A counted attempt, ready to be made.
 struct Call<'m> {
     index: usize,
     step: u32,
     n: u32,
-    target: Result<Target, TargetError>,
+    target: Target,
     messages: &'m [crate::chat::Message],
     stream: bool,
 }
@@ -48,19 +58,24 @@ impl Engine {
         step: u32,
         messages: &[crate::chat::Message],
         stream: bool,
-    ) -> Result<Result<Completion, Failure>, EngineError> {
+    ) -> Result<Result<Completion, Miss>, EngineError> {
         let route = &run.routes[index];
-        // Keys that cannot be read are the fleet's fault, not the route's: the run stops before
-        // the attempt is counted, so its redelivery still has the call it never made. What the
-        // run did before (an answer waiting for this call's save, before a summary) is kept.
-        let target = match self.targets.target(route).await {
-            Err(e @ TargetError::Unavailable(_)) => {
+        let target = match self.targets.target(route, &run.job.request.user_id).await {
+            Ok(target) => target,
+            Err(missing) if missing.is_missing_key() => {
+                tracing::warn!(route = %route.key(), reason = %missing, "skipping a route: no key this run may use");
+                return Ok(Err(Miss::NoKey));
+            }
+            // Keys that cannot be read are the fleet's fault, not the route's: the run stops
+            // before the attempt is counted, so its redelivery still has the call it never made.
+            // What the run did before (an answer waiting for this call's save, before a summary)
+            // is kept.
+            Err(unavailable) => {
                 if !run.unsaved.is_empty() {
                     self.save(run).await?;
                 }
-                return Err(e.into());
+                return Err(unavailable.into());
             }
-            target => target,
         };
         let counters = &mut run.rec.state.counters;
         counters.calls += 1;
@@ -97,7 +112,7 @@ impl Engine {
         &self,
         run: &mut Run<'_>,
         call: Call<'_>,
-    ) -> Result<Result<Completion, Failure>, EngineError> {
+    ) -> Result<Result<Completion, Miss>, EngineError> {
         let Call {
             index,
             step,
@@ -119,23 +134,13 @@ impl Engine {
         .await?;
 
         let started = self.clock.now_ms();
-        let result = match target {
-            Ok(target) => {
-                let request = ChatRequest {
-                    model: route.model.clone(),
-                    messages: messages.to_vec(),
-                    tools: run.job.request.tools.clone(),
-                    stream,
-                };
-                self.call_relaying(run, &target, &request).await?
-            }
-            // No key to call with: the attempt fails like a refused key, without a call.
-            Err(e) => Err(CallError::Http {
-                status: 401,
-                headers: Default::default(),
-                body: format!(r#"{{"error":{{"code":401,"message":"{e}"}}}}"#).into(),
-            }),
+        let request = ChatRequest {
+            model: route.model.clone(),
+            messages: messages.to_vec(),
+            tools: run.job.request.tools.clone(),
+            stream,
         };
+        let result = self.call_relaying(run, &target, &request).await?;
         let finished = self.clock.now_ms();
         let mut record = AttemptRecord {
             latency_ms: finished.saturating_sub(started),
@@ -161,7 +166,7 @@ impl Engine {
                 record.provider_name = class.provider_name.clone();
                 let failure = Failure { error, class };
                 self.write_rests(run, index, &failure).await?;
-                Err(failure)
+                Err(Miss::Failed(Box::new(failure)))
             }
         };
         // A failure's flags (an ambiguous stop, the route's state) are saved at once; a success's
@@ -175,7 +180,7 @@ impl Engine {
         let outcome_label = record.verdict.map_or(crate::metrics::OK, Verdict::as_str);
         self.rests
             .metrics()
-            .record_call(&record.route, outcome_label, record.latency_ms)
+            .record_call(&route.metrics_label(), outcome_label, record.latency_ms)
             .await;
         Ok(outcome)
     }

@@ -1,7 +1,8 @@
 //! Where a route's calls go and with whose key.
 //!
 //! The platform key comes from the environment; a user's own connection is looked up (and
-//! decrypted) at call time, so a key never travels in a job.
+//! decrypted) at call time, so a key never travels in a job. The lookup names the run's user: a
+//! connection opens only for the user who owns it, whatever a job says.
 
 use crate::provider::{ApiKey, Target};
 use crate::route::{Connection, Route};
@@ -20,9 +21,18 @@ pub enum TargetError {
     Unavailable(String),
 }
 
+impl TargetError {
+    /// Whether the route simply has no key for this run (as opposed to keys that cannot be read
+    /// right now). Such a route is skipped, never called, classified or rested.
+    pub fn is_missing_key(&self) -> bool {
+        !matches!(self, TargetError::Unavailable(_))
+    }
+}
+
 #[async_trait]
 pub trait Targets: Send + Sync {
-    async fn target(&self, route: &Route) -> Result<Target, TargetError>;
+    /// The base URL and key for a call on `route` by a run of `user_id`.
+    async fn target(&self, route: &Route, user_id: &str) -> Result<Target, TargetError>;
 }
 
 /// Targets from the environment: OpenRouter with the platform key. User connections need the
@@ -34,7 +44,7 @@ pub struct EnvTargets {
 
 #[async_trait]
 impl Targets for EnvTargets {
-    async fn target(&self, route: &Route) -> Result<Target, TargetError> {
+    async fn target(&self, route: &Route, _user_id: &str) -> Result<Target, TargetError> {
         if route.provider != crate::route::DEFAULT_PROVIDER {
             return Err(TargetError::UnknownProvider(route.provider.clone()));
         }

@@ -1,6 +1,6 @@
 //! Step 1 walks the chain (SPEC §2.2); later steps stay on the route step 1 found (SPEC §2.3).
 
-use super::attempt::Failure;
+use super::attempt::{Failure, Miss};
 use super::{
     Engine, EngineError, RETRY_PAUSE_MS, Run, SNOOZE_JITTER_MS, Stop, WhenResting, exhausted_code,
 };
@@ -29,6 +29,8 @@ impl Engine {
         // one-route retry.
         let mut tried = vec![false; run.routes.len()];
         let mut failures: Vec<Verdict> = Vec::new();
+        // Routes skipped because they have no key this run may use: they never reopen by waiting.
+        let mut keyless = false;
         let mut retry_next = false;
         // Pre-flight has just read the chain's closures; after a failure they are read again
         // once, for both the failover event and the next pick.
@@ -53,7 +55,12 @@ impl Engine {
                     && !run.rec.state.emitted
                     && !run.rec.state.ambiguous_stop_only(&closures)
                 {
-                    return Ok(Err(self.resting_stop(run, &closures, when_resting)));
+                    return Ok(Err(match self.resting_stop(run, &closures, when_resting) {
+                        Stop::End(_) if keyless && failures.is_empty() => {
+                            Stop::End(Code::ConnectionMissing)
+                        }
+                        stop => stop,
+                    }));
                 }
                 return Ok(Err(Stop::End(exhausted_code(&failures))));
             };
@@ -62,7 +69,12 @@ impl Engine {
                     run.rec.state.route_index = Some(index);
                     return Ok(Ok(c));
                 }
-                Err(f) => f,
+                Err(Miss::NoKey) => {
+                    tried[index] = true;
+                    keyless = true;
+                    continue;
+                }
+                Err(Miss::Failed(f)) => *f,
             };
             if let Some(stop) = self.stop_after_failure(run, &failure) {
                 return Ok(Err(stop));
@@ -110,7 +122,8 @@ impl Engine {
                 run.rec.state.route_index = Some(index);
                 Ok(Ok(c))
             }
-            Err(failure) => Ok(Err(self
+            Err(Miss::NoKey) => Ok(Err(Stop::End(Code::ConnectionMissing))),
+            Err(Miss::Failed(failure)) => Ok(Err(self
                 .stop_after_failure(run, &failure)
                 .unwrap_or_else(|| Stop::End(Code::for_verdict(failure.class.verdict))))),
         }
@@ -144,7 +157,8 @@ impl Engine {
         let step = run.rec.state.counters.steps + 1;
         match self.attempt(run, index, step, messages, true).await? {
             Ok(c) => Ok(Ok(c)),
-            Err(failure) => Ok(Err(self
+            Err(Miss::NoKey) => Ok(Err(Stop::End(Code::ConnectionMissing))),
+            Err(Miss::Failed(failure)) => Ok(Err(self
                 .stop_after_failure(run, &failure)
                 .unwrap_or_else(|| Stop::End(Code::for_verdict(failure.class.verdict))))),
         }

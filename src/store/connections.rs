@@ -17,7 +17,9 @@ use super::StoreError;
 use super::sql::{Columns, SqlStore, db_error, now_ms, on_db};
 use crate::engine::{EnvTargets, TargetError, Targets};
 use crate::provider::{ApiKey, Target};
-use crate::route::{Connection, DEFAULT_PROVIDER, Route};
+use crate::route::{
+    Connection, DEFAULT_PROVIDER, PROVIDERS, Route, is_provider, is_reserved_connection_id,
+};
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -168,21 +170,21 @@ pub struct ConnectionInfo {
 impl NewConnection {
     fn validate(&self) -> Result<(), StoreError> {
         let invalid = |m: &str| Err(StoreError::Invalid(m.to_string()));
-        if !matches!(Connection::parse(&self.id), Ok(Connection::User(_))) {
+        if !matches!(Connection::parse(&self.id), Ok(Connection::User(_)))
+            || is_reserved_connection_id(&self.id)
+        {
             return invalid(
-                "connection id must be 1-128 characters of [A-Za-z0-9_.:-] and not \"platform\"",
+                "connection id must be 1-128 characters of [A-Za-z0-9_.:-], and neither \"platform\" nor a provider's name",
             );
         }
         if !is_id(&self.user_id) {
             return invalid("user_id must match [A-Za-z0-9_.:-]{1,128}");
         }
-        let provider_ok = (1..=64).contains(&self.provider.len())
-            && self
-                .provider
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'));
-        if !provider_ok {
-            return invalid("provider must be 1-64 characters of [a-z0-9_-]");
+        if !is_provider(&self.provider) {
+            return invalid(&format!(
+                "provider must be a known provider ({})",
+                PROVIDERS.join(", ")
+            ));
         }
         let key = self.api_key.expose();
         if key.trim().is_empty() || key.len() > MAX_KEY_BYTES || key.chars().any(char::is_control) {
@@ -262,11 +264,6 @@ impl SqlStore {
         Ok(deleted > 0)
     }
 
-    /// A connection without its key.
-    pub async fn connection(&self, id: &str) -> Result<Option<ConnectionInfo>, StoreError> {
-        Ok(self.sealed_connection(id).await?.map(|(info, _)| info))
-    }
-
     /// A connection and its opened key: for the call about to be made, nothing else.
     pub async fn connection_key(
         &self,
@@ -332,7 +329,7 @@ impl SqlStore {
         Ok(done)
     }
 
-    async fn sealed_connection(
+    pub(super) async fn sealed_connection(
         &self,
         id: &str,
     ) -> Result<Option<(ConnectionInfo, String)>, StoreError> {
@@ -372,9 +369,9 @@ impl StoreTargets {
 
 #[async_trait]
 impl Targets for StoreTargets {
-    async fn target(&self, route: &Route) -> Result<Target, TargetError> {
+    async fn target(&self, route: &Route, user_id: &str) -> Result<Target, TargetError> {
         let Connection::User(id) = &route.connection else {
-            return self.env.target(route).await;
+            return self.env.target(route, user_id).await;
         };
         let base_url = self
             .base_url(&route.provider)
@@ -396,6 +393,12 @@ impl Targets for StoreTargets {
                 )));
             }
         };
+        // Checked at enqueue too; checked again here because a queue entry is no proof of it, and
+        // a connection can change hands (deleted, then stored by another user) in between.
+        if info.user_id != user_id {
+            tracing::warn!(connection = %id, user_id, "the connection belongs to another user");
+            return Err(unknown());
+        }
         if info.provider != route.provider {
             tracing::warn!(
                 connection = %id,

@@ -1,7 +1,7 @@
 //! An in-process [`Store`]: everything in maps behind one lock, for tests and benchmarks that
 //! need the engine without a database. It keeps the SQL store's contract, not its durability.
 
-use super::{RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
+use super::{ConnectionInfo, RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
 use crate::chat::{Message, Role};
 use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunStatus};
 use async_trait::async_trait;
@@ -51,6 +51,10 @@ impl Store for MemoryStore {
         conversation_id: &str,
     ) -> Result<Option<String>, StoreError> {
         self.with(|m| m.owners.get(conversation_id).cloned())
+    }
+
+    async fn connection(&self, _id: &str) -> Result<Option<ConnectionInfo>, StoreError> {
+        Ok(None)
     }
 
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {

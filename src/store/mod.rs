@@ -89,6 +89,9 @@ pub trait Store: Send + Sync {
     /// or one opened by a job pushed straight into the queue.
     async fn conversation_owner(&self, conversation_id: &str)
     -> Result<Option<String>, StoreError>;
+    /// A user's stored connection, without its key; `None` when there is none. Enqueue checks a
+    /// route's connection against it (its owner, its provider). The memory store keeps none.
+    async fn connection(&self, id: &str) -> Result<Option<ConnectionInfo>, StoreError>;
     /// Insert or overwrite the run's status, state and output.
     async fn save_run(&self, run: &RunRecord) -> Result<(), StoreError>;
     /// [`Store::save_run`] with the writes `attached` to it. The SQL store commits them in one

@@ -11,7 +11,9 @@
 
 use super::file_lock::FileLock;
 use super::migrations::{migrate_error, migrator};
-use super::{Attached, RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
+use super::{
+    Attached, ConnectionInfo, RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts,
+};
 use crate::budget::Counters;
 use crate::chat::{Message, ToolCall, Usage};
 use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunState, RunStatus};
@@ -709,6 +711,10 @@ pub(super) fn now_ms() -> Result<i64, StoreError> {
 
 #[async_trait]
 impl Store for SqlStore {
+    async fn connection(&self, id: &str) -> Result<Option<ConnectionInfo>, StoreError> {
+        Ok(self.sealed_connection(id).await?.map(|(info, _)| info))
+    }
+
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         let row = Box::new(RunRow::from_record(run)?);
         self.writer.write(Write::CreateRun(row)).await

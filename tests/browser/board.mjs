@@ -159,7 +159,7 @@ try {
   let rows = await attemptRows();
   assert.equal(rows[0].http, '200');
   assert.equal(rows[0].verdict, 'ok');
-  assert.equal(rows[0].route, `openrouter/${FREE}`);
+  assert.equal(rows[0].route, `platform:openrouter/${FREE}`);
   assert.match(rows[0].latency, /^\d+ ms$/);
   assert.match(await page.textContent('#events'), /finished/);
   assert.match(await page.textContent('#transcript'), /first question/);

@@ -217,12 +217,12 @@ mod tests {
         assert_eq!(v["rest_s"], 60);
         assert_eq!(
             v["scope"],
-            "route:openrouter/meta-llama/llama-3.3-70b-instruct:free"
+            "route:platform:openrouter/meta-llama/llama-3.3-70b-instruct:free"
         );
         let v = json(&run("x:free@conn_1", raw, NOW).expect("classified"));
         assert_eq!(
             (v["verdict"].as_str(), v["scope"].as_str()),
-            (Some("route"), Some("route:conn_1/x:free"))
+            (Some("route"), Some("route:conn:conn_1/x:free"))
         );
         assert!(v.get("evidence").is_none());
     }
@@ -259,7 +259,7 @@ mod tests {
         let v = json(&run(LLAMA_FREE, headers_only.as_bytes(), NOW).expect("classified"));
         assert_eq!(
             (v["verdict"].as_str(), v["scope"].as_str()),
-            (Some("auth"), Some("connection:platform"))
+            (Some("auth"), Some("connection:platform:openrouter"))
         );
     }
 

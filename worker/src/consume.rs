@@ -6,7 +6,9 @@
 //! run that must wait is re-pushed to run later and the handler returns `Ok` (a snooze is not a
 //! failure and must not spend apalis's 25 attempts); only infrastructure faults return `Err`.
 
+use crate::payload::LenientJson;
 use apalis::prelude::*;
+use apalis_core::backend::ext::with_codec::WithCodec;
 use apalis_core::error::AbortError;
 use freeway::engine::{Engine, Outcome, WhenResting};
 use freeway::job::RunJob;
@@ -40,6 +42,10 @@ async fn handle(
     app: Data<Arc<App>>,
     id: TaskId,
 ) -> Result<String, BoxDynError> {
+    if let Some(reason) = crate::payload::undecodable(&payload) {
+        warn!(task = %id, %reason, "dead-lettering an undecodable job");
+        return Err(AbortError::new(InvalidJob(reason.to_string())).into());
+    }
     let (job, routes) = match RunJob::from_value(payload) {
         Ok(parsed) => parsed,
         Err(e) => {
@@ -147,7 +153,10 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
     let monitor = Monitor::new()
         .register(move |restarts| {
             WorkerBuilder::new(format!("{host}-{pid}-r{restarts}"))
-                .backend(storage.clone().poll_with_strategy(Ticks::every(POLL)))
+                .backend(WithCodec::new(
+                    storage.clone().poll_with_strategy(Ticks::every(POLL)),
+                    LenientJson,
+                ))
                 .data(worker_app.clone())
                 .catch_panic()
                 // Handlers run on the runtime's threads, not all on the worker's one task.

@@ -5,6 +5,7 @@
 mod classify_cmd;
 mod consume;
 mod exit;
+mod payload;
 mod prune;
 mod reseal;
 mod run_one;

@@ -196,6 +196,56 @@ async fn poison_jobs_are_dead_lettered_while_valid_runs_complete() {
     c.assert_budgets(&[valid]).await;
 }
 
+/// Entries whose bytes are not a JSON value at all: apalis cannot decode them before the handler.
+fn undecodable_entries() -> Vec<Vec<u8>> {
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes();
+    vec![
+        b"not json".to_vec(),
+        b"\xff\xfe\x00\x01".to_vec(),
+        br#"{"v":1,"run_id":"#.to_vec(),
+        Vec::new(),
+        deep(100_000),
+        deep(200),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn undecodable_entries_are_dead_lettered_within_a_poll_and_strand_no_run() {
+    let mut c = Cluster::start("undecodable", sim::SimConfig::default()).await;
+    let poison = undecodable_entries();
+    let n_poison = poison.len() as u64;
+    c.queue.push_payloads(poison).await.unwrap();
+    let mut valid = Vec::new();
+    for i in 0..10 {
+        valid.push(
+            c.enqueue(request(&format!("u{i}"), "behind the poison", &[PAID]))
+                .await,
+        );
+    }
+    let started = std::time::Instant::now();
+    c.spawn_worker(&[]);
+    for run in &valid {
+        let events = c.wait(&run.run_id, Duration::from_secs(15)).await;
+        assert_eq!(last(&events)["status"], "succeeded", "{}", run.run_id);
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(15),
+        "the valid runs took {elapsed:?}"
+    );
+    c.watch_queue(Duration::from_secs(15), |d| d.dead == n_poison)
+        .await;
+    let log = c.log(0);
+    assert!(log.contains("undecodable entry"), "the reason is logged");
+    assert!(
+        !log.contains("restarting"),
+        "the worker never died: {}",
+        c.log_tail(0)
+    );
+    assert!(c.workers[0].try_wait().unwrap().is_none(), "still running");
+    c.assert_budgets(&valid).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backlog_of_20000_runs_drains_once_workers_start() {
     let mut c = Cluster::start("backlog", sim::SimConfig::default()).await;

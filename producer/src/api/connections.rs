@@ -44,26 +44,22 @@ pub async fn put(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteQuery {
-    /// When given, the connection must belong to this user.
-    user_id: Option<String>,
+    /// The owner: a connection is removed only by (the web app on behalf of) its user.
+    user_id: String,
 }
 
-/// Remove the connection: `204`, or `404` when there is none (of that user, if named).
+/// Remove `?user_id=`'s connection: `204`, or `404` when that user has none of that id (another
+/// user's connection looks like none at all).
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,
     query: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let Query(query) = query.map_err(|r| ApiError::InvalidRequest(r.body_text()))?;
-    let not_found = || ApiError::NotFound(format!("connection {id} not found"));
-    let owner = match (state.store.connection(&id).await?, query.user_id) {
-        (Some(info), Some(user)) if info.user_id != user => return Err(not_found()),
-        (Some(info), _) => info.user_id,
-        (None, _) => return Err(not_found()),
-    };
-    if !state.store.delete_connection(&owner, &id).await? {
-        return Err(not_found());
+    let Query(DeleteQuery { user_id }) =
+        query.map_err(|r| ApiError::InvalidRequest(r.body_text()))?;
+    if !state.store.delete_connection(&user_id, &id).await? {
+        return Err(ApiError::NotFound(format!("connection {id} not found")));
     }
-    tracing::info!(connection = %id, user_id = %owner, "connection deleted");
+    tracing::info!(connection = %id, %user_id, "connection deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -129,9 +129,9 @@ impl From<EnqueueError> for ApiError {
     fn from(e: EnqueueError) -> ApiError {
         match e {
             EnqueueError::Invalid(e) => ApiError::InvalidRequest(e.to_string()),
-            EnqueueError::NotFound(_) | EnqueueError::ConversationNotFound(_) => {
-                ApiError::NotFound(e.to_string())
-            }
+            EnqueueError::NotFound(_)
+            | EnqueueError::ConversationNotFound(_)
+            | EnqueueError::ConnectionNotFound(_) => ApiError::NotFound(e.to_string()),
             EnqueueError::Conflict(m) => ApiError::Conflict(m),
             EnqueueError::Store(s) => s.into(),
             EnqueueError::CorruptJob { .. } => ApiError::unavailable("the job copy", &e),
