@@ -25,11 +25,16 @@ impl Headers {
             .map(|(_, v)| v.as_str())
     }
 
-    /// Whether any header name starts with `prefix`, compared without regard to case.
+    /// Whether any header name starts with `prefix`, compared without regard to case. Names are
+    /// compared as bytes: a name from a provider's body may hold any character, and a prefix
+    /// length need not fall on one of its character boundaries.
     pub fn any_with_prefix(&self, prefix: &str) -> bool {
-        self.0
-            .iter()
-            .any(|(n, _)| n.len() >= prefix.len() && n[..prefix.len()].eq_ignore_ascii_case(prefix))
+        let prefix = prefix.as_bytes();
+        self.0.iter().any(|(n, _)| {
+            n.as_bytes()
+                .get(..prefix.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+        })
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
@@ -59,5 +64,15 @@ mod tests {
         assert_eq!(h.get("x-ratelimit-reset"), Some("1785056700000"));
         assert!(h.any_with_prefix("x-ratelimit-"));
         assert!(!h.any_with_prefix("retry-after"));
+    }
+
+    #[test]
+    fn a_prefix_that_ends_inside_a_character_is_no_match_and_no_panic() {
+        // "x-ratelimit" is 11 bytes; the name's 12th and 13th bytes are one character.
+        let h: Headers = [("x-ratelimité-limit", "1"), ("ü", "2")]
+            .into_iter()
+            .collect();
+        assert!(!h.any_with_prefix("x-ratelimit-"));
+        assert!(h.any_with_prefix("x-ratelimit"));
     }
 }

@@ -667,4 +667,62 @@ data: [DONE]
             .unwrap();
         assert_eq!(events, ["a\nb", ""]);
     }
+
+    /// Pieces of streams: SSE framing, chunks of the shapes the assembler reads (text, tool-call
+    /// fragments with any index and id, usage, in-band errors), and raw bytes.
+    fn stream_piece() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let chunk = (
+            prop::option::of(any::<i64>()),
+            prop::option::of("\\PC{0,8}"),
+            "\\PC{0,12}",
+            prop::option::of(any::<u64>()),
+        )
+            .prop_map(|(index, id, text, tokens)| {
+                let mut call = serde_json::json!({"function": {"name": text, "arguments": text}});
+                if let Some(i) = index {
+                    call["index"] = i.into();
+                }
+                if let Some(id) = id {
+                    call["id"] = id.into();
+                }
+                let chunk = serde_json::json!({
+                    "choices": [{"delta": {"content": text, "tool_calls": [call]}}],
+                    "usage": tokens.map(|t| serde_json::json!({"prompt_tokens": t, "completion_tokens": t, "total_tokens": t})),
+                });
+                format!("data: {chunk}\n\n").into_bytes()
+            });
+        prop_oneof![
+            chunk,
+            prop::sample::select(vec![
+                &b": OPENROUTER PROCESSING\n\n"[..],
+                b"data: [DONE]\n\n",
+                b"data: {\"error\":{\"code\":429,\"message\":\"x\"}}\n\n",
+                b"data: {\"choices\":[{\"finish_reason\":\"error\"}]}\n\n",
+                b"\r\n",
+                b"data:",
+                b"\n",
+                b"event: x\n",
+            ])
+            .prop_map(<[u8]>::to_vec),
+            prop::collection::vec(any::<u8>(), 0..64),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 10_000, ..Default::default() })]
+
+        /// Any bytes, cut anywhere: the parser answers (a completion or an error), never panics.
+        #[test]
+        fn no_stream_panics_the_parser(
+            pieces in proptest::collection::vec(stream_piece(), 0..12),
+            cuts in proptest::collection::vec(proptest::prelude::any::<usize>(), 0..6),
+        ) {
+            let stream: Vec<u8> = pieces.concat();
+            let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (stream.len() + 1)).collect();
+            cuts.sort_unstable();
+            let _ = parse_in_pieces(&stream, &cuts);
+            let _ = wire::completion(&stream);
+        }
+    }
 }
