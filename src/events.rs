@@ -104,6 +104,13 @@ impl Event {
 #[error("publishing an event: {0}")]
 pub struct EventError(String);
 
+impl EventError {
+    /// For sinks outside this module: why an event could not be published.
+    pub fn new(why: impl Into<String>) -> EventError {
+        EventError(why.into())
+    }
+}
+
 #[async_trait]
 pub trait EventSink: Send + Sync {
     async fn publish(&self, run_id: &str, event: &Event) -> Result<(), EventError>;

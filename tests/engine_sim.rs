@@ -1315,3 +1315,36 @@ async fn a_missing_platform_key_circuits_nothing() {
         namespace_keys(&s.h).await
     );
 }
+
+/// The harness's events, except that every `delta` fails to publish (Redis gone mid-call).
+struct DeltasFail(Arc<dyn freeway::events::EventSink>);
+
+#[async_trait]
+impl freeway::events::EventSink for DeltasFail {
+    async fn publish(
+        &self,
+        run_id: &str,
+        event: &Event,
+    ) -> Result<(), freeway::events::EventError> {
+        if matches!(event, Event::Delta { .. }) {
+            return Err(freeway::events::EventError::new("redis is down"));
+        }
+        self.0.publish(run_id, event).await
+    }
+}
+
+#[tokio::test]
+async fn an_answer_paid_for_is_kept_when_its_deltas_cannot_be_published() {
+    let mut s = setup("deltas-fail").await;
+    s.h.engine.events = Arc::new(DeltasFail(s.h.engine.events.clone()));
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "hi [[answer:paid for]]", &[PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(called(&s.sim), vec![PAID], "one call, not abandoned");
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(rec.output, "paid for");
+}

@@ -22,6 +22,7 @@ use crate::queue::{IDEMPOTENCY_TTL, Queue, QueueError};
 use freeway::chat::ToolCall;
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
+use freeway::lease::Leases;
 use freeway::rest::{Closure, RestError, RestKind, Rests};
 use freeway::route::{Connection, Route};
 use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
@@ -33,6 +34,8 @@ use std::sync::Arc;
 
 /// How long a job copy outlives its run's deadline (an approval may come that late).
 const JOB_GRACE_MS: u64 = 24 * 3600 * 1000;
+/// How many unsettled runs one reconcile round looks at.
+const RECONCILE_BATCH: u32 = 500;
 /// What the model sees when the web app approves or denies without a result of its own.
 pub const APPROVED: &str = "approved";
 pub const DENIED: &str = "denied by the user";
@@ -100,6 +103,7 @@ pub struct Enqueuer {
     rests: Rests,
     events: RedisEvents,
     store: Arc<dyn Store>,
+    leases: Leases,
     conn: ConnectionManager,
     ns: String,
 }
@@ -111,6 +115,7 @@ impl Enqueuer {
             rests: Rests::new(conn.clone(), ns),
             events: RedisEvents::new(conn.clone(), ns),
             store,
+            leases: Leases::new(conn.clone(), ns),
             conn,
             ns: ns.to_string(),
         }
@@ -273,18 +278,98 @@ impl Enqueuer {
         }
     }
 
-    /// Record, keep, announce and push a job that passed pre-flight.
+    /// Keep, record, announce and push a job that passed pre-flight. The job copy is written
+    /// first, so a Redis outage fails the request before anything is recorded; a failure after
+    /// the run is recorded forgets it again, so a request answered with an error leaves no run
+    /// that would execute later (the reconciler pushes only runs that are recorded).
     async fn submit(&self, job: &RunJob) -> Result<(), EnqueueError> {
         let now = freeway::clock::epoch_ms();
-        self.store.create_run(&RunRecord::queued(job, now)).await?;
+        self.keep_job(job, now).await?;
+        self.store.create_queued(job, now).await?;
+        let announced = async {
+            self.events.publish(&job.run_id, &Event::Queued).await?;
+            self.queue.push(std::slice::from_ref(job)).await?;
+            Ok::<(), EnqueueError>(())
+        };
+        if let Err(e) = announced.await {
+            if let Err(error) = self.store.discard_queued(&job.run_id).await {
+                tracing::error!(run_id = %job.run_id, %error, "a run that could not be enqueued stays recorded as queued");
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The job copy an approval reads back, and the reconciler's sign that Redis still knows the
+    /// run: it lives until a day after the run's deadline.
+    async fn keep_job(&self, job: &RunJob, now: u64) -> Result<(), EnqueueError> {
         let ttl_ms = job.deadline_ms.saturating_sub(now) + JOB_GRACE_MS;
         let payload = serde_json::to_vec(job).map_err(QueueError::from)?;
         let mut conn = self.conn.clone();
         conn.pset_ex::<_, _, ()>(self.job_key(&job.run_id), payload, ttl_ms)
             .await?;
-        self.events.publish(&job.run_id, &Event::Queued).await?;
-        self.queue.push(std::slice::from_ref(job)).await?;
         Ok(())
+    }
+
+    /// SPEC's reconciler, one replica a round: push again every run the store has as queued,
+    /// delayed or running, untouched for `stale`, of which Redis keeps neither the job copy nor
+    /// a lease — Redis lost it (a restart without its data, a failover). The round is claimed
+    /// with a lock that lasts `round`. Returns the runs pushed, `None` when another replica has
+    /// the round. A run pushed twice is still executed once: the lease and the stored counters
+    /// keep it within its budget.
+    pub async fn reconcile(
+        &self,
+        stale: std::time::Duration,
+        round: std::time::Duration,
+    ) -> Result<Option<usize>, EnqueueError> {
+        let mut conn = self.conn.clone();
+        let claimed: Option<String> = redis::cmd("SET")
+            .arg(format!("{}:reconciler", self.ns))
+            .arg(std::process::id())
+            .arg("NX")
+            .arg("PX")
+            .arg(round.as_millis() as u64)
+            .query_async(&mut conn)
+            .await?;
+        if claimed.is_none() {
+            return Ok(None);
+        }
+        let now = freeway::clock::epoch_ms();
+        let before = now.saturating_sub(stale.as_millis() as u64);
+        let jobs: Vec<RunJob> = self
+            .store
+            .unsettled_jobs(before, RECONCILE_BATCH)
+            .await?
+            .iter()
+            .filter_map(|text| match RunJob::from_json(text.as_bytes()) {
+                Ok((job, _)) => Some(job),
+                Err(error) => {
+                    tracing::warn!(%error, "a stored job does not read back; not reconciled");
+                    None
+                }
+            })
+            .collect();
+        if jobs.is_empty() {
+            return Ok(Some(0));
+        }
+        let mut pipe = redis::pipe();
+        for job in &jobs {
+            pipe.exists(self.job_key(&job.run_id))
+                .exists(self.leases.key(&job.run_id));
+        }
+        let known: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let lost: Vec<RunJob> = jobs
+            .into_iter()
+            .zip(known.chunks(2))
+            .filter(|(_, known)| !known.iter().any(|k| *k))
+            .map(|(job, _)| job)
+            .collect();
+        for job in &lost {
+            self.keep_job(job, now).await?;
+            self.queue.repush(job).await?;
+            tracing::warn!(run_id = %job.run_id, "Redis had lost this run: pushed it again from the store");
+        }
+        Ok(Some(lost.len()))
     }
 
     /// Every user connection the chain names must be `user_id`'s, for the route's provider. The

@@ -128,6 +128,14 @@ impl Queue {
         Ok(())
     }
 
+    /// Push a run again that Redis lost, under a key of its own: the run's earlier delivery keys
+    /// may still be held, and would swallow the push.
+    pub async fn repush(&self, job: &RunJob) -> Result<(), QueueError> {
+        let key = format!("{}:reconciled:{}", job.run_id, freeway::clock::epoch_ms());
+        self.push_raw(vec![task(serde_json::to_vec(job)?, Some(key))])
+            .await
+    }
+
     /// Push raw payloads as they are, without a key: for tools and tests that need to put
     /// arbitrary (even malformed) jobs into the queue.
     pub async fn push_payloads(&self, payloads: Vec<Vec<u8>>) -> Result<(), QueueError> {

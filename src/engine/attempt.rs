@@ -140,7 +140,7 @@ impl Engine {
             tools: run.job.request.tools.clone(),
             stream,
         };
-        let result = self.call_relaying(run, &target, &request).await?;
+        let result = self.call_relaying(run, &target, &request).await;
         let finished = self.clock.now_ms();
         let mut record = AttemptRecord {
             latency_ms: finished.saturating_sub(started),
@@ -185,13 +185,15 @@ impl Engine {
         Ok(outcome)
     }
 
-    /// Call the provider while publishing its text deltas as `delta` events.
+    /// Call the provider while publishing its text deltas as `delta` events. Publishing is
+    /// best-effort here: a Redis error must not abandon a call that is being paid for. The answer
+    /// is stored with the run, where a reader that missed the deltas finds it.
     async fn call_relaying(
         &self,
         run: &mut Run<'_>,
         target: &crate::provider::Target,
         request: &ChatRequest,
-    ) -> Result<Result<Completion, CallError>, EngineError> {
+    ) -> Result<Completion, CallError> {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let call = self.provider.call(target, request, &tx);
         tokio::pin!(call);
@@ -200,16 +202,22 @@ impl Engine {
                 biased;
                 Some(text) = rx.recv() => {
                     let text = coalesce(text, &mut rx);
-                    self.publish(run, Event::Delta { text }).await?;
+                    self.relay_delta(run, text).await;
                 }
                 result = &mut call => break result,
             }
         };
         if let Ok(text) = rx.try_recv() {
             let text = coalesce(text, &mut rx);
-            self.publish(run, Event::Delta { text }).await?;
+            self.relay_delta(run, text).await;
         }
-        Ok(result)
+        result
+    }
+
+    async fn relay_delta(&self, run: &mut Run<'_>, text: String) {
+        if let Err(error) = self.publish(run, Event::Delta { text }).await {
+            tracing::warn!(run_id = %run.rec.run_id, %error, "a delta could not be published; the call goes on");
+        }
     }
 
     /// Write what the classification calls for. A mid-stream rate limit rests nothing and records

@@ -3,6 +3,7 @@
 
 use super::{ConnectionInfo, RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
 use crate::chat::{Message, Role};
+use crate::job::RunJob;
 use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunStatus};
 use async_trait::async_trait;
 use std::collections::{HashMap, HashSet};
@@ -21,6 +22,7 @@ struct Memory {
     attempts: HashMap<String, Vec<AttemptRecord>>,
     approvals: HashMap<String, Vec<ApprovalRecord>>,
     owners: HashMap<String, String>,
+    jobs: HashMap<String, String>,
 }
 
 impl MemoryStore {
@@ -51,6 +53,49 @@ impl Store for MemoryStore {
         conversation_id: &str,
     ) -> Result<Option<String>, StoreError> {
         self.with(|m| m.owners.get(conversation_id).cloned())
+    }
+
+    async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<(), StoreError> {
+        let text = serde_json::to_string(job).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        self.create_run(&RunRecord::queued(job, now_ms)).await?;
+        self.with(|m| {
+            m.jobs.entry(job.run_id.clone()).or_insert(text);
+        })
+    }
+
+    async fn unsettled_jobs(&self, before_ms: u64, limit: u32) -> Result<Vec<String>, StoreError> {
+        self.with(|m| {
+            let mut stale: Vec<(&RunRecord, &String)> = m
+                .jobs
+                .iter()
+                .filter_map(|(id, job)| m.runs.get(id).map(|run| (run, job)))
+                .filter(|(run, _)| {
+                    matches!(
+                        run.status,
+                        RunStatus::Queued | RunStatus::Delayed | RunStatus::Running
+                    ) && run.updated_ms < before_ms
+                })
+                .collect();
+            stale.sort_by_key(|(run, _)| run.updated_ms);
+            stale
+                .into_iter()
+                .take(limit as usize)
+                .map(|(_, job)| job.clone())
+                .collect()
+        })
+    }
+
+    async fn discard_queued(&self, run_id: &str) -> Result<(), StoreError> {
+        self.with(|m| {
+            let unstarted = m
+                .runs
+                .get(run_id)
+                .is_some_and(|r| r.status == RunStatus::Queued && r.state.counters.calls == 0);
+            if unstarted {
+                m.runs.remove(run_id);
+                m.jobs.remove(run_id);
+            }
+        })
     }
 
     async fn connection(&self, _id: &str) -> Result<Option<ConnectionInfo>, StoreError> {

@@ -11,6 +11,11 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "store", include_str!("../../migrations/0001_store.sql")),
     (2, "board", include_str!("../../migrations/0002_board.sql")),
+    (
+        3,
+        "run_jobs",
+        include_str!("../../migrations/0003_run_jobs.sql"),
+    ),
 ];
 
 pub(super) fn migrator() -> Migrator {

@@ -22,6 +22,7 @@ pub use retention::Pruned;
 pub use sql::{Backend, SqlStore};
 
 use crate::chat::Message;
+use crate::job::RunJob;
 use crate::run::{ApprovalRecord, AttemptRecord, Code, Decided, RunRecord, RunStatus};
 use async_trait::async_trait;
 
@@ -84,6 +85,17 @@ pub trait Store: Send + Sync {
     /// Insert the run when it is not there yet; a stored run keeps its progress. The producer
     /// stores a run at enqueue with it; a worker stores a run by its first save.
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError>;
+    /// [`Store::create_run`] for a run the producer enqueues, kept with the job it is enqueued
+    /// as: Redis is for scheduling, the store is the record, so a run whose queue entry Redis
+    /// lost can be pushed again from here ([`Store::unsettled_jobs`]).
+    async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<(), StoreError>;
+    /// The jobs of runs that should be somewhere in the queue (queued, delayed or running) and
+    /// were not updated since `before_ms`, oldest first, at most `limit`. Runs pushed past the
+    /// producer keep no job and are not among them.
+    async fn unsettled_jobs(&self, before_ms: u64, limit: u32) -> Result<Vec<String>, StoreError>;
+    /// Forget a run that was created but could not be enqueued (the request is answered with an
+    /// error): a queued run that made no call, and its job. Anything else is left as it is.
+    async fn discard_queued(&self, run_id: &str) -> Result<(), StoreError>;
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
     /// The user whose first run opened the conversation; `None` for a conversation not stored,
     /// or one opened by a job pushed straight into the queue.

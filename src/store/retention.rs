@@ -32,6 +32,7 @@ impl SqlStore {
         const ATTEMPTS: &str = concat!("DELETE FROM attempts WHERE run_id IN (", old_runs!(), ")");
         const APPROVALS: &str =
             concat!("DELETE FROM approvals WHERE run_id IN (", old_runs!(), ")");
+        const JOBS: &str = concat!("DELETE FROM run_jobs WHERE run_id IN (", old_runs!(), ")");
         const RUNS: &str = concat!("DELETE FROM runs WHERE run_id IN (", old_runs!(), ")");
         const MESSAGES: &str =
             "DELETE FROM messages WHERE deleted_ms IS NOT NULL AND deleted_ms < $1";
@@ -42,6 +43,7 @@ impl SqlStore {
             for (sql, count) in [
                 (ATTEMPTS, &mut pruned.attempts),
                 (APPROVALS, &mut pruned.approvals),
+                (JOBS, &mut Default::default()),
                 (RUNS, &mut pruned.runs),
                 (MESSAGES, &mut pruned.messages),
             ] {

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::budget::Counters;
 use crate::chat::{Message, ToolCall, Usage};
+use crate::job::RunJob;
 use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunState, RunStatus};
 use async_trait::async_trait;
 use serde::Serialize;
@@ -717,7 +718,49 @@ impl Store for SqlStore {
 
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         let row = Box::new(RunRow::from_record(run)?);
-        self.writer.write(Write::CreateRun(row)).await
+        self.writer.write(Write::CreateRun { row, job: None }).await
+    }
+
+    async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<(), StoreError> {
+        let row = Box::new(RunRow::from_record(&RunRecord::queued(job, now_ms))?);
+        let job = Some(json_text(job, "job")?);
+        self.writer.write(Write::CreateRun { row, job }).await
+    }
+
+    async fn unsettled_jobs(&self, before_ms: u64, limit: u32) -> Result<Vec<String>, StoreError> {
+        const SQL: &str = "SELECT j.job FROM runs r JOIN run_jobs j ON j.run_id = r.run_id \
+             WHERE r.status IN ('queued', 'delayed', 'running') AND r.updated_ms < $1 \
+             ORDER BY r.updated_ms LIMIT $2";
+        let before = to_i64(before_ms, "before_ms")?;
+        on_db!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(before)
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?
+                .iter()
+                .map(|row| row.text("job"))
+                .collect::<Result<Vec<_>, _>>()
+        })
+    }
+
+    async fn discard_queued(&self, run_id: &str) -> Result<(), StoreError> {
+        const RUN: &str = "DELETE FROM runs WHERE run_id = $1 AND status = 'queued' AND calls = 0";
+        const JOB: &str = "DELETE FROM run_jobs WHERE run_id = $1 \
+             AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id = $1)";
+        on_db!(self, |pool| {
+            let mut tx = pool.write_tx().await?;
+            for sql in [RUN, JOB] {
+                sqlx::query(sql)
+                    .bind(run_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?;
+            }
+            tx.commit().await.map_err(db_error)?;
+            Ok(())
+        })
     }
 
     async fn conversation_owner(

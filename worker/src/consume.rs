@@ -29,6 +29,10 @@ const POLL: Duration = Duration::from_millis(50);
 pub struct App {
     pub engine: Engine,
     pub queue: Queue,
+    /// For the reconcile rounds.
+    pub enqueuer: producer::Enqueuer,
+    /// How often a reconcile round is due; a run is stale after two.
+    pub reconcile: Duration,
 }
 
 /// Why a job was dead-lettered: shown as the task's result in apalis's record.
@@ -177,9 +181,11 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
     result.map_err(|e| e.to_string())
 }
 
-/// The replica's housekeeping: wake snoozed runs, promote due jobs, vacuum old records.
+/// The replica's housekeeping: wake snoozed runs, promote due jobs, vacuum old records, and
+/// take its turn at reconciling the store with Redis.
 async fn tick(app: Arc<App>) {
     let mut last_vacuum = tokio::time::Instant::now();
+    let mut last_reconcile = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(TICK).await;
         let now = freeway::clock::epoch_ms();
@@ -188,6 +194,18 @@ async fn tick(app: Arc<App>) {
         }
         if let Err(e) = app.queue.promote_due().await {
             warn!(error = %e, "promoting due jobs failed");
+        }
+        if last_reconcile.elapsed() >= app.reconcile {
+            last_reconcile = tokio::time::Instant::now();
+            match app
+                .enqueuer
+                .reconcile(app.reconcile * 2, app.reconcile)
+                .await
+            {
+                Ok(Some(n)) if n > 0 => info!(pushed = n, "reconciled runs Redis had lost"),
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "reconciling failed"),
+            }
         }
         if last_vacuum.elapsed() >= VACUUM_EVERY {
             last_vacuum = tokio::time::Instant::now();

@@ -36,6 +36,10 @@ struct Cli {
     /// taken over by the others.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     heartbeat_s: u64,
+    /// Seconds between reconcile rounds (one replica a round): a run the store has as queued,
+    /// delayed or running, untouched for two rounds, that Redis no longer knows is pushed again.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    reconcile_s: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -72,11 +76,12 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        None => serve(
-            usize::from(cli.concurrency),
-            std::time::Duration::from_secs(cli.grace_s),
-            std::time::Duration::from_secs(cli.heartbeat_s),
-        ),
+        None => serve(Serve {
+            concurrency: usize::from(cli.concurrency),
+            grace: std::time::Duration::from_secs(cli.grace_s),
+            heartbeat: std::time::Duration::from_secs(cli.heartbeat_s),
+            reconcile: std::time::Duration::from_secs(cli.reconcile_s),
+        }),
         Some(Command::Classify { route }) => classify(&route),
         Some(Command::RunOne { job }) => run_one::main(&job),
         Some(Command::Prune { older_than_days }) => prune::main(older_than_days),
@@ -104,11 +109,22 @@ fn classify(route: &str) -> ExitCode {
     }
 }
 
-/// `worker`: the queue worker (SPEC §4.3).
-fn serve(
+/// How `worker` serves the queue.
+struct Serve {
     concurrency: usize,
     grace: std::time::Duration,
     heartbeat: std::time::Duration,
+    reconcile: std::time::Duration,
+}
+
+/// `worker`: the queue worker.
+fn serve(
+    Serve {
+        concurrency,
+        grace,
+        heartbeat,
+        reconcile,
+    }: Serve,
 ) -> ExitCode {
     let settings = match freeway::config::Settings::from_env() {
         Ok(s) => s,
@@ -133,9 +149,16 @@ fn serve(
         };
         let queue =
             producer::Queue::new(wired.conn.clone(), &settings.namespace).with_heartbeat(heartbeat);
+        let enqueuer = producer::Enqueuer::new(
+            wired.conn.clone(),
+            &settings.namespace,
+            wired.engine.store.clone(),
+        );
         let app = std::sync::Arc::new(consume::App {
             engine: wired.engine,
             queue,
+            enqueuer,
+            reconcile,
         });
         match consume::run(app, concurrency, grace).await {
             Ok(()) => ExitCode::SUCCESS,

@@ -11,7 +11,7 @@ use freeway::rest::Rests;
 use freeway::route::OPENROUTER_FREE_POOL;
 use freeway::store::Store;
 use std::time::Duration;
-use support::{Cluster, last, request, types};
+use support::{Cluster, PrivateRedis, last, request, types};
 
 const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
 const FREE_B: &str = "qwen/qwen3-coder:free";
@@ -244,6 +244,69 @@ async fn undecodable_entries_are_dead_lettered_within_a_poll_and_strand_no_run()
     );
     assert!(c.workers[0].try_wait().unwrap().is_none(), "still running");
     c.assert_budgets(&valid).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_that_loses_its_data_loses_no_run() {
+    let redis = PrivateRedis::start().await;
+    let config = sim::SimConfig {
+        latency_ms: 1_500,
+        ..sim::SimConfig::default()
+    };
+    let mut c = Cluster::start_on("flushall", config, redis.url.clone()).await;
+    let enqueuer =
+        producer::Enqueuer::new(c.conn.clone(), &c.ns, std::sync::Arc::new(c.store.clone()));
+    let mut runs = Vec::new();
+    for i in 0..20 {
+        let req = request(&format!("u{i}"), "survive", &[PAID]);
+        match enqueuer.enqueue(req).await.unwrap() {
+            producer::enqueue::Outcome::Enqueued { run_id } => runs.push(run_id),
+            other => panic!("{other:?}"),
+        }
+    }
+    for _ in 0..2 {
+        c.spawn_worker(&["--concurrency", "4", "--reconcile-s", "2"]);
+    }
+    // Some runs are in the middle of their call, the rest wait in the queue.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while c.sim.calls().len() < 4 {
+        assert!(tokio::time::Instant::now() < deadline, "no call started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    redis.flushall().await;
+    let in_flight_at_flush = 8;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    for run_id in &runs {
+        loop {
+            let run = c
+                .store
+                .run(run_id)
+                .await
+                .unwrap()
+                .expect("recorded at enqueue");
+            if run.status.is_settled() {
+                assert_eq!(run.status.as_str(), "succeeded", "{run_id}: {run:?}");
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{run_id} is still {}: {}",
+                run.status.as_str(),
+                c.log_tail(0)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let calls = c.sim.calls().len();
+    assert!(
+        (20..=20 + in_flight_at_flush).contains(&calls),
+        "{calls} calls for 20 runs: none paid for twice beyond the calls in flight"
+    );
+    let log = c.log(0) + &c.log(1);
+    assert!(
+        log.contains("Redis had lost this run"),
+        "the reconciler says what it did"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

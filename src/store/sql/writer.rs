@@ -26,8 +26,12 @@ const QUEUE: usize = 4096;
 
 /// One write, with every value already converted to what the columns hold.
 pub(super) enum Write {
-    /// Insert the run and its conversation unless the run exists.
-    CreateRun(Box<RunRow>),
+    /// Insert the run and its conversation unless the run exists, with the job it was enqueued
+    /// as when there is one.
+    CreateRun {
+        row: Box<RunRow>,
+        job: Option<String>,
+    },
     /// Upsert the run; `approval` is (tool call id, tool call JSON) when it awaits one.
     SaveRun {
         row: Box<RunRow>,
@@ -191,6 +195,8 @@ const SAVE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO UPDATE SET status = exclu
      completion_tokens = excluded.completion_tokens, total_tokens = excluded.total_tokens, \
      pending_tool_call = excluded.pending_tool_call, summary = excluded.summary, \
      updated_ms = excluded.updated_ms";
+const INSERT_JOBS: &str = "INSERT INTO run_jobs (run_id, job) VALUES ";
+const INSERT_JOBS_TAIL: &str = " ON CONFLICT (run_id) DO NOTHING";
 const ENSURE_CONVERSATIONS: &str =
     "INSERT INTO conversations (id, user_id, created_ms, updated_ms, next_seq) VALUES ";
 const ENSURE_CONVERSATIONS_TAIL: &str = " ON CONFLICT (id) DO NOTHING";
@@ -260,6 +266,8 @@ fn multi_row(head: &str, rows: usize, columns: usize, tail: &str, params: Params
 #[derive(Default)]
 struct ByKind<'a> {
     creates: Vec<&'a RunRow>,
+    /// (run id, job JSON) of the created runs that carry their job.
+    jobs: Vec<(&'a str, &'a str)>,
     saves: Vec<&'a RunRow>,
     approvals: Vec<(&'a RunRow, &'a str, &'a str)>,
     appends: Vec<&'a MessageRow>,
@@ -273,7 +281,12 @@ impl<'a> ByKind<'a> {
         let mut k = ByKind::default();
         for write in writes {
             match write {
-                Write::CreateRun(row) => k.creates.push(row),
+                Write::CreateRun { row, job } => {
+                    k.creates.push(row);
+                    if let Some(job) = job {
+                        k.jobs.push((&row.run_id, job));
+                    }
+                }
                 Write::SaveRun { row, approval } => {
                     // A run saved twice in one batch keeps its later save, as if both were applied
                     // in order (PostgreSQL refuses an upsert that touches one row twice).
@@ -378,6 +391,14 @@ macro_rules! apply_all {
                     .bind(row.created_ms)
                     .bind(row.created_ms)
                     .bind(0_i64);
+            }
+            q.execute(&mut *tx).await.map_err(db_error)?;
+        }
+        if !k.jobs.is_empty() {
+            let sql = multi_row(INSERT_JOBS, k.jobs.len(), 2, INSERT_JOBS_TAIL, $params);
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (run_id, job) in &k.jobs {
+                q = q.bind(*run_id).bind(*job);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
         }

@@ -31,9 +31,14 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start(name: &str, sim_config: sim::SimConfig) -> Cluster {
-        freeway::provider::install_crypto();
         let redis_url =
             std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        Cluster::start_on(name, sim_config, redis_url).await
+    }
+
+    /// A cluster on the Redis at `redis_url` (a test's own server, to flush or stop).
+    pub async fn start_on(name: &str, sim_config: sim::SimConfig, redis_url: String) -> Cluster {
+        freeway::provider::install_crypto();
         let ns = format!(
             "e2e-{name}-{}",
             ulid::Ulid::generate().to_string().to_lowercase()
@@ -234,6 +239,55 @@ impl Drop for Cluster {
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// A redis-server of a test's own on a free loopback port, without persistence: a restart or a
+/// FLUSHALL loses everything, as a Redis without AOF does. Stopped when dropped.
+pub struct PrivateRedis {
+    pub url: String,
+    child: Child,
+}
+
+impl PrivateRedis {
+    pub async fn start() -> PrivateRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let mut child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        let url = format!("redis://127.0.0.1:{port}");
+        let client = redis::Client::open(url.as_str()).unwrap();
+        for _ in 0..200 {
+            if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+                let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
+                if pong.is_ok() {
+                    return PrivateRedis { url, child };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redis-server did not start on port {port}");
+    }
+
+    pub async fn flushall(&self) {
+        let client = redis::Client::open(self.url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
