@@ -35,6 +35,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// A body that is not JSON (see [`super::json_only`]).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// Every route rests and the request said `on_rest: refuse`.
     #[error("{}", refused_message(*code, *retry_after_s))]
     Refused { code: Code, retry_after_s: u64 },
@@ -64,6 +67,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Refused { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotConfigured(_) | ApiError::Unavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -79,6 +83,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Refused { code, .. } => code.as_str(),
             ApiError::NotConfigured(_) => "not_configured",
             ApiError::Unavailable(_) => "unavailable",

@@ -9,6 +9,7 @@
 //! token on the operator's clear, no non-loopback bind without a token (`producer serve`), a
 //! body limit on every route, and `?user_id=` scoping of run routes ([`user`]). The board's page
 //! ([`board`]) is served without a token but holds no data; its data comes from `/v1/board/…`.
+//! Bodies on `/v1` must be JSON ([`json_only`]).
 
 pub mod approvals;
 pub mod auth;
@@ -17,6 +18,7 @@ pub mod connections;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod json_only;
 pub mod metrics;
 pub mod rests;
 pub mod runs;
@@ -77,6 +79,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/board/overview", get(board::overview))
         .route("/board/runs", get(board::runs))
         .route("/board/runs/{id}", get(board::run_detail))
+        .route_layer(middleware::from_fn(json_only::require_json))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_token,
