@@ -23,10 +23,17 @@ pub enum ApiError {
     /// No token, or not the one configured.
     #[error("{0}")]
     Unauthorized(String),
-    /// A valid token without the right (the operator's clear needs the admin token). SPEC §6
-    /// has no `forbidden` code: the code stays `unauthorized`, the status says 403.
+    /// A valid token without the right (the operator's clear needs the admin token). Its code
+    /// is `unauthorized`, as it was before `forbidden` existed; the status says 403.
     #[error("{0}")]
     Forbidden(String),
+    /// Without an API token, a request that names a host other than this machine (a DNS
+    /// rebinding page): 421, code `forbidden` (see [`super::origin`]).
+    #[error("{0}")]
+    ForeignHost(String),
+    /// Without an API token, a request sent from a page of another site: 403, code `forbidden`.
+    #[error("{0}")]
+    CrossSiteOrigin(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -62,7 +69,8 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::CrossSiteOrigin(_) => StatusCode::FORBIDDEN,
+            ApiError::ForeignHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -79,6 +87,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => "invalid_request",
             ApiError::Unauthorized(_) | ApiError::Forbidden(_) => "unauthorized",
+            ApiError::ForeignHost(_) | ApiError::CrossSiteOrigin(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",

@@ -9,7 +9,8 @@
 //! token on the operator's clear, no non-loopback bind without a token (`producer serve`), a
 //! body limit on every route, and `?user_id=` scoping of run routes ([`user`]). The board's page
 //! ([`board`]) is served without a token but holds no data; its data comes from `/v1/board/…`.
-//! Bodies on `/v1` must be JSON ([`json_only`]).
+//! Bodies on `/v1` must be JSON ([`json_only`]), and without an API token every route refuses
+//! other hosts and other sites' pages ([`origin`]).
 
 pub mod approvals;
 pub mod auth;
@@ -20,6 +21,7 @@ pub mod events;
 pub mod health;
 pub mod json_only;
 pub mod metrics;
+pub mod origin;
 pub mod rests;
 pub mod runs;
 pub mod user;
@@ -92,6 +94,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            origin::loopback_only,
+        ))
         .with_state(state)
 }
 
