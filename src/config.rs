@@ -51,6 +51,8 @@ pub struct Settings {
     pub api_token: Option<ApiKey>,
     /// `FREEWAY_ADMIN_TOKEN`: the bearer token of the operator's rest clear.
     pub admin_token: Option<ApiKey>,
+    /// `FREEWAY_METRICS_TOKEN`: a bearer token that opens `/metrics` only, for a scraper.
+    pub metrics_token: Option<ApiKey>,
 }
 
 impl Settings {
@@ -147,6 +149,7 @@ impl Settings {
             previous_secret_key,
             api_token: get("FREEWAY_API_TOKEN").map(ApiKey::new),
             admin_token: get("FREEWAY_ADMIN_TOKEN").map(ApiKey::new),
+            metrics_token: get("FREEWAY_METRICS_TOKEN").map(ApiKey::new),
         })
     }
 }

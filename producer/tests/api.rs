@@ -21,6 +21,7 @@ fn tokens() -> Tokens {
     Tokens {
         api: Some(ApiKey::new("api-token-1")),
         admin: Some(ApiKey::new("admin-token-1")),
+        metrics: None,
     }
 }
 
@@ -1244,4 +1245,87 @@ async fn a_foreign_host_is_421_and_a_cross_site_origin_403_unless_a_token_guards
         let (status, err) = get_with(&s, "/v1/rests", header, value).await;
         assert_eq!((status, code(&err)), (401, "unauthorized"), "{header}");
     }
+}
+
+#[tokio::test]
+async fn with_an_api_or_metrics_token_metrics_need_a_token() {
+    let s = Server::start(tokens(), None).await;
+    for auth in [None, Some("Bearer wrong")] {
+        let mut req = s.http.get(s.url("/metrics"));
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let resp = req.send().await.expect("GET");
+        assert_eq!(resp.status().as_u16(), 401, "{auth:?}");
+        let err: Value = json_of(resp).await;
+        assert_eq!(code(&err), "unauthorized");
+    }
+    for token in ["api-token-1", "admin-token-1"] {
+        let resp = s
+            .http
+            .get(s.url("/metrics"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(resp.status().as_u16(), 200, "{token}");
+        assert!(
+            resp.text()
+                .await
+                .expect("text")
+                .contains("freeway_queue_jobs")
+        );
+    }
+
+    // A scraper's own token opens /metrics, and nothing else.
+    let s = Server::start(
+        Tokens {
+            metrics: Some(ApiKey::new("metrics-token-1")),
+            ..tokens()
+        },
+        None,
+    )
+    .await;
+    let metrics = |token: Option<&'static str>| {
+        let mut req = s.http.get(s.url("/metrics"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    assert_eq!(metrics(None).await.expect("GET").status().as_u16(), 401);
+    let resp = metrics(Some("metrics-token-1")).await.expect("GET");
+    assert_eq!(resp.status().as_u16(), 200);
+    let resp = s
+        .http
+        .get(s.url("/v1/rests"))
+        .bearer_auth("metrics-token-1")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(
+        resp.status().as_u16(),
+        401,
+        "the metrics token opens no /v1 route"
+    );
+
+    // A metrics token alone guards /metrics too.
+    let s = Server::start(
+        Tokens {
+            metrics: Some(ApiKey::new("metrics-token-1")),
+            ..Tokens::default()
+        },
+        None,
+    )
+    .await;
+    let resp = s.http.get(s.url("/metrics")).send().await.expect("GET");
+    assert_eq!(resp.status().as_u16(), 401);
+    let resp = s
+        .http
+        .get(s.url("/metrics"))
+        .bearer_auth("metrics-token-1")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status().as_u16(), 200);
 }

@@ -9,8 +9,8 @@
 //! token on the operator's clear, no non-loopback bind without a token (`producer serve`), a
 //! body limit on every route, and `?user_id=` scoping of run routes ([`user`]). The board's page
 //! ([`board`]) is served without a token but holds no data; its data comes from `/v1/board/…`.
-//! Bodies on `/v1` must be JSON ([`json_only`]), and without an API token every route refuses
-//! other hosts and other sites' pages ([`origin`]).
+//! Bodies on `/v1` must be JSON ([`json_only`]), `/metrics` needs a token once one is set, and
+//! without an API token every route refuses other hosts and other sites' pages ([`origin`]).
 
 pub mod approvals;
 pub mod auth;
@@ -90,7 +90,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .nest("/v1", v1)
         .route("/board", get(board::page))
         .route("/healthz", get(health::healthz))
-        .route("/metrics", get(metrics::metrics))
+        .route(
+            "/metrics",
+            get(metrics::metrics).route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                auth::require_metrics_token,
+            )),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

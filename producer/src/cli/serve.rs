@@ -35,6 +35,7 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         tokens: Tokens {
             api: settings.api_token.clone(),
             admin: settings.admin_token.clone(),
+            metrics: settings.metrics_token.clone(),
         },
         secret_key: settings.secret_key.clone(),
         shutdown,
