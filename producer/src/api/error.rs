@@ -54,6 +54,9 @@ pub enum ApiError {
     /// Redis or the store failed; the detail is logged, not returned.
     #[error("{0}")]
     Unavailable(String),
+    /// The server is at a limit of its own (open event streams): 503 with `Retry-After`.
+    #[error("{message}; retry in {retry_after_s} s")]
+    Busy { message: String, retry_after_s: u64 },
 }
 
 fn refused_message(code: Code, retry_after_s: u64) -> String {
@@ -77,7 +80,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Refused { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::NotConfigured(_) | ApiError::Unavailable(_) => {
+            ApiError::NotConfigured(_) | ApiError::Unavailable(_) | ApiError::Busy { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         }
@@ -95,7 +98,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Refused { code, .. } => code.as_str(),
             ApiError::NotConfigured(_) => "not_configured",
-            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Unavailable(_) | ApiError::Busy { .. } => "unavailable",
         }
     }
 
@@ -112,7 +115,7 @@ impl IntoResponse for ApiError {
             "error": { "code": self.code(), "message": self.to_string() }
         });
         let retry_after = match &self {
-            ApiError::Refused { retry_after_s, .. } => {
+            ApiError::Refused { retry_after_s, .. } | ApiError::Busy { retry_after_s, .. } => {
                 body["error"]["retry_after_s"] = (*retry_after_s).into();
                 Some(*retry_after_s)
             }

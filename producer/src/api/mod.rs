@@ -11,6 +11,8 @@
 //! ([`board`]) is served without a token but holds no data; its data comes from `/v1/board/…`.
 //! Bodies on `/v1` must be JSON ([`json_only`]), `/metrics` needs a token once one is set, and
 //! without an API token every route refuses other hosts and other sites' pages ([`origin`]).
+//! Open event streams are capped ([`AppState::stream_slots`]) and share one Redis reader
+//! ([`crate::hub`]).
 
 pub mod approvals;
 pub mod auth;
@@ -27,6 +29,7 @@ pub mod runs;
 pub mod user;
 
 use crate::enqueue::Enqueuer;
+use crate::hub::Hub;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
@@ -35,7 +38,7 @@ use axum::routing::{delete, get, post, put};
 use error::ApiError;
 use freeway::store::{SecretKey, SqlStore};
 use std::sync::Arc;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 /// The largest request body (SPEC §5.1): 256 KiB.
 pub const BODY_LIMIT: usize = 256 * 1024;
@@ -45,8 +48,10 @@ pub struct AppState {
     pub enqueuer: Enqueuer,
     /// The SQL store: runs, attempts and users' connections.
     pub store: SqlStore,
-    /// For connections of their own: each event stream blocks on one (see [`crate::stream`]).
-    pub redis: redis::Client,
+    /// The shared reader of the runs' event streams, for every open `…/events` response.
+    pub hub: Hub,
+    /// One permit per open event stream (`FREEWAY_MAX_STREAMS`).
+    pub stream_slots: Arc<Semaphore>,
     pub tokens: auth::Tokens,
     /// `FREEWAY_SECRET_KEY`: without it connections cannot be stored.
     pub secret_key: Option<SecretKey>,
