@@ -51,7 +51,17 @@ pub struct Settings {
     pub api_token: Option<ApiKey>,
     /// `FREEWAY_ADMIN_TOKEN`: the bearer token of the operator's rest clear.
     pub admin_token: Option<ApiKey>,
+    /// `FREEWAY_METRICS_TOKEN`: a bearer token that opens `/metrics` only, for a scraper.
+    pub metrics_token: Option<ApiKey>,
+    /// `FREEWAY_MAX_STREAMS` (default [`DEFAULT_MAX_STREAMS`]): the event streams one producer
+    /// serves at once; past it a new one is refused until another ends.
+    pub max_streams: usize,
 }
+
+/// Event streams one producer serves at once unless `FREEWAY_MAX_STREAMS` says otherwise.
+pub const DEFAULT_MAX_STREAMS: usize = 1_000;
+/// The largest `FREEWAY_MAX_STREAMS`: far past what one process's file descriptors allow.
+const MAX_MAX_STREAMS: usize = 1_000_000;
 
 impl Settings {
     /// The keys that open users' connection keys; `None` without `FREEWAY_SECRET_KEY`.
@@ -134,6 +144,19 @@ impl Settings {
                 "is only for rotating FREEWAY_SECRET_KEY, which is not set".to_string(),
             ));
         }
+        let max_streams = match get("FREEWAY_MAX_STREAMS") {
+            None => DEFAULT_MAX_STREAMS,
+            Some(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_MAX_STREAMS).contains(n))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "FREEWAY_MAX_STREAMS",
+                        format!("must be a number from 1 to {MAX_MAX_STREAMS}, got {v:?}"),
+                    )
+                })?,
+        };
         Ok(Settings {
             redis_url,
             database_url,
@@ -147,6 +170,8 @@ impl Settings {
             previous_secret_key,
             api_token: get("FREEWAY_API_TOKEN").map(ApiKey::new),
             admin_token: get("FREEWAY_ADMIN_TOKEN").map(ApiKey::new),
+            metrics_token: get("FREEWAY_METRICS_TOKEN").map(ApiKey::new),
+            max_streams,
         })
     }
 }

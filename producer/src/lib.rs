@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod enqueue;
+pub mod hub;
 pub mod logging;
 pub mod queue;
 pub mod stream;

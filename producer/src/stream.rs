@@ -1,23 +1,70 @@
 //! Reading a run's event stream (`{ns}:run:{run_id}:events`, SPEC §2.5) as it grows: what
 //! `GET /v1/runs/{id}/events` relays as Server-Sent Events and `producer enqueue --wait` prints.
 //!
-//! Each reader blocks in `XREAD BLOCK` on a connection of its own: a blocking command on the
-//! shared `ConnectionManager` would stall every other command queued behind it.
+//! The short reads ([`range`], [`entry_at`], [`newest`]) never block, so they run on the shared
+//! connection. Waiting for new entries does: the API waits through the one shared reader of
+//! [`crate::hub`], and the CLI, which follows one run, through a [`Reader`] of its own. Either
+//! way `XREAD BLOCK` gets a connection of its own: a blocking command on the shared
+//! `ConnectionManager` would stall every other command queued behind it.
 
 use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
-use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::streams::{StreamRangeReply, StreamReadOptions, StreamReadReply};
+use std::fmt;
 use std::time::Duration;
 
-/// How long one `XREAD` waits for new entries.
+/// How long one `XREAD` of a [`Reader`] waits for new entries.
 pub const BLOCK: Duration = Duration::from_secs(10);
-/// Entries read at most per `XREAD`.
-const BATCH: usize = 256;
+/// Entries read at most per `XREAD` or `XRANGE`.
+pub const BATCH: usize = 256;
+
+/// A stream entry's id, `<ms>-<seq>`, ordered as Redis orders them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StreamId {
+    ms: u64,
+    seq: u64,
+}
+
+impl StreamId {
+    /// Before every entry: reading "after" it reads from the beginning.
+    pub const ZERO: StreamId = StreamId { ms: 0, seq: 0 };
+
+    pub fn parse(id: &str) -> Option<StreamId> {
+        let (ms, seq) = id.split_once('-')?;
+        // Digits only: `u64`'s parse would also take a sign.
+        let number = |s: &str| {
+            (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse().ok())
+                .flatten()
+        };
+        Some(StreamId {
+            ms: number(ms)?,
+            seq: number(seq)?,
+        })
+    }
+
+    /// The smallest id after this one: `XRANGE` bounds are inclusive.
+    fn next(self) -> StreamId {
+        match self.seq.checked_add(1) {
+            Some(seq) => StreamId { ms: self.ms, seq },
+            None => StreamId {
+                ms: self.ms.saturating_add(1),
+                seq: 0,
+            },
+        }
+    }
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
 
 /// One entry of a run's stream: the stream id, the event type and the event JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    pub id: String,
+    pub id: StreamId,
     pub kind: String,
     pub data: String,
 }
@@ -33,12 +80,21 @@ impl Entry {
     }
 }
 
-fn entry(e: redis::streams::StreamId) -> Entry {
-    Entry {
-        kind: e.get("type").unwrap_or_default(),
-        data: e.get("data").unwrap_or_default(),
-        id: e.id,
-    }
+/// Redis's entries as ours; Redis only hands out well-formed ids, anything else is skipped.
+pub(crate) fn entries(ids: Vec<redis::streams::StreamId>) -> Vec<Entry> {
+    ids.into_iter()
+        .filter_map(|e| {
+            let Some(id) = StreamId::parse(&e.id) else {
+                tracing::warn!(id = %e.id, "skipping a stream entry with a malformed id");
+                return None;
+            };
+            Some(Entry {
+                id,
+                kind: e.get("type").unwrap_or_default(),
+                data: e.get("data").unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 /// A `Last-Event-ID` that is not a Redis stream id (`<ms>-<seq>`).
@@ -47,47 +103,77 @@ fn entry(e: redis::streams::StreamId) -> Entry {
 pub struct BadEventId(pub String);
 
 /// Check a client-supplied stream id.
-pub fn parse_event_id(id: &str) -> Result<String, BadEventId> {
-    let ok = id
-        .split_once('-')
-        .is_some_and(|(ms, seq)| is_number(ms) && is_number(seq));
-    if ok {
-        Ok(id.to_string())
-    } else {
-        Err(BadEventId(id.to_string()))
-    }
+pub fn parse_event_id(id: &str) -> Result<StreamId, BadEventId> {
+    StreamId::parse(id).ok_or_else(|| BadEventId(id.to_string()))
 }
 
-fn is_number(s: &str) -> bool {
-    (1..=20).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit())
+/// Up to `count` entries after `after`, up to and including `until`.
+pub async fn range<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    key: &str,
+    after: StreamId,
+    until: StreamId,
+    count: usize,
+) -> Result<Vec<Entry>, redis::RedisError> {
+    let reply: StreamRangeReply = conn
+        .xrange_count(key, after.next().to_string(), until.to_string(), count)
+        .await?;
+    Ok(entries(reply.ids))
 }
 
-/// Follows one run's stream from a position.
+/// The entry with this id, if the stream holds it.
+pub async fn entry_at<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    key: &str,
+    id: StreamId,
+) -> Result<Option<Entry>, redis::RedisError> {
+    let reply: StreamRangeReply = conn
+        .xrange_count(key, id.to_string(), id.to_string(), 1)
+        .await?;
+    Ok(entries(reply.ids).pop())
+}
+
+/// The stream's newest entry, `None` when the stream does not exist (it expires a day after the
+/// run ends).
+pub async fn newest<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    key: &str,
+) -> Result<Option<Entry>, redis::RedisError> {
+    let reply: StreamRangeReply = conn.xrevrange_count(key, "+", "-", 1).await?;
+    Ok(entries(reply.ids).pop())
+}
+
+/// A connection of its own for `XREAD BLOCK`: its responses may take the whole block.
+pub(crate) async fn blocking_connection(
+    client: &redis::Client,
+    block: Duration,
+) -> Result<MultiplexedConnection, redis::RedisError> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(freeway::connect::REDIS_CONNECT_TIMEOUT))
+        .set_response_timeout(Some(block + freeway::connect::REDIS_RESPONSE_TIMEOUT));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
+/// Follows one run's stream from its beginning, on a connection of its own.
 pub struct Reader {
     conn: MultiplexedConnection,
     key: String,
-    /// The id of the last entry read (`0` before the first).
-    last_id: String,
+    /// The id of the last entry read.
+    last_id: StreamId,
 }
 
 impl Reader {
-    /// Open a dedicated connection and start after `after` (`None`: from the beginning).
     pub async fn open(
         client: &redis::Client,
         ns: &str,
         run_id: &str,
-        after: Option<String>,
     ) -> Result<Reader, redis::RedisError> {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(freeway::connect::REDIS_CONNECT_TIMEOUT))
-            .set_response_timeout(Some(BLOCK + freeway::connect::REDIS_RESPONSE_TIMEOUT));
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
         Ok(Reader {
-            conn,
+            conn: blocking_connection(client, BLOCK).await?,
             key: freeway::events::stream_key(ns, run_id),
-            last_id: after.unwrap_or_else(|| "0".to_string()),
+            last_id: StreamId::ZERO,
         })
     }
 
@@ -99,40 +185,19 @@ impl Reader {
             .count(BATCH);
         let reply: Option<StreamReadReply> = self
             .conn
-            .xread_options(&[&self.key], &[&self.last_id], &options)
+            .xread_options(&[&self.key], &[self.last_id.to_string()], &options)
             .await?;
-        let entries: Vec<Entry> = reply
-            .into_iter()
-            .flat_map(|r| r.keys)
-            .flat_map(|k| k.ids)
-            .map(entry)
-            .collect();
+        let entries = entries(
+            reply
+                .into_iter()
+                .flat_map(|r| r.keys)
+                .flat_map(|k| k.ids)
+                .collect(),
+        );
         if let Some(last) = entries.last() {
-            self.last_id = last.id.clone();
+            self.last_id = last.id;
         }
         Ok(entries)
-    }
-
-    /// The id of the last entry read (`0` before the first).
-    pub fn position(&self) -> &str {
-        &self.last_id
-    }
-
-    /// The entry at the current position (the one last read, or the resume point), if any.
-    pub async fn current(&mut self) -> Result<Option<Entry>, redis::RedisError> {
-        let reply: redis::streams::StreamRangeReply = self
-            .conn
-            .xrange_count(&self.key, &self.last_id, &self.last_id, 1)
-            .await?;
-        Ok(reply.ids.into_iter().next().map(entry))
-    }
-
-    /// The stream's newest entry, `None` when the stream does not exist (it expires a day after
-    /// the run ends).
-    pub async fn newest(&mut self) -> Result<Option<Entry>, redis::RedisError> {
-        let reply: redis::streams::StreamRangeReply =
-            self.conn.xrevrange_count(&self.key, "+", "-", 1).await?;
-        Ok(reply.ids.into_iter().next().map(entry))
     }
 }
 
@@ -143,11 +208,32 @@ mod tests {
     #[test]
     fn only_stream_ids_are_accepted_as_positions() {
         assert_eq!(
-            parse_event_id("1700000000000-3").as_deref(),
-            Ok("1700000000000-3")
+            parse_event_id("1700000000000-3").map(|id| id.to_string()),
+            Ok("1700000000000-3".to_string())
         );
-        for bad in ["", "0", "x-1", "1-", "-1", "1-2-3", "$", "1700000000000-0 "] {
+        for bad in [
+            "",
+            "0",
+            "x-1",
+            "1-",
+            "-1",
+            "1-2-3",
+            "$",
+            "1700000000000-0 ",
+            "+1-0",
+            "18446744073709551616-0",
+        ] {
             assert!(parse_event_id(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn ids_order_as_redis_orders_them_and_the_next_one_follows() {
+        let id = |s: &str| StreamId::parse(s).expect("an id");
+        assert!(id("9-5") < id("10-0"));
+        assert!(id("10-0") < id("10-1"));
+        assert_eq!(id("10-1").next(), id("10-2"));
+        assert_eq!(id("10-18446744073709551615").next(), id("11-0"));
+        assert_eq!(StreamId::ZERO.next(), id("0-1"));
     }
 }

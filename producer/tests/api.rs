@@ -21,6 +21,7 @@ fn tokens() -> Tokens {
     Tokens {
         api: Some(ApiKey::new("api-token-1")),
         admin: Some(ApiKey::new("admin-token-1")),
+        metrics: None,
     }
 }
 
@@ -106,6 +107,7 @@ async fn invalid_requests_are_400_naming_the_field() {
     let resp = s
         .http
         .post(s.url("/v1/runs"))
+        .header("content-type", "application/json")
         .body("{not json")
         .send()
         .await
@@ -1073,4 +1075,271 @@ async fn every_route_with_a_body_refuses_one_over_256_kib_with_413() {
         let err: Value = json_of(resp).await;
         assert_eq!(code(&err), "payload_too_large", "{path}");
     }
+}
+
+/// What a browser's form post or `fetch` without a preflight can send: anything but JSON.
+#[tokio::test]
+async fn a_body_that_is_not_json_is_415_and_nothing_is_written() {
+    let s = Server::start(
+        Tokens::default(),
+        Some(SecretKey::from_hex(SECRET_HEX).expect("key")),
+    )
+    .await;
+    let run = run_body("u1", "vendor/m").to_string();
+    let connection = json!({ "user_id": "u1", "provider": "openrouter", "api_key": "sk-x" });
+    let approval = json!({ "tool_call_id": "call_1", "decision": "approve" });
+    let run_id = awaiting_run(&s).await;
+    let cases = [
+        (reqwest::Method::POST, "/v1/runs".to_string(), run.clone()),
+        (
+            reqwest::Method::PUT,
+            "/v1/connections/conn_a".to_string(),
+            connection.to_string(),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/v1/runs/{run_id}/approvals"),
+            approval.to_string(),
+        ),
+    ];
+    for (method, path, body) in cases {
+        for content_type in [
+            Some("text/plain"),
+            Some("text/plain; charset=utf-8"),
+            Some("application/x-www-form-urlencoded"),
+            Some("multipart/form-data; boundary=x"),
+            Some("application/jsonp"),
+            None,
+        ] {
+            let mut req = s
+                .http
+                .request(method.clone(), s.url(&path))
+                .body(body.clone());
+            if let Some(t) = content_type {
+                req = req.header("content-type", t);
+            }
+            let resp = req.send().await.expect("send");
+            assert_eq!(
+                resp.status().as_u16(),
+                415,
+                "{method} {path} {content_type:?}"
+            );
+            let err: Value = json_of(resp).await;
+            assert_eq!(code(&err), "unsupported_media_type", "{path}");
+        }
+    }
+    assert_eq!(s.stored_runs().await, 1, "only the awaiting run");
+    assert_eq!(
+        s.enqueuer.queue().depths().await.expect("depths").waiting,
+        1,
+        "nothing was enqueued"
+    );
+    assert!(s.store.connection("conn_a").await.expect("read").is_none());
+
+    // JSON is JSON whatever its parameters and case.
+    for content_type in ["application/json; charset=utf-8", "Application/JSON"] {
+        let resp = s
+            .http
+            .post(s.url("/v1/runs"))
+            .header("content-type", content_type)
+            .body(run.clone())
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(resp.status().as_u16(), 202, "{content_type}");
+    }
+    // A request without a body needs no content type.
+    let resp = s
+        .http
+        .delete(s.url("/v1/connections/conn_a"))
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(resp.status().as_u16(), 404);
+}
+
+/// A GET with this `Host` (or `Origin`) header: `(status, JSON body)`.
+async fn get_with(s: &Server, path: &str, header: &str, value: &str) -> (u16, Value) {
+    let resp = s
+        .http
+        .get(s.url(path))
+        .header(header, value)
+        .send()
+        .await
+        .expect("GET");
+    let status = resp.status().as_u16();
+    (status, json_of(resp).await)
+}
+
+const FOREIGN_HOSTS: [&str; 7] = [
+    "evil.example",
+    "evil.example:8080",
+    "127.0.0.1.evil.example",
+    "localhost.evil.example",
+    "10.0.0.1",
+    "[::2]:8080",
+    "localhost:x",
+];
+
+#[tokio::test]
+async fn a_foreign_host_is_421_and_a_cross_site_origin_403_unless_a_token_guards_the_api() {
+    let s = Server::open().await;
+    // Every route, the board and the probes included: a rebound name reaches none of them.
+    for path in ["/v1/rests", "/board", "/metrics", "/healthz", "/nope"] {
+        for host in FOREIGN_HOSTS {
+            let (status, err) = get_with(&s, path, "host", host).await;
+            assert_eq!((status, code(&err)), (421, "forbidden"), "{path} {host}");
+        }
+    }
+    for origin in [
+        "https://evil.example",
+        "http://localhost.evil.example:8080",
+        "http://127.0.0.1.evil.example",
+        "null",
+    ] {
+        let (status, err) = get_with(&s, "/v1/rests", "origin", origin).await;
+        assert_eq!((status, code(&err)), (403, "forbidden"), "{origin}");
+        let resp = s
+            .http
+            .post(s.url("/v1/runs"))
+            .header("origin", origin)
+            .json_body(&run_body("u1", "vendor/m"))
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(resp.status().as_u16(), 403, "{origin}");
+    }
+    let resp = s
+        .http
+        .post(s.url("/v1/runs"))
+        .header("host", "evil.example")
+        .json_body(&run_body("u1", "vendor/m"))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(resp.status().as_u16(), 421);
+    assert_eq!(s.stored_runs().await, 0, "nothing was written");
+    assert!(s.keys("job:*").await.is_empty(), "nothing was enqueued");
+
+    for host in [
+        "localhost",
+        "LocalHost:8080",
+        "127.0.0.1",
+        "127.1.2.3:9",
+        "[::1]",
+        "[::1]:8080",
+    ] {
+        let (status, body) = get_with(&s, "/v1/rests", "host", host).await;
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    for origin in [
+        "http://localhost:3000",
+        "http://127.0.0.1:8080",
+        "https://[::1]",
+    ] {
+        let (status, body) = get_with(&s, "/v1/rests", "origin", origin).await;
+        assert_eq!(status, 200, "{origin}: {body}");
+    }
+
+    // With a token, the token is the protection: a proxy's name and a web app's origin pass.
+    let s = Server::start(tokens(), None).await;
+    for (header, value) in [
+        ("host", "freeway.example.com"),
+        ("origin", "https://app.example.com"),
+    ] {
+        let resp = s
+            .http
+            .get(s.url("/v1/rests"))
+            .header(header, value)
+            .bearer_auth("api-token-1")
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(resp.status().as_u16(), 200, "{header}: {value}");
+        let (status, err) = get_with(&s, "/v1/rests", header, value).await;
+        assert_eq!((status, code(&err)), (401, "unauthorized"), "{header}");
+    }
+}
+
+#[tokio::test]
+async fn with_an_api_or_metrics_token_metrics_need_a_token() {
+    let s = Server::start(tokens(), None).await;
+    for auth in [None, Some("Bearer wrong")] {
+        let mut req = s.http.get(s.url("/metrics"));
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let resp = req.send().await.expect("GET");
+        assert_eq!(resp.status().as_u16(), 401, "{auth:?}");
+        let err: Value = json_of(resp).await;
+        assert_eq!(code(&err), "unauthorized");
+    }
+    for token in ["api-token-1", "admin-token-1"] {
+        let resp = s
+            .http
+            .get(s.url("/metrics"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(resp.status().as_u16(), 200, "{token}");
+        assert!(
+            resp.text()
+                .await
+                .expect("text")
+                .contains("freeway_queue_jobs")
+        );
+    }
+
+    // A scraper's own token opens /metrics, and nothing else.
+    let s = Server::start(
+        Tokens {
+            metrics: Some(ApiKey::new("metrics-token-1")),
+            ..tokens()
+        },
+        None,
+    )
+    .await;
+    let metrics = |token: Option<&'static str>| {
+        let mut req = s.http.get(s.url("/metrics"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    assert_eq!(metrics(None).await.expect("GET").status().as_u16(), 401);
+    let resp = metrics(Some("metrics-token-1")).await.expect("GET");
+    assert_eq!(resp.status().as_u16(), 200);
+    let resp = s
+        .http
+        .get(s.url("/v1/rests"))
+        .bearer_auth("metrics-token-1")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(
+        resp.status().as_u16(),
+        401,
+        "the metrics token opens no /v1 route"
+    );
+
+    // A metrics token alone guards /metrics too.
+    let s = Server::start(
+        Tokens {
+            metrics: Some(ApiKey::new("metrics-token-1")),
+            ..Tokens::default()
+        },
+        None,
+    )
+    .await;
+    let resp = s.http.get(s.url("/metrics")).send().await.expect("GET");
+    assert_eq!(resp.status().as_u16(), 401);
+    let resp = s
+        .http
+        .get(s.url("/metrics"))
+        .bearer_auth("metrics-token-1")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status().as_u16(), 200);
 }

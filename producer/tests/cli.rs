@@ -278,12 +278,13 @@ async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
     assert_eq!(out.status.code(), Some(75), "{out:?}");
 }
 
-#[tokio::test]
-async fn serve_shuts_down_gracefully_on_sigterm_ending_open_event_streams() {
+/// `producer serve` on a free loopback port, with these extra variables; the child and its
+/// base URL once it listens.
+async fn serve(env: &Env, vars: &[(&str, &str)]) -> (tokio::process::Child, String) {
     freeway::provider::install_crypto();
-    let env = Env::new();
     let mut cmd = env.command(&["serve", "--addr", "127.0.0.1:0"]);
-    cmd.env("FREEWAY_LOG_FORMAT", "json");
+    cmd.env("FREEWAY_LOG_FORMAT", "json")
+        .envs(vars.iter().copied());
     let mut child = cmd.spawn().expect("spawns");
     let mut logs = BufReader::new(child.stderr.take().expect("stderr")).lines();
     let addr = loop {
@@ -297,8 +298,16 @@ async fn serve_shuts_down_gracefully_on_sigterm_ending_open_event_streams() {
             break log["fields"]["addr"].as_str().expect("addr").to_string();
         }
     };
+    // Keep reading its logs: a closed pipe would fail its writes.
+    tokio::spawn(async move { while let Ok(Some(_)) = logs.next_line().await {} });
+    (child, format!("http://{addr}"))
+}
+
+#[tokio::test]
+async fn serve_shuts_down_gracefully_on_sigterm_ending_open_event_streams() {
+    let env = Env::new();
+    let (mut child, base) = serve(&env, &[]).await;
     let http = reqwest::Client::new();
-    let base = format!("http://{addr}");
     let resp = http
         .get(format!("{base}/healthz"))
         .send()
@@ -340,4 +349,60 @@ async fn serve_shuts_down_gracefully_on_sigterm_ending_open_event_streams() {
         .expect("exit status");
     assert_eq!(status.code(), Some(0));
     while events.chunk().await.ok().flatten().is_some() {}
+}
+
+#[tokio::test]
+async fn serve_takes_its_stream_cap_and_metrics_token_from_the_environment() {
+    let env = Env::new();
+    let (_child, base) = serve(
+        &env,
+        &[
+            ("FREEWAY_MAX_STREAMS", "1"),
+            ("FREEWAY_METRICS_TOKEN", "metrics-token-7"),
+        ],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let metrics = format!("{base}/metrics");
+    let resp = http.get(&metrics).send().await.expect("GET");
+    assert_eq!(resp.status().as_u16(), 401);
+    let resp = http
+        .get(&metrics)
+        .bearer_auth("metrics-token-7")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(resp.status().as_u16(), 200);
+
+    let resp = http
+        .post(format!("{base}/v1/runs"))
+        .json_body(&run_body("u1", "vendor/m"))
+        .send()
+        .await
+        .expect("POST");
+    let run_id = json_of(resp).await["run_id"]
+        .as_str()
+        .expect("run id")
+        .to_string();
+    let events = format!("{base}/v1/runs/{run_id}/events");
+    let first = http.get(&events).send().await.expect("events");
+    assert_eq!(first.status().as_u16(), 200);
+    let second = http.get(&events).send().await.expect("events");
+    assert_eq!(second.status().as_u16(), 503, "one stream at most");
+    drop(first);
+}
+
+#[tokio::test]
+async fn a_stream_cap_that_is_not_a_positive_number_is_bad_configuration() {
+    let env = Env::new();
+    for bad in ["0", "many", "-1"] {
+        let mut cmd = env.command(&["status", "run_x"]);
+        cmd.env("FREEWAY_MAX_STREAMS", bad);
+        let out = cmd.output().await.expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(
+            one_clear_line(&out).contains("FREEWAY_MAX_STREAMS"),
+            "{bad}"
+        );
+    }
 }

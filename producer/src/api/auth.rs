@@ -1,6 +1,8 @@
 //! Bearer tokens (SPEC §5.1): `FREEWAY_API_TOKEN` guards every `/v1` route, and
 //! `FREEWAY_ADMIN_TOKEN` the operator's rest clear. Tokens are compared in constant time and never
 //! logged; the admin token also opens the `/v1` routes, so an operator needs one token.
+//! `/metrics` needs a token once any guards it: the API token, or `FREEWAY_METRICS_TOKEN` for a
+//! scraper that should hold nothing more (the API and admin tokens open it too).
 
 use super::AppState;
 use super::error::ApiError;
@@ -19,6 +21,8 @@ pub struct Tokens {
     pub api: Option<ApiKey>,
     /// `FREEWAY_ADMIN_TOKEN`; `None` disables the operator's clear.
     pub admin: Option<ApiKey>,
+    /// `FREEWAY_METRICS_TOKEN`: opens `/metrics` and nothing else.
+    pub metrics: Option<ApiKey>,
 }
 
 /// What the `Authorization` header holds.
@@ -50,22 +54,40 @@ pub async fn require_api_token(
 ) -> Result<Response, ApiError> {
     let tokens = &state.tokens;
     if tokens.api.is_some() {
-        match presented(request.headers()) {
-            Presented::Token(t) if matches(tokens.api.as_ref(), t) => {}
-            Presented::Token(t) if matches(tokens.admin.as_ref(), t) => {}
-            Presented::Nothing => {
-                return Err(ApiError::Unauthorized(
-                    "Authorization: Bearer <token> is required".into(),
-                ));
-            }
-            Presented::Token(_) | Presented::Malformed => {
-                return Err(ApiError::Unauthorized(
-                    "the bearer token is not valid".into(),
-                ));
-            }
-        }
+        require_one_of(
+            request.headers(),
+            &[tokens.api.as_ref(), tokens.admin.as_ref()],
+        )?;
     }
     Ok(next.run(request).await)
+}
+
+/// Middleware for `/metrics`: open while no API or metrics token is set (the server is then
+/// loopback only), else it needs one of the three tokens.
+pub async fn require_metrics_token(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let tokens = &state.tokens;
+    if tokens.api.is_some() || tokens.metrics.is_some() {
+        let accepted = [&tokens.api, &tokens.admin, &tokens.metrics].map(Option::as_ref);
+        require_one_of(request.headers(), &accepted)?;
+    }
+    Ok(next.run(request).await)
+}
+
+/// A bearer token among `accepted`; 401 otherwise.
+fn require_one_of(headers: &HeaderMap, accepted: &[Option<&ApiKey>]) -> Result<(), ApiError> {
+    match presented(headers) {
+        Presented::Token(t) if accepted.iter().any(|&k| matches(k, t)) => Ok(()),
+        Presented::Nothing => Err(ApiError::Unauthorized(
+            "Authorization: Bearer <token> is required".into(),
+        )),
+        Presented::Token(_) | Presented::Malformed => Err(ApiError::Unauthorized(
+            "the bearer token is not valid".into(),
+        )),
+    }
 }
 
 /// Whether the request presents the admin token (the board then shows its operator as one).

@@ -23,10 +23,17 @@ pub enum ApiError {
     /// No token, or not the one configured.
     #[error("{0}")]
     Unauthorized(String),
-    /// A valid token without the right (the operator's clear needs the admin token). SPEC §6
-    /// has no `forbidden` code: the code stays `unauthorized`, the status says 403.
+    /// A valid token without the right (the operator's clear needs the admin token). Its code
+    /// is `unauthorized`, as it was before `forbidden` existed; the status says 403.
     #[error("{0}")]
     Forbidden(String),
+    /// Without an API token, a request that names a host other than this machine (a DNS
+    /// rebinding page): 421, code `forbidden` (see [`super::origin`]).
+    #[error("{0}")]
+    ForeignHost(String),
+    /// Without an API token, a request sent from a page of another site: 403, code `forbidden`.
+    #[error("{0}")]
+    CrossSiteOrigin(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -35,6 +42,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// A body that is not JSON (see [`super::json_only`]).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// Every route rests and the request said `on_rest: refuse`.
     #[error("{}", refused_message(*code, *retry_after_s))]
     Refused { code: Code, retry_after_s: u64 },
@@ -44,6 +54,9 @@ pub enum ApiError {
     /// Redis or the store failed; the detail is logged, not returned.
     #[error("{0}")]
     Unavailable(String),
+    /// The server is at a limit of its own (open event streams): 503 with `Retry-After`.
+    #[error("{message}; retry in {retry_after_s} s")]
+    Busy { message: String, retry_after_s: u64 },
 }
 
 fn refused_message(code: Code, retry_after_s: u64) -> String {
@@ -59,13 +72,15 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::CrossSiteOrigin(_) => StatusCode::FORBIDDEN,
+            ApiError::ForeignHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Refused { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::NotConfigured(_) | ApiError::Unavailable(_) => {
+            ApiError::NotConfigured(_) | ApiError::Unavailable(_) | ApiError::Busy { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         }
@@ -75,13 +90,15 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_) => "invalid_request",
             ApiError::Unauthorized(_) | ApiError::Forbidden(_) => "unauthorized",
+            ApiError::ForeignHost(_) | ApiError::CrossSiteOrigin(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Refused { code, .. } => code.as_str(),
             ApiError::NotConfigured(_) => "not_configured",
-            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Unavailable(_) | ApiError::Busy { .. } => "unavailable",
         }
     }
 
@@ -98,7 +115,7 @@ impl IntoResponse for ApiError {
             "error": { "code": self.code(), "message": self.to_string() }
         });
         let retry_after = match &self {
-            ApiError::Refused { retry_after_s, .. } => {
+            ApiError::Refused { retry_after_s, .. } | ApiError::Busy { retry_after_s, .. } => {
                 body["error"]["retry_after_s"] = (*retry_after_s).into();
                 Some(*retry_after_s)
             }

@@ -6,25 +6,37 @@
 //! for a client that resumes after one of them); it also ends when the run is settled and its
 //! stream has nothing more to give (the stream expired, or the terminal event was never
 //! published), and when the server shuts down. Idle streams get keep-alive comments.
+//!
+//! New entries come from the process's shared reader ([`crate::hub`]); what the client has not
+//! seen from before it joined is read from the stream directly. Each open stream holds a slot of
+//! [`AppState::stream_slots`] (`FREEWAY_MAX_STREAMS`): with none free a new stream is refused
+//! with 503 and `Retry-After`, and a slot is free again when its client goes away.
 
 use super::AppState;
 use super::error::{ApiError, PathParams};
 use super::user::ForUser;
-use crate::stream::{Entry, Reader, parse_event_id};
+use crate::hub::{Lost, Subscription};
+use crate::stream::{self, BATCH, Entry, StreamId, parse_event_id};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use freeway::store::Store;
 use futures_util::Stream;
+use redis::aio::ConnectionManager;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::OwnedSemaphorePermit;
 
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// A stream with nothing new for this long asks whether its run is over.
+const IDLE: Duration = Duration::from_secs(10);
 /// A settled run whose stream ends without a terminal event (its publish failed) is over once
 /// it has been settled this long: the terminal event would have come by then.
 const SETTLE_GRACE_MS: u64 = 5_000;
+/// When a client refused for want of a slot may try again.
+const RETRY_AFTER_S: u64 = 5;
 
 pub async fn stream(
     State(state): State<Arc<AppState>>,
@@ -42,17 +54,41 @@ pub async fn stream(
         }
     };
     user.run(&state.store, &id).await?;
-    let resumed = after.is_some();
-    let mut reader = Reader::open(&state.redis, state.enqueuer.namespace(), &id, after).await?;
+    let slot = state
+        .stream_slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Busy {
+            message: "too many event streams are open".into(),
+            retry_after_s: RETRY_AFTER_S,
+        })?;
+    let key = freeway::events::stream_key(state.enqueuer.namespace(), &id);
+    let mut conn = state.enqueuer.connection();
     // A client that resumes after the last event has seen the whole story.
-    let done = resumed && reader.current().await?.is_some_and(|e| e.is_last());
+    let done = match after {
+        Some(after) => stream::entry_at(&mut conn, &key, after)
+            .await?
+            .is_some_and(|e| e.is_last()),
+        None => false,
+    };
+    // Joined here rather than at the first wait, so that a Redis outage is a 503.
+    let feed = if done {
+        None
+    } else {
+        Some(state.hub.join(&key).await?)
+    };
     let relay = Relay {
         state,
         run_id: id,
-        reader,
+        key,
+        conn,
+        backlog_until: feed.as_ref().map(Subscription::from),
+        feed,
+        last: after.unwrap_or(StreamId::ZERO),
         pending: VecDeque::new(),
         done,
         check_over: true,
+        _slot: slot,
     };
     let events = futures_util::stream::unfold(relay, Relay::next);
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
@@ -61,12 +97,23 @@ pub async fn stream(
 struct Relay {
     state: Arc<AppState>,
     run_id: String,
-    reader: Reader,
+    key: String,
+    /// The shared connection, for reads that do not block.
+    conn: ConnectionManager,
+    /// The run's feed; `None` for a stream that is already over, or after falling behind it
+    /// (the next wait joins it again).
+    feed: Option<Subscription>,
+    /// Entries from before the feed was joined, up to this one, are still to be read.
+    backlog_until: Option<StreamId>,
+    /// The last entry taken (sent or pending), or the client's `Last-Event-ID`.
+    last: StreamId,
     pending: VecDeque<Entry>,
     done: bool,
     /// Ask [`Relay::over`] before the first wait: a settled run whose stream expired closes at
-    /// once instead of one block later.
+    /// once instead of one idle period later.
     check_over: bool,
+    /// Held while the response is open.
+    _slot: OwnedSemaphorePermit,
 }
 
 impl Relay {
@@ -88,24 +135,65 @@ impl Relay {
             if std::mem::take(&mut self.check_over) && self.over().await {
                 return None;
             }
-            let state = self.state.clone();
-            let batch = tokio::select! {
-                () = state.shutting_down() => return None,
-                batch = self.reader.next_batch() => batch,
+            if self.feed.is_none() {
+                match self.state.hub.join(&self.key).await {
+                    Ok(feed) => {
+                        self.backlog_until = Some(feed.from());
+                        self.feed = Some(feed);
+                    }
+                    Err(error) => return self.failed(&error),
+                }
+            }
+            if let Some(until) = self.backlog_until.filter(|&until| self.last < until) {
+                match stream::range(&mut self.conn, &self.key, self.last, until, BATCH).await {
+                    Ok(page) => {
+                        if page.len() < BATCH {
+                            self.backlog_until = None;
+                        }
+                        self.take(page);
+                    }
+                    Err(error) => return self.failed(&error),
+                }
+                continue;
+            }
+            let Some(feed) = self.feed.as_mut() else {
+                continue;
             };
-            match batch {
-                Ok(entries) if entries.is_empty() => {
+            let state = self.state.clone();
+            let received = tokio::select! {
+                () = state.shutting_down() => return None,
+                received = tokio::time::timeout(IDLE, feed.recv()) => received,
+            };
+            match received {
+                Err(_idle) => {
                     if self.over().await {
                         return None;
                     }
                 }
-                Ok(entries) => self.pending.extend(entries),
-                Err(error) => {
-                    tracing::warn!(run_id = %self.run_id, %error, "event stream read failed");
+                Ok(Ok(batch)) => self.take(batch.iter().cloned()),
+                // Join again, and read what the feed dropped from the stream.
+                Ok(Err(Lost::Behind)) => self.feed = None,
+                Ok(Err(Lost::Ended)) => {
+                    tracing::warn!(run_id = %self.run_id, "the event reader stopped; ending the stream");
                     return None;
                 }
             }
         }
+    }
+
+    /// Queue the entries past the last one taken.
+    fn take(&mut self, entries: impl IntoIterator<Item = Entry>) {
+        for entry in entries {
+            if entry.id > self.last {
+                self.last = entry.id;
+                self.pending.push_back(entry);
+            }
+        }
+    }
+
+    fn failed<T>(&self, error: &redis::RedisError) -> Option<T> {
+        tracing::warn!(run_id = %self.run_id, %error, "event stream read failed");
+        None
     }
 
     /// Nothing came for a while: is there nothing more to come?
@@ -118,12 +206,11 @@ impl Relay {
                 return false;
             }
         };
-        match self.reader.newest().await {
+        match stream::newest(&mut self.conn, &self.key).await {
             Ok(None) => true,
             Ok(Some(newest)) => {
                 let settled_for = freeway::clock::epoch_ms().saturating_sub(run.updated_ms);
-                newest.id == self.reader.position()
-                    && (newest.is_last() || settled_for > SETTLE_GRACE_MS)
+                newest.id == self.last && (newest.is_last() || settled_for > SETTLE_GRACE_MS)
             }
             Err(error) => {
                 tracing::warn!(run_id = %self.run_id, %error, "event stream read failed");
@@ -137,13 +224,13 @@ impl Relay {
 /// break, which freeway never writes).
 fn to_sse(entry: &Entry) -> Option<SseEvent> {
     let printable = |s: &str| !s.is_empty() && !s.chars().any(char::is_control);
-    if !printable(&entry.kind) || !printable(&entry.id) {
+    if !printable(&entry.kind) {
         tracing::warn!(id = %entry.id, "skipping a stream entry that SSE cannot carry");
         return None;
     }
     Some(
         SseEvent::default()
-            .id(&entry.id)
+            .id(entry.id.to_string())
             .event(&entry.kind)
             .data(&entry.data),
     )

@@ -13,8 +13,10 @@
 //! | `freeway_call_latency_seconds` | histogram | Redis: each call's latency |
 //!
 //! Counters that the workers add to live in Redis ([`freeway::metrics`]) so that the producer
-//! serves fleet-wide values and replicas need no port of their own. Like `/healthz`, the route is
-//! outside `/v1` and needs no token: it shows counts, route names and connection ids, never a key.
+//! serves fleet-wide values and replicas need no port of their own. The route is outside `/v1`:
+//! it needs a token only once the API token or `FREEWAY_METRICS_TOKEN` is set
+//! ([`super::auth::require_metrics_token`]). It shows counts, route names and connection ids,
+//! never a key.
 
 use super::AppState;
 use super::board::workers;

@@ -9,6 +9,10 @@
 //! token on the operator's clear, no non-loopback bind without a token (`producer serve`), a
 //! body limit on every route, and `?user_id=` scoping of run routes ([`user`]). The board's page
 //! ([`board`]) is served without a token but holds no data; its data comes from `/v1/board/…`.
+//! Bodies on `/v1` must be JSON ([`json_only`]), `/metrics` needs a token once one is set, and
+//! without an API token every route refuses other hosts and other sites' pages ([`origin`]).
+//! Open event streams are capped ([`AppState::stream_slots`]) and share one Redis reader
+//! ([`crate::hub`]).
 
 pub mod approvals;
 pub mod auth;
@@ -17,12 +21,15 @@ pub mod connections;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod json_only;
 pub mod metrics;
+pub mod origin;
 pub mod rests;
 pub mod runs;
 pub mod user;
 
 use crate::enqueue::Enqueuer;
+use crate::hub::Hub;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
@@ -31,7 +38,7 @@ use axum::routing::{delete, get, post, put};
 use error::ApiError;
 use freeway::store::{SecretKey, SqlStore};
 use std::sync::Arc;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 /// The largest request body (SPEC §5.1): 256 KiB.
 pub const BODY_LIMIT: usize = 256 * 1024;
@@ -41,8 +48,10 @@ pub struct AppState {
     pub enqueuer: Enqueuer,
     /// The SQL store: runs, attempts and users' connections.
     pub store: SqlStore,
-    /// For connections of their own: each event stream blocks on one (see [`crate::stream`]).
-    pub redis: redis::Client,
+    /// The shared reader of the runs' event streams, for every open `…/events` response.
+    pub hub: Hub,
+    /// One permit per open event stream (`FREEWAY_MAX_STREAMS`).
+    pub stream_slots: Arc<Semaphore>,
     pub tokens: auth::Tokens,
     /// `FREEWAY_SECRET_KEY`: without it connections cannot be stored.
     pub secret_key: Option<SecretKey>,
@@ -77,6 +86,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/board/overview", get(board::overview))
         .route("/board/runs", get(board::runs))
         .route("/board/runs/{id}", get(board::run_detail))
+        .route_layer(middleware::from_fn(json_only::require_json))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_token,
@@ -85,10 +95,20 @@ pub fn router(state: Arc<AppState>) -> Router {
         .nest("/v1", v1)
         .route("/board", get(board::page))
         .route("/healthz", get(health::healthz))
-        .route("/metrics", get(metrics::metrics))
+        .route(
+            "/metrics",
+            get(metrics::metrics).route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                auth::require_metrics_token,
+            )),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            origin::loopback_only,
+        ))
         .with_state(state)
 }
 

@@ -105,7 +105,7 @@ pub async fn run(settings: Settings, args: Args) -> ExitCode {
 
 /// Print the run's events until its last one; the exit code follows how it ended.
 async fn follow(client: &redis::Client, ns: &str, run_id: &str) -> ExitCode {
-    let mut reader = match Reader::open(client, ns, run_id, None).await {
+    let mut reader = match Reader::open(client, ns, run_id).await {
         Ok(r) => r,
         Err(e) => return fail(EXIT_FAILED, &format!("cannot follow the run: {e}")),
     };

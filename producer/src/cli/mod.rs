@@ -37,7 +37,7 @@ pub async fn connect_redis(settings: &Settings) -> Result<ConnectionManager, Exi
         .map_err(|e| fail(EXIT_FAILED, &e.to_string()))
 }
 
-/// A client for connections of one's own (a blocking stream read each).
+/// A client for connections of one's own (blocking stream reads).
 pub fn redis_client(settings: &Settings) -> Result<redis::Client, ExitCode> {
     redis::Client::open(settings.redis_url.as_str()).map_err(|e| {
         let url = freeway::connect::redact(&settings.redis_url);

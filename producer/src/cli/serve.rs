@@ -5,10 +5,11 @@ use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, open_store, redis_
 use freeway::config::Settings;
 use producer::Enqueuer;
 use producer::api::{self, AppState, auth::Tokens};
+use producer::hub::Hub;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
     if settings.api_token.is_none() && !addr.ip().is_loopback() {
@@ -28,13 +29,16 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         (Err(code), _) | (_, Err(code)) => return code,
     };
     let (shutdown_tx, shutdown) = watch::channel(false);
+    let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store.clone()));
     let state = Arc::new(AppState {
-        enqueuer: Enqueuer::new(conn, &settings.namespace, Arc::new(store.clone())),
+        hub: Hub::new(redis, enqueuer.connection(), settings.max_streams),
+        stream_slots: Arc::new(Semaphore::new(settings.max_streams)),
+        enqueuer,
         store,
-        redis,
         tokens: Tokens {
             api: settings.api_token.clone(),
             admin: settings.admin_token.clone(),
+            metrics: settings.metrics_token.clone(),
         },
         secret_key: settings.secret_key.clone(),
         shutdown,

@@ -255,6 +255,7 @@ impl Fleet {
         let resp = self
             .http
             .get(self.url("/metrics"))
+            .bearer_auth(API_TOKEN)
             .send()
             .await
             .expect("GET /metrics");

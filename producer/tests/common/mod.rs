@@ -10,11 +10,12 @@ use freeway::events::{Event, EventSink, RedisEvents};
 use freeway::store::{SecretKey, SqlStore};
 use producer::Enqueuer;
 use producer::api::{self, AppState, auth::Tokens};
+use producer::hub::Hub;
 use redis::aio::ConnectionManager;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 pub const SECRET_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
@@ -61,6 +62,16 @@ pub struct Server {
 
 impl Server {
     pub async fn start(tokens: Tokens, secret_key: Option<SecretKey>) -> Server {
+        let streams = freeway::config::DEFAULT_MAX_STREAMS;
+        Server::start_capped(tokens, secret_key, streams).await
+    }
+
+    /// With at most `max_streams` event streams open at once.
+    pub async fn start_capped(
+        tokens: Tokens,
+        secret_key: Option<SecretKey>,
+        max_streams: usize,
+    ) -> Server {
         freeway::provider::install_crypto();
         let ns = unique("ptest");
         let dir = temp_dir("db");
@@ -73,7 +84,12 @@ impl Server {
         let state = Arc::new(AppState {
             enqueuer: enqueuer.clone(),
             store: store.clone(),
-            redis: redis::Client::open(redis_url()).expect("a Redis URL"),
+            hub: Hub::new(
+                redis::Client::open(redis_url()).expect("a Redis URL"),
+                conn.clone(),
+                max_streams,
+            ),
+            stream_slots: Arc::new(Semaphore::new(max_streams)),
             tokens,
             secret_key,
             shutdown,
