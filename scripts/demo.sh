@@ -41,7 +41,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-[ -n "${REDIS_URL:-}" ] || start_redis
+[ -n "${REDIS_URL:-}" ] || start_redis aof
 export FREEWAY_NAMESPACE="demo-$(date +%s)"
 export DATABASE_URL="sqlite://$DEMO_DIR/freeway.db"
 export FREEWAY_SECRET_KEY=${FREEWAY_SECRET_KEY:-$(python3 -c 'import secrets; print(secrets.token_hex(32))')}

@@ -25,12 +25,15 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
 
-# Start a throwaway redis-server on a free loopback port; exports REDIS_URL.
+# Start a throwaway redis-server on a free loopback port; exports REDIS_URL. `start_redis aof`
+# runs it as a deployment should, with its append-only file on (the demo does).
 start_redis() {
+    local aof=no
+    [ "${1:-}" = aof ] && aof=yes
     ensure_packages redis-server:redis-server || return 1
     SERVICES_DIR=${SERVICES_DIR:-$(mktemp -d)}
     REDIS_PORT=$(free_port)
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly "$aof" \
         --dir "$SERVICES_DIR" --daemonize yes --pidfile "$SERVICES_DIR/redis.pid" \
         --logfile "$SERVICES_DIR/redis.log" >/dev/null
     for _ in $(seq 1 100); do

@@ -1151,7 +1151,7 @@ async fn a_body_that_is_not_json_is_415_and_nothing_is_written() {
     // A request without a body needs no content type.
     let resp = s
         .http
-        .delete(s.url("/v1/connections/conn_a"))
+        .delete(s.url("/v1/connections/conn_a?user_id=u1"))
         .send()
         .await
         .expect("DELETE");
