@@ -16,6 +16,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "run_jobs",
         include_str!("../../migrations/0003_run_jobs.sql"),
     ),
+    (
+        4,
+        "store_probe",
+        include_str!("../../migrations/0004_store_probe.sql"),
+    ),
 ];
 
 pub(super) fn migrator() -> Migrator {

@@ -35,6 +35,9 @@ const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long to wait for a connection, including the first one: an unreachable database fails
 /// after this.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A PostgreSQL that does not answer fails a request within this (a 503 the client may retry)
+/// instead of holding it for [`ACQUIRE_TIMEOUT`].
+const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pages are read through a mapping of the file rather than copied in by a system call each: with
 /// several worker processes writing one file, a connection finds its page cache stale at nearly
 /// every transaction and reads again what it touches.
@@ -227,6 +230,7 @@ async fn open_sqlite(url: &str, shown: &str) -> Result<(Db, Option<FileLock>), S
     let pool = SqlitePoolOptions::new()
         .max_connections(SQLITE_CONNECTIONS)
         .acquire_timeout(ACQUIRE_TIMEOUT)
+        .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
         .connect_with(options)
         .await
         .map_err(unreachable)?;
@@ -257,7 +261,8 @@ async fn open_postgres(url: &str, shown: &str) -> Result<Db, StoreError> {
         .map_err(|e| unreachable(e.to_string()))?;
     let pool = PgPoolOptions::new()
         .max_connections(PG_CONNECTIONS)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .acquire_timeout(PG_ACQUIRE_TIMEOUT)
+        .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
         .connect_with(options)
         .await
         .map_err(|e| unreachable(e.to_string()))?;
@@ -708,6 +713,15 @@ fn approval_from(row: &impl Columns) -> Result<ApprovalRecord, StoreError> {
 
 pub(super) fn now_ms() -> Result<i64, StoreError> {
     to_i64(crate::clock::epoch_ms(), "now")
+}
+
+impl SqlStore {
+    /// Whether the store takes writes now: a probe row rewritten through the writer the runs'
+    /// writes go through, so a full disk or a read-only database shows here, not only in runs.
+    pub async fn check_writable(&self) -> Result<(), StoreError> {
+        let now = now_ms()?;
+        self.writer.write(Write::Probe { now }).await
+    }
 }
 
 #[async_trait]

@@ -1,4 +1,4 @@
-//! `GET /healthz`: Redis and store reachability, for a liveness probe. (`GET /metrics` is in
+//! `GET /healthz`: Redis reachability and the store's writability, for a liveness probe. (`GET /metrics` is in
 //! [`super::metrics`].)
 
 use super::AppState;
@@ -6,11 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use freeway::store::Store;
 use std::sync::Arc;
-
-/// A run id no run has: reading it proves the store answers.
-const PROBE_RUN: &str = "healthz-probe";
 
 /// `200 {"redis":"ok","store":"ok"}`, or `503` with `"failed"` for what did not answer.
 pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
@@ -22,7 +18,7 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             "failed"
         }
     };
-    let store = match state.store.run(PROBE_RUN).await {
+    let store = match state.store.check_writable().await {
         Ok(_) => "ok",
         Err(error) => {
             tracing::warn!(%error, "healthz: store failed");

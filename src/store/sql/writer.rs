@@ -10,8 +10,10 @@
 //! answers every caller once it is committed. Under load batches grow by themselves; a lone write
 //! commits at once.
 //!
-//! A batch that fails is rolled back and its writes are retried one transaction each, so one
-//! write that cannot be applied fails only its own caller.
+//! A batch that fails for want of the database (a full disk, a PostgreSQL restarting) is tried
+//! again after short pauses, so a passing fault costs latency rather than runs; a batch that still
+//! fails is rolled back and its writes are retried one transaction each, so one write that cannot
+//! be applied fails only its own caller.
 
 use super::{Db, FileLock, RunRow, WriteTx, db_error};
 use crate::store::StoreError;
@@ -23,6 +25,15 @@ use tokio::sync::{mpsc, oneshot};
 const MAX_BATCH: usize = 256;
 /// Writes waiting for the writer before callers wait to queue theirs.
 const QUEUE: usize = 4096;
+/// The pauses before a failed batch is tried again (about 1.3 s in all), as long as the batch
+/// has not been at it for [`RETRY_WITHIN`]: a database that takes seconds to fail (PostgreSQL
+/// gone, the pool's acquire timeout) fails its callers at once, who answer 503.
+const RETRY_PAUSES: [std::time::Duration; 3] = [
+    std::time::Duration::from_millis(50),
+    std::time::Duration::from_millis(250),
+    std::time::Duration::from_millis(1000),
+];
+const RETRY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One write, with every value already converted to what the columns hold.
 pub(super) enum Write {
@@ -44,6 +55,10 @@ pub(super) enum Write {
         now: i64,
     },
     Decide(DecisionRow),
+    /// Rewrite the probe row: proof that writes commit.
+    Probe {
+        now: i64,
+    },
 }
 
 /// The answer to an approval, as the `approvals` table holds it.
@@ -148,7 +163,18 @@ async fn run(db: Db, turns: Option<FileLock>, mut rx: mpsc::Receiver<Queued>) {
 async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
     let writes: Vec<&Write> = batch.iter().flat_map(|q| &q.writes).collect();
     let started = std::time::Instant::now();
-    let committed = commit(db, &writes).await;
+    let mut committed = commit(db, &writes).await;
+    for pause in RETRY_PAUSES {
+        let Err(StoreError::Unavailable(error)) = &committed else {
+            break;
+        };
+        if started.elapsed() + pause > RETRY_WITHIN {
+            break;
+        }
+        tracing::warn!(writes = writes.len(), %error, retry_in_ms = pause.as_millis() as u64, "store writes failed; trying again");
+        tokio::time::sleep(pause).await;
+        committed = commit(db, &writes).await;
+    }
     tracing::trace!(
         writes = writes.len(),
         micros = started.elapsed().as_micros() as u64,
@@ -195,6 +221,8 @@ const SAVE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO UPDATE SET status = exclu
      completion_tokens = excluded.completion_tokens, total_tokens = excluded.total_tokens, \
      pending_tool_call = excluded.pending_tool_call, summary = excluded.summary, \
      updated_ms = excluded.updated_ms";
+const PROBE: &str = "INSERT INTO store_probe (id, t_ms) VALUES (1, $1) \
+     ON CONFLICT (id) DO UPDATE SET t_ms = excluded.t_ms";
 const INSERT_JOBS: &str = "INSERT INTO run_jobs (run_id, job) VALUES ";
 const INSERT_JOBS_TAIL: &str = " ON CONFLICT (run_id) DO NOTHING";
 const ENSURE_CONVERSATIONS: &str =
@@ -274,6 +302,8 @@ struct ByKind<'a> {
     attempts: Vec<&'a AttemptRow>,
     deletes: Vec<(&'a str, i64)>,
     decisions: Vec<&'a DecisionRow>,
+    /// The latest probe time of the batch, if one asked.
+    probe: Option<i64>,
 }
 
 impl<'a> ByKind<'a> {
@@ -305,6 +335,7 @@ impl<'a> ByKind<'a> {
                     now,
                 } => k.deletes.push((conversation_id, *now)),
                 Write::Decide(d) => k.decisions.push(d),
+                Write::Probe { now } => k.probe = k.probe.max(Some(*now)),
             }
         }
         k
@@ -513,6 +544,13 @@ macro_rules! apply_all {
                     .bind(a.t_ms);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
+        }
+        if let Some(now) = k.probe {
+            sqlx::query(PROBE)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
         }
         tx.commit().await.map_err(db_error)
     }};
