@@ -187,7 +187,25 @@ pub struct AttemptRecord {
     pub t_ms: u64,
 }
 
+/// The error of an attempt whose outcome was never known.
+pub const LOST: &str = "lost: the executor stopped before the call's outcome was known";
+
 impl AttemptRecord {
+    /// An attempt as it is counted, before its call: what the log keeps if its executor dies
+    /// during the call (no status, no verdict, the error [`LOST`]).
+    pub fn lost(run_id: &str, n: u32, step: u32, route: String, t_ms: u64) -> AttemptRecord {
+        AttemptRecord {
+            http_status: None,
+            error: Some(LOST.to_string()),
+            ..AttemptRecord::succeeded(run_id, n, step, route, t_ms)
+        }
+    }
+
+    /// Whether this is an attempt whose outcome was never known.
+    pub fn is_lost(&self) -> bool {
+        self.verdict.is_none() && self.http_status.is_none() && self.error.as_deref() == Some(LOST)
+    }
+
     /// A call that succeeded; a failure fills in its status, error and verdict.
     pub fn succeeded(run_id: &str, n: u32, step: u32, route: String, t_ms: u64) -> AttemptRecord {
         AttemptRecord {

@@ -281,6 +281,14 @@ async fn check_case(
             },
             result: "approved result".into(),
         });
+        // The parent a continuation answers: the same user's run, on the same conversation.
+        h.store
+            .create_run(&freeway::run::RunRecord {
+                run_id: "run_parent".into(),
+                ..freeway::run::RunRecord::queued(&job, freeway::clock::epoch_ms())
+            })
+            .await
+            .unwrap();
     }
     let routes = job.check().unwrap();
     let mut outcome = None;

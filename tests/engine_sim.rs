@@ -871,6 +871,14 @@ async fn a_failed_continuation_does_not_fail_over() {
         },
         result: "denied by the user".into(),
     });
+    // The parent a continuation answers: the same user's run, on the same conversation.
+    s.h.store
+        .create_run(&freeway::run::RunRecord {
+            run_id: "run_parent".into(),
+            ..freeway::run::RunRecord::queued(&cont, freeway::clock::epoch_ms())
+        })
+        .await
+        .unwrap();
     let outcome = execute(&s.h, &cont, WhenResting::Snooze).await;
     assert_eq!(
         outcome,
@@ -1159,18 +1167,18 @@ async fn a_run_that_crashes_inside_its_tool_loop_resumes_within_its_budget() {
     );
     let budget = freeway::budget::Budget::new(Kind::Chat, 1, false);
     assert!(made <= budget.max_calls());
-    let attempts: Vec<(u32, u32)> =
+    let attempts: Vec<(u32, u32, bool)> =
         s.h.store
             .attempts(&job.run_id)
             .await
             .unwrap()
             .iter()
-            .map(|a| (a.n, a.step))
+            .map(|a| (a.n, a.step, a.is_lost()))
             .collect();
     assert_eq!(
         attempts,
-        vec![(1, 1), (3, 2)],
-        "attempt 2 died with its executor; its number is not reused"
+        vec![(1, 1, false), (2, 2, true), (3, 2, false)],
+        "attempt 2 died with its executor: its row says lost, and its number is not reused"
     );
     let roles: Vec<String> =
         s.h.store
@@ -1347,4 +1355,42 @@ async fn an_answer_paid_for_is_kept_when_its_deltas_cannot_be_published() {
     assert_eq!(called(&s.sim), vec![PAID], "one call, not abandoned");
     let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
     assert_eq!(rec.output, "paid for");
+}
+
+#[tokio::test]
+async fn a_continuation_of_no_run_of_its_user_is_invalid_and_calls_nothing() {
+    let s = setup("continuation-orphan").await;
+    let continuation = |parent: &str| {
+        let mut cont = RunJob::new(request("u1", "x", &[PAID]), freeway::clock::epoch_ms());
+        cont.continuation = Some(Continuation {
+            parent_run_id: parent.into(),
+            tool_call: ToolCall {
+                id: "call_1".into(),
+                name: "lookup".into(),
+                arguments: "{}".into(),
+            },
+            result: "approved".into(),
+        });
+        cont
+    };
+    let orphan = continuation("run_nobody");
+    let outcome = execute(&s.h, &orphan, WhenResting::Snooze).await;
+    assert!(matches!(outcome, Outcome::Invalid(_)), "{outcome:?}");
+
+    // Another user's run on another conversation is no parent of u1's continuation either.
+    let theirs = RunJob::new(request("u2", "hi", &[PAID]), freeway::clock::epoch_ms());
+    s.h.store
+        .create_run(&freeway::run::RunRecord::queued(
+            &theirs,
+            freeway::clock::epoch_ms(),
+        ))
+        .await
+        .unwrap();
+    let outcome = execute(&s.h, &continuation(&theirs.run_id), WhenResting::Snooze).await;
+    assert!(matches!(outcome, Outcome::Invalid(_)), "{outcome:?}");
+    assert!(called(&s.sim).is_empty(), "no call for either");
+    assert!(
+        s.h.store.run(&orphan.run_id).await.unwrap().is_none(),
+        "nothing recorded"
+    );
 }

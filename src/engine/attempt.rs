@@ -122,6 +122,10 @@ impl Engine {
             stream,
         } = call;
         let route = &run.routes[index];
+        // Counted and logged `lost` before the call: if this executor dies during it, the log
+        // still has the attempt; how the call ended replaces the record.
+        let lost = AttemptRecord::lost(&run.rec.run_id, n, step, route.key(), self.clock.now_ms());
+        run.unsaved.push(Attached::Attempt(lost));
         self.save(run).await?;
         self.publish(
             run,

@@ -47,6 +47,9 @@ pub enum WhenResting {
 pub enum Outcome {
     /// The run had already settled (a second delivery); nothing was done.
     Skipped(RunStatus),
+    /// The job is not one a run can come from (a continuation of no run of its user and
+    /// conversation): the queue dead-letters it `invalid_job`; nothing was done.
+    Invalid(String),
     /// Another delivery of the run is executing; try this one again after `retry_after`.
     Busy {
         retry_after: std::time::Duration,
@@ -186,6 +189,9 @@ impl Engine {
         if rec.status.is_settled() {
             return Ok(Outcome::Skipped(rec.status));
         }
+        if let Some(why) = self.foreign_continuation(job).await? {
+            return Ok(Outcome::Invalid(why));
+        }
         let budget = Budget::new(job.request.kind, routes.len(), self.summary);
         let mut run = Run {
             job,
@@ -214,6 +220,25 @@ impl Engine {
                 .await;
         }
         Ok(outcome)
+    }
+
+    /// Why a continuation may not run, if it may not: it carries a tool result into a parent
+    /// run's conversation, so that parent must exist and be the same user's, on the same
+    /// conversation. A queue entry is no proof of either.
+    async fn foreign_continuation(&self, job: &RunJob) -> Result<Option<String>, EngineError> {
+        let Some(c) = &job.continuation else {
+            return Ok(None);
+        };
+        let parent = self.store.run(&c.parent_run_id).await?;
+        let ours = parent.is_some_and(|p| {
+            p.user_id == job.request.user_id && p.conversation_id == job.conversation_id
+        });
+        Ok((!ours).then(|| {
+            format!(
+                "continuation of {}: no such run of this user and conversation",
+                c.parent_run_id
+            )
+        }))
     }
 
     /// SPEC §4.1: deadline and closed chains, before the transcript is touched.

@@ -165,8 +165,9 @@ impl Store for MemoryStore {
     async fn record_attempt(&self, attempt: &AttemptRecord) -> Result<(), StoreError> {
         self.with(|m| {
             let attempts = m.attempts.entry(attempt.run_id.clone()).or_default();
-            if !attempts.iter().any(|a| a.n == attempt.n) {
-                attempts.push(attempt.clone());
+            match attempts.iter_mut().find(|a| a.n == attempt.n) {
+                Some(earlier) => *earlier = attempt.clone(),
+                None => attempts.push(attempt.clone()),
             }
         })
     }

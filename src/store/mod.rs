@@ -159,6 +159,8 @@ pub trait Store: Send + Sync {
     ) -> Result<(), StoreError>;
     /// Delete the last assistant turn (everything after the last user message): a regenerate.
     async fn delete_last_assistant_turn(&self, conversation_id: &str) -> Result<(), StoreError>;
+    /// Record attempt `n` of a run; a later record of the same attempt replaces the earlier one
+    /// (the engine records an attempt `lost` as it counts it, then how its call ended).
     async fn record_attempt(&self, attempt: &AttemptRecord) -> Result<(), StoreError>;
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError>;
     /// Answer the tool call `tool_call_id` that run `run_id` paused on (a run saved awaiting

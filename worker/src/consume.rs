@@ -81,6 +81,10 @@ async fn settle(
             info!(until_ms, "another delivery holds the run: parked");
             Ok("busy".into())
         }
+        Outcome::Invalid(reason) => {
+            warn!(%reason, "dead-lettering an invalid job");
+            Err(AbortError::new(InvalidJob(reason)).into())
+        }
         Outcome::Skipped(status) => {
             info!(status = status.as_str(), "already settled: skipped");
             Ok("skipped".into())

@@ -81,6 +81,7 @@ async fn run(settings: Settings, request: RunRequest) -> ExitCode {
             | Outcome::AwaitingApproval(_),
         ) => ExitCode::SUCCESS,
         Ok(Outcome::Refused { .. } | Outcome::Snoozed { .. }) => ExitCode::from(EXIT_REFUSED),
+        Ok(Outcome::Invalid(why)) => fail(EXIT_BAD_INPUT, &format!("invalid job: {why}")),
         Ok(Outcome::Finished { .. } | Outcome::Skipped(_) | Outcome::Busy { .. }) => {
             ExitCode::from(EXIT_FAILED)
         }

@@ -94,6 +94,14 @@ async fn a_continuation_runs_once_while_the_pool_rests() {
         },
         result: "approved".into(),
     });
+    // The parent a continuation answers: the same user's run, on the same conversation.
+    c.store
+        .create_run(&freeway::run::RunRecord {
+            run_id: "run_parent".into(),
+            ..freeway::run::RunRecord::queued(&job, freeway::clock::epoch_ms())
+        })
+        .await
+        .unwrap();
     c.queue.push(std::slice::from_ref(&job)).await.unwrap();
     let events = c.wait(&job.run_id, WAIT).await;
     assert_eq!(last(&events)["status"], "succeeded", "{events:?}");

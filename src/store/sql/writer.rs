@@ -241,7 +241,12 @@ const INSERT_MESSAGES: &str = "INSERT INTO messages \
 const INSERT_MESSAGES_TAIL: &str = " ON CONFLICT (run_id, msg_key) DO NOTHING";
 const INSERT_ATTEMPTS: &str = "INSERT INTO attempts (run_id, n, step, route, http_status, error, \
      verdict, retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms) VALUES ";
-const INSERT_ATTEMPTS_TAIL: &str = " ON CONFLICT (run_id, n) DO NOTHING";
+// An attempt is recorded `lost` as it is counted, then replaced by how its call ended.
+const INSERT_ATTEMPTS_TAIL: &str = " ON CONFLICT (run_id, n) DO UPDATE SET step = excluded.step, \
+     route = excluded.route, http_status = excluded.http_status, error = excluded.error, \
+     verdict = excluded.verdict, retry_hint_ms = excluded.retry_hint_ms, \
+     ratelimit_remaining = excluded.ratelimit_remaining, provider_name = excluded.provider_name, \
+     latency_ms = excluded.latency_ms, t_ms = excluded.t_ms";
 const RECORD_APPROVAL: &str = "INSERT INTO approvals (run_id, tool_call_id, tool_call, created_ms) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, tool_call_id) DO NOTHING";
 // The first answer stays: a second one (a retried request) changes nothing.
@@ -329,7 +334,18 @@ impl<'a> ByKind<'a> {
                     }
                 }
                 Write::Append(m) => k.appends.push(m),
-                Write::Attempt(a) => k.attempts.push(a),
+                // One attempt twice in a batch keeps its later record (PostgreSQL refuses an
+                // upsert that touches one row twice).
+                Write::Attempt(a) => {
+                    match k
+                        .attempts
+                        .iter_mut()
+                        .find(|e| (&e.run_id, e.n) == (&a.run_id, a.n))
+                    {
+                        Some(earlier) => *earlier = a,
+                        None => k.attempts.push(a),
+                    }
+                }
                 Write::DeleteLastTurn {
                     conversation_id,
                     now,
