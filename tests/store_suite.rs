@@ -865,7 +865,11 @@ async fn attempts_round_trip_every_field() {
         // Counted as lost, then how the call ended: the later record replaces the earlier.
         let lost = AttemptRecord::lost(&run_id, 1, 1, full.route.clone(), full.t_ms);
         s.record_attempt(&lost).await.unwrap();
-        assert!(s.attempts(&run_id).await.unwrap()[0].is_lost(), "{}", db.label);
+        assert!(
+            s.attempts(&run_id).await.unwrap()[0].is_lost(),
+            "{}",
+            db.label
+        );
         s.record_attempt(&full).await.unwrap();
         s.record_attempt(&full).await.unwrap();
         assert_eq!(

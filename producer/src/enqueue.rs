@@ -311,7 +311,7 @@ impl Enqueuer {
         Ok(())
     }
 
-    /// SPEC's reconciler, one replica a round: push again every run the store has as queued,
+    /// The reconciler, one replica a round: push again every run the store has as queued,
     /// delayed or running, untouched for `stale`, of which Redis keeps neither the job copy nor
     /// a lease — Redis lost it (a restart without its data, a failover). The round is claimed
     /// with a lock that lasts `round`. Returns the runs pushed, `None` when another replica has
