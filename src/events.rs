@@ -4,6 +4,7 @@
 //! expire a day after the run ends. The API relays the stream as Server-Sent Events.
 
 use crate::chat::{ToolCall, Usage};
+use crate::run::{RunRecord, RunStatus};
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use serde::Serialize;
@@ -85,6 +86,28 @@ impl Event {
             self,
             Event::Delta { .. } | Event::ToolCall { .. } | Event::ToolResult { .. }
         )
+    }
+
+    /// The last event a settled run published, as its record tells it: what a reader is served
+    /// from the store when the stream never got it (Redis was away as the run ended) or has
+    /// expired. `None` for a run that is not settled.
+    pub fn last_of(run: &RunRecord) -> Option<Event> {
+        match run.status {
+            RunStatus::Succeeded | RunStatus::Failed => Some(Event::Finished {
+                status: run.status.as_str().to_string(),
+                code: run.code.map(|c| c.as_str().to_string()),
+                usage: run.usage,
+            }),
+            RunStatus::Refused => Some(Event::Refused {
+                code: run.code.map_or("", |c| c.as_str()).to_string(),
+                retry_after_s: 0,
+            }),
+            RunStatus::AwaitingApproval => run
+                .pending_tool_call
+                .clone()
+                .map(|tool_call| Event::AwaitingApproval { tool_call }),
+            RunStatus::Queued | RunStatus::Delayed | RunStatus::Running => None,
+        }
     }
 
     /// The events after which a run's stream has nothing more to say for this job.

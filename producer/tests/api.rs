@@ -292,7 +292,11 @@ fn sse_events(body: &str) -> Vec<(String, String, String)> {
                     .find_map(|l| l.strip_prefix(&format!("{name}: ")))
                     .map(str::to_string)
             };
-            Some((field("id")?, field("event")?, field("data")?))
+            Some((
+                field("id").unwrap_or_default(),
+                field("event")?,
+                field("data")?,
+            ))
         })
         .collect()
 }
@@ -373,7 +377,14 @@ async fn the_events_of_a_settled_run_whose_stream_expired_close_at_once() {
     let started = std::time::Instant::now();
     let (status, text) = read_events(&s, run_id, None).await;
     assert_eq!(status, 200);
-    assert!(sse_events(&text).is_empty(), "{text}");
+    let events = sse_events(&text);
+    assert_eq!(
+        events.len(),
+        1,
+        "only the last event, from the store: {text}"
+    );
+    assert_eq!(events[0].1, "finished", "{text}");
+    assert!(events[0].2.contains(r#""status":"succeeded""#), "{text}");
     assert!(
         started.elapsed() < producer::stream::BLOCK,
         "closed without waiting for a read to time out"

@@ -237,6 +237,7 @@ async fn undecodable_entries_are_dead_lettered_within_a_poll_and_strand_no_run()
         assert_eq!(last(&events)["status"], "succeeded", "{}", run.run_id);
     }
     let elapsed = started.elapsed();
+    eprintln!("undecodable probe: 10 valid runs behind 6 poison entries finished in {elapsed:?}");
     assert!(
         elapsed < Duration::from_secs(15),
         "the valid runs took {elapsed:?}"
@@ -282,6 +283,7 @@ async fn a_redis_that_loses_its_data_loses_no_run() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     redis.flushall().await;
+    let flushed = std::time::Instant::now();
     let in_flight_at_flush = 8;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     for run_id in &runs {
@@ -306,6 +308,10 @@ async fn a_redis_that_loses_its_data_loses_no_run() {
         }
     }
     let calls = c.sim.calls().len();
+    eprintln!(
+        "FLUSHALL probe: 20 runs succeeded {:?} after the flush, {calls} provider calls",
+        flushed.elapsed()
+    );
     assert!(
         (20..=20 + in_flight_at_flush).contains(&calls),
         "{calls} calls for 20 runs: none paid for twice beyond the calls in flight"

@@ -4,8 +4,10 @@
 //! JSON (`data:`), so a client that reconnects with `Last-Event-ID` resumes right after the last
 //! event it saw. The response ends after `finished`, `refused` or `awaiting_approval` (at once
 //! for a client that resumes after one of them); it also ends when the run is settled and its
-//! stream has nothing more to give (the stream expired, or the terminal event was never
-//! published), and when the server shuts down. Idle streams get keep-alive comments.
+//! stream has nothing more to give (the stream expired, or the last event was never published
+//! because Redis was away): then that last event is served from the store, without an `id:`,
+//! before the end. It also ends when the server shuts down. Idle streams get keep-alive
+//! comments.
 //!
 //! New entries come from the process's shared reader ([`crate::hub`]); what the client has not
 //! seen from before it joined is read from the stream directly. Each open stream holds a slot of
@@ -20,6 +22,8 @@ use crate::stream::{self, BATCH, Entry, StreamId, parse_event_id};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use freeway::events::Event;
+use freeway::run::RunRecord;
 use freeway::store::Store;
 use futures_util::Stream;
 use redis::aio::ConnectionManager;
@@ -132,8 +136,12 @@ impl Relay {
             if self.done {
                 return None;
             }
-            if std::mem::take(&mut self.check_over) && self.over().await {
-                return None;
+            if std::mem::take(&mut self.check_over) {
+                match self.over().await {
+                    Over::No => {}
+                    Over::Ended => return None,
+                    Over::Settled(run) => return self.last_from_store(&run),
+                }
             }
             if self.feed.is_none() {
                 match self.state.hub.join(&self.key).await {
@@ -165,11 +173,11 @@ impl Relay {
                 received = tokio::time::timeout(IDLE, feed.recv()) => received,
             };
             match received {
-                Err(_idle) => {
-                    if self.over().await {
-                        return None;
-                    }
-                }
+                Err(_idle) => match self.over().await {
+                    Over::No => {}
+                    Over::Ended => return None,
+                    Over::Settled(run) => return self.last_from_store(&run),
+                },
                 Ok(Ok(batch)) => self.take(batch.iter().cloned()),
                 // Join again, and read what the feed dropped from the stream.
                 Ok(Err(Lost::Behind)) => self.feed = None,
@@ -197,27 +205,53 @@ impl Relay {
     }
 
     /// Nothing came for a while: is there nothing more to come?
-    async fn over(&mut self) -> bool {
+    async fn over(&mut self) -> Over {
         let run = match self.state.store.run(&self.run_id).await {
             Ok(Some(run)) if run.status.is_settled() => run,
-            Ok(_) => return false,
+            Ok(_) => return Over::No,
             Err(error) => {
                 tracing::warn!(run_id = %self.run_id, %error, "cannot read the run");
-                return false;
+                return Over::No;
             }
         };
         match stream::newest(&mut self.conn, &self.key).await {
-            Ok(None) => true,
-            Ok(Some(newest)) => {
+            Ok(None) => Over::Settled(Box::new(run)),
+            Ok(Some(newest)) if newest.id != self.last => Over::No,
+            Ok(Some(newest)) if newest.is_last() => Over::Ended,
+            Ok(Some(_)) => {
                 let settled_for = freeway::clock::epoch_ms().saturating_sub(run.updated_ms);
-                newest.id == self.last && (newest.is_last() || settled_for > SETTLE_GRACE_MS)
+                if settled_for > SETTLE_GRACE_MS {
+                    Over::Settled(Box::new(run))
+                } else {
+                    Over::No
+                }
             }
             Err(error) => {
                 tracing::warn!(run_id = %self.run_id, %error, "event stream read failed");
-                true
+                Over::Ended
             }
         }
     }
+
+    /// The settled run's last event, from its record, and then the end.
+    fn last_from_store(mut self, run: &RunRecord) -> Option<(Result<SseEvent, Infallible>, Relay)> {
+        self.done = true;
+        let event = Event::last_of(run)?;
+        let sse = SseEvent::default()
+            .event(event.kind())
+            .data(event.to_json());
+        Some((Ok(sse), self))
+    }
+}
+
+/// What [`Relay::over`] found.
+enum Over {
+    /// More may come.
+    No,
+    /// The stream carried the run's last event, or cannot be read.
+    Ended,
+    /// The run is settled and its stream will not carry its last event.
+    Settled(Box<RunRecord>),
 }
 
 /// The SSE form of an entry; `None` for an entry no SSE field can carry (a type with a line
