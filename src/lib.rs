@@ -18,6 +18,8 @@ pub mod events;
 pub mod headers;
 pub mod job;
 pub mod lease;
+#[cfg(feature = "logging")]
+pub mod logging;
 pub mod metrics;
 pub mod provider;
 pub mod rest;

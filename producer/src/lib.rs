@@ -1,14 +1,8 @@
-//! The enqueue side of freeway, as a library: Rust web apps call [`Enqueuer`] (validate,
-//! pre-flight, record, push) on a [`Queue`], the `producer` binary serves the HTTP API on it
-//! ([`api::router`]), and the worker re-pushes snoozed runs through [`Queue`].
+//! The web side of freeway: the HTTP API and job board ([`api::router`]) over the `queue`
+//! crate's [`queue::Enqueuer`], the event streams it relays ([`hub`], [`stream`]) and the
+//! `producer` command line. A Rust web app that enqueues in-process links `queue`, not this.
 
 pub mod api;
-pub mod enqueue;
 pub mod hub;
-pub mod logging;
-pub mod queue;
 pub mod stream;
 pub mod view;
-
-pub use enqueue::{EnqueueError, Enqueuer, Outcome};
-pub use queue::{Queue, QueueError};

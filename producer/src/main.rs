@@ -5,7 +5,7 @@
 mod cli;
 
 use clap::{Parser, Subcommand};
-use producer::logging;
+use freeway::logging;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 

@@ -356,7 +356,7 @@ async fn bobs_job_on(fleet: &Fleet, connection: &str) -> String {
     let conn = freeway::connect::redis(&common::redis_url())
         .await
         .expect("Redis");
-    producer::Queue::new(conn, &fleet.ns)
+    queue::Queue::new(conn, &fleet.ns)
         .push(std::slice::from_ref(&job))
         .await
         .expect("pushed");

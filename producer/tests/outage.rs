@@ -5,7 +5,7 @@ mod common;
 
 use freeway::job::RunRequest;
 use freeway::store::{SqlStore, Store};
-use producer::Enqueuer;
+use queue::Enqueuer;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;

@@ -12,7 +12,7 @@ use apalis_core::backend::ext::with_codec::WithCodec;
 use apalis_core::error::AbortError;
 use freeway::engine::{Engine, Outcome, WhenResting};
 use freeway::job::RunJob;
-use producer::Queue;
+use queue::Queue;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{Instrument, info, warn};
@@ -30,7 +30,7 @@ pub struct App {
     pub engine: Engine,
     pub queue: Queue,
     /// For the reconcile rounds.
-    pub enqueuer: producer::Enqueuer,
+    pub enqueuer: queue::Enqueuer,
     /// How often a reconcile round is due; a run is stale after two.
     pub reconcile: Duration,
 }
@@ -112,7 +112,7 @@ async fn settle(
 }
 
 /// Re-push the run to run at `until_ms` (a snooze is a new delivery, never an apalis retry).
-async fn park(app: &App, job: &RunJob, until_ms: u64) -> Result<(), producer::QueueError> {
+async fn park(app: &App, job: &RunJob, until_ms: u64) -> Result<(), queue::QueueError> {
     let mut next = job.clone();
     next.snooze_n += 1;
     app.queue.snooze(&next, until_ms).await
@@ -193,7 +193,7 @@ async fn tick(app: Arc<App>) {
     loop {
         tokio::time::sleep(TICK).await;
         let now = freeway::clock::epoch_ms();
-        if let Err(e) = app.queue.wake_due(now, producer::queue::CHUNK).await {
+        if let Err(e) = app.queue.wake_due(now, queue::schedule::CHUNK).await {
             warn!(error = %e, "waking snoozed runs failed");
         }
         if let Err(e) = app.queue.promote_due().await {

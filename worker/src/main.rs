@@ -13,7 +13,7 @@ mod wiring;
 
 use clap::{Parser, Subcommand};
 // One log set-up for every binary; `crate::logging` names it for the commands.
-use producer::logging;
+use freeway::logging;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -148,8 +148,8 @@ fn serve(
             Err(e) => return exit::start_failed(&e),
         };
         let queue =
-            producer::Queue::new(wired.conn.clone(), &settings.namespace).with_heartbeat(heartbeat);
-        let enqueuer = producer::Enqueuer::new(
+            queue::Queue::new(wired.conn.clone(), &settings.namespace).with_heartbeat(heartbeat);
+        let enqueuer = queue::Enqueuer::new(
             wired.conn.clone(),
             &settings.namespace,
             wired.engine.store.clone(),

@@ -264,12 +264,12 @@ async fn a_redis_that_loses_its_data_loses_no_run() {
     };
     let mut c = Cluster::start_on("flushall", config, redis.url.clone()).await;
     let enqueuer =
-        producer::Enqueuer::new(c.conn.clone(), &c.ns, std::sync::Arc::new(c.store.clone()));
+        queue::Enqueuer::new(c.conn.clone(), &c.ns, std::sync::Arc::new(c.store.clone()));
     let mut runs = Vec::new();
     for i in 0..20 {
         let req = request(&format!("u{i}"), "survive", &[PAID]);
         match enqueuer.enqueue(req).await.unwrap() {
-            producer::enqueue::Outcome::Enqueued { run_id } => runs.push(run_id),
+            queue::enqueue::Outcome::Enqueued { run_id } => runs.push(run_id),
             other => panic!("{other:?}"),
         }
     }

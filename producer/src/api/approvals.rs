@@ -1,13 +1,13 @@
 //! `POST /v1/runs/{id}/approvals`: a person's answer to the tool call a run is paused on. It
-//! enqueues the continuation (SPEC §2.4) through [`crate::enqueue::Enqueuer::approve`].
+//! enqueues the continuation (SPEC §2.4) through [`queue::enqueue::Enqueuer::approve`].
 
 use super::AppState;
 use super::error::{ApiError, JsonBody, PathParams};
 use super::user::ForUser;
-use crate::enqueue::Approval;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use queue::enqueue::Approval;
 use std::sync::Arc;
 
 /// `202 {"run_id": <continuation>}`; `409` unless the run awaits that very tool call.

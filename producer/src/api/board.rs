@@ -19,7 +19,6 @@ use super::AppState;
 use super::auth::presents_admin;
 use super::error::{ApiError, PathParams};
 use super::user::ForUser;
-use crate::queue::{Depths, HEARTBEAT, MISSED_HEARTBEATS, Replica};
 use crate::view::RunView;
 use axum::Json;
 use axum::extract::{Query, State};
@@ -29,6 +28,7 @@ use freeway::chat::Message;
 use freeway::rest::ActiveRest;
 use freeway::run::{Code, RunRecord, RunStatus};
 use freeway::store::Store;
+use queue::schedule::{Depths, HEARTBEAT, MISSED_HEARTBEATS, Replica};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

@@ -2,8 +2,6 @@
 //! of SPEC §6 and their HTTP statuses, and the extractors that turn axum's own rejections (bad
 //! JSON, a body over the limit, a bad path) into it.
 
-use crate::enqueue::EnqueueError;
-use crate::queue::QueueError;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -14,6 +12,8 @@ use axum::response::{IntoResponse, Response};
 use freeway::rest::RestError;
 use freeway::run::Code;
 use freeway::store::StoreError;
+use queue::enqueue::EnqueueError;
+use queue::schedule::QueueError;
 use serde::de::DeserializeOwned;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

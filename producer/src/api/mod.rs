@@ -1,4 +1,4 @@
-//! The HTTP API of SPEC §5.1 on axum: thin handlers over [`crate::enqueue::Enqueuer`], the store
+//! The HTTP API of SPEC §5.1 on axum: thin handlers over [`queue::enqueue::Enqueuer`], the store
 //! and Redis, with the state passed explicitly in [`AppState`] (tests build one per test, with
 //! their own namespace and tokens, and serve [`router`] in-process).
 //!
@@ -28,7 +28,6 @@ pub mod rests;
 pub mod runs;
 pub mod user;
 
-use crate::enqueue::Enqueuer;
 use crate::hub::Hub;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -37,6 +36,7 @@ use axum::middleware;
 use axum::routing::{delete, get, post, put};
 use error::ApiError;
 use freeway::store::{SecretKey, SqlStore};
+use queue::enqueue::Enqueuer;
 use std::sync::Arc;
 use tokio::sync::{Semaphore, watch};
 

@@ -1,16 +1,16 @@
-//! `POST /v1/runs` (enqueue, through the same [`Enqueuer::enqueue`](crate::enqueue::Enqueuer)
+//! `POST /v1/runs` (enqueue, through the same [`Enqueuer::enqueue`](queue::enqueue::Enqueuer)
 //! as the CLI) and `GET /v1/runs/{id}` (scoped by `?user_id=`, see [`super::user`]).
 
 use super::AppState;
 use super::error::{ApiError, Body, PathParams};
 use super::user::{ForUser, not_found};
-use crate::enqueue::Outcome;
 use crate::view::RunView;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use freeway::job::RunRequest;
+use queue::enqueue::Outcome;
 use std::sync::Arc;
 
 /// `202 {"run_id","status":"queued"}`, also for a repeated idempotency key; `429` while every

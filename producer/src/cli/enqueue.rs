@@ -10,7 +10,7 @@ use freeway::config::Settings;
 use freeway::job::RunRequest;
 use freeway::route::RouteSpec;
 use producer::stream::{Entry, Reader};
-use producer::{Enqueuer, Outcome};
+use queue::{Enqueuer, Outcome};
 use serde_json::Value;
 use std::io::Write;
 use std::process::ExitCode;

@@ -3,9 +3,9 @@
 
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, open_store, redis_client};
 use freeway::config::Settings;
-use producer::Enqueuer;
 use producer::api::{self, AppState, auth::Tokens};
 use producer::hub::Hub;
+use queue::Enqueuer;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;

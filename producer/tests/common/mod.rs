@@ -8,9 +8,9 @@ pub mod fleet;
 
 use freeway::events::{Event, EventSink, RedisEvents};
 use freeway::store::{SecretKey, SqlStore};
-use producer::Enqueuer;
 use producer::api::{self, AppState, auth::Tokens};
 use producer::hub::Hub;
+use queue::Enqueuer;
 use redis::aio::ConnectionManager;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 
 use crate::{Args, BoxError};
 use freeway::store::SqlStore;
-use producer::Queue;
+use queue::Queue;
 use redis::aio::ConnectionManager;
 use sqlx::Connection;
 use std::path::{Path, PathBuf};
@@ -311,7 +311,7 @@ pub async fn delete_namespace(conn: &mut ConnectionManager, ns: &str) -> Result<
         }
         cursor = next;
     }
-    let workers = format!("{}:workers", producer::queue::queue_name(ns));
+    let workers = format!("{}:workers", queue::schedule::queue_name(ns));
     redis::cmd("ZREM")
         .arg("core:apalis:queues:list")
         .arg(workers)

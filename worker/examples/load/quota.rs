@@ -77,7 +77,7 @@ async fn scenario(
 }
 
 /// Each user enqueues at `rate / users` runs/s, users staggered so that the total is steady.
-async fn offer(args: &Args, rate: f64, queue: &producer::Queue) -> Result<Vec<RunJob>, BoxError> {
+async fn offer(args: &Args, rate: f64, queue: &queue::Queue) -> Result<Vec<RunJob>, BoxError> {
     let users = u64::from(args.users);
     let period = Duration::from_secs_f64(users as f64 / rate);
     let start = tokio::time::Instant::now();
@@ -97,7 +97,7 @@ async fn offer(args: &Args, rate: f64, queue: &producer::Queue) -> Result<Vec<Ru
                     jobs.push(job);
                     at += period;
                 }
-                Ok::<_, producer::queue::QueueError>(jobs)
+                Ok::<_, queue::schedule::QueueError>(jobs)
             })
         })
         .collect();

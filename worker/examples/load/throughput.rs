@@ -17,7 +17,7 @@ use freeway::provider::{ApiKey, ChatProvider, ChatRequest, HttpProvider, Target,
 use freeway::route::RouteSpec;
 use freeway::run::RunStatus;
 use freeway::store::Store;
-use producer::Queue;
+use queue::Queue;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

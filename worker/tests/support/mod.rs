@@ -6,7 +6,7 @@ use freeway::events::stream_key;
 use freeway::job::{RunJob, RunRequest};
 use freeway::route::RouteSpec;
 use freeway::store::SqlStore;
-use producer::Queue;
+use queue::Queue;
 use redis::aio::ConnectionManager;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -206,7 +206,7 @@ impl Cluster {
     pub async fn watch_queue(
         &self,
         timeout: Duration,
-        mut done: impl FnMut(&producer::queue::Depths) -> bool,
+        mut done: impl FnMut(&queue::schedule::Depths) -> bool,
     ) {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {

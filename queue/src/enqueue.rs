@@ -18,7 +18,7 @@
 //! prompt, deadline). An approval later than a day after the parent's deadline finds no job and
 //! is refused as a conflict.
 
-use crate::queue::{IDEMPOTENCY_TTL, Queue, QueueError};
+use crate::schedule::{IDEMPOTENCY_TTL, Queue, QueueError};
 use freeway::chat::ToolCall;
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
