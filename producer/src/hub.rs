@@ -16,7 +16,7 @@
 //! drops entries ([`Lost::Behind`]) joins again the same way.
 //!
 //! A reader blocked in `XREAD` does not see a run added after the read began, so adding one
-//! wakes it with `CLIENT UNBLOCK`; its short [`BLOCK`] bounds the wait in the rare case where the
+//! wakes it with `CLIENT UNBLOCK`; its short `BLOCK` bounds the wait in the rare case where the
 //! wake-up arrives before the read.
 
 use crate::stream::{self, BATCH, Entry, StreamId};

@@ -55,7 +55,7 @@ enum Command {
     /// Classify a raw HTTP response read on stdin (status line, headers, blank line, body) and
     /// print the verdict as one JSON line.
     Classify {
-        /// The route that answered: MODEL[@CONNECTION].
+        /// The route that answered: `MODEL[@CONNECTION]`.
         #[arg(long)]
         route: String,
     },

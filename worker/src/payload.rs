@@ -3,7 +3,7 @@
 //! apalis decodes an entry before the handler sees it, and a decode error is an error of the
 //! worker's stream: the worker dies, the entry stays where it was, and after a restart the same
 //! bytes kill it again, stranding every valid run behind them. So this codec never fails: bytes
-//! that are not JSON (or nest deeper than serde_json reads) come out as an [`Undecodable`]
+//! that are not JSON (or nest deeper than serde_json reads) come out as a
 //! marker that the handler dead-letters `invalid_job` with the reason, like any bad job.
 
 use apalis_core::backend::codec::Codec;
