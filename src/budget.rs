@@ -1,4 +1,4 @@
-//! The call budget of SPEC §2.1, enforced by construction.
+//! The call budget of docs/design.md §2.1, enforced by construction.
 //!
 //! A run's calls are bounded by the number of step-1 attempts, one call per later step and an
 //! optional summary call; there is no other source of calls (no client retries anywhere). The
@@ -40,7 +40,7 @@ pub struct Budget {
     pub summary: bool,
 }
 
-/// `MAX_ATTEMPTS` of SPEC §2.1: attempts for step 1 over a chain of several routes.
+/// `MAX_ATTEMPTS` of docs/design.md §2.1: attempts for step 1 over a chain of several routes.
 pub const MAX_ATTEMPTS: u32 = 3;
 
 impl Budget {
@@ -65,7 +65,7 @@ impl Budget {
         }
     }
 
-    /// The most calls the run can make: the table of SPEC §2.1.
+    /// The most calls the run can make: the table of docs/design.md §2.1.
     pub fn max_calls(&self) -> u32 {
         self.step1_attempts + (self.max_steps - 1) + u32::from(self.summary)
     }

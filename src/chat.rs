@@ -77,7 +77,7 @@ pub enum Approval {
     Required,
 }
 
-/// A tool as the job declares it (SPEC §2.4).
+/// A tool as the job declares it (docs/design.md §2.4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolSpec {

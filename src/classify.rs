@@ -1,4 +1,4 @@
-//! Classifying a failed attempt (SPEC §3): who refused, and what rest that calls for.
+//! Classifying a failed attempt (docs/design.md §3): who refused, and what rest that calls for.
 //!
 //! A 429 from OpenRouter can mean the whole shared free account is spent, one model is in high
 //! demand, or one upstream provider is saturated; each calls for a different rest, and guessing
@@ -7,7 +7,7 @@
 //! (status, headers, body) and the route: no I/O, no clock beyond the `now_ms` they are given. The
 //! rest itself is written, clamped and extended by [`crate::rest`], against Redis time.
 //!
-//! Readings of the SPEC that the table alone leaves open:
+//! Readings of docs/design.md §3 that the table alone leaves open:
 //! - The shared-route table applies to a 402 as to a 429 ("a 402 or 429 on a shared route"): a 402
 //!   with `limit_source` `openrouter_in_flight_budget` is `account`, one with `openrouter_credits`
 //!   is `billing`, and a bare 402 with no signal at all falls to rule 4, `ambiguous` — the body
@@ -69,7 +69,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// Account, route, provider and ambiguous verdicts are rate limits: a chain exhausted only by
-    /// them snoozes instead of failing (SPEC §4.2).
+    /// them snoozes instead of failing (docs/design.md §4.2).
     pub fn is_rate_limit(self) -> bool {
         matches!(
             self,
@@ -168,7 +168,7 @@ pub struct Classification {
     pub length: Option<RestLength>,
     /// For an ambiguous verdict on a shared route: record evidence against the pool.
     pub evidence: bool,
-    /// The rule of SPEC §3 that matched (`"0:limit_source"`, `"1:x-ratelimit"`, …).
+    /// The rule of docs/design.md §3 that matched (`"0:limit_source"`, `"1:x-ratelimit"`, …).
     pub rule: &'static str,
     /// `Retry-After` (or `retry_after_seconds`) in ms, when the response carried one.
     pub retry_hint_ms: Option<u64>,
@@ -211,7 +211,7 @@ pub fn classify(error: &CallError, route: &Route, now_ms: u64) -> Classification
             body,
         } => classify_response(*status, headers, body, route, now_ms),
         CallError::Transport(_) => Classification::bare(Verdict::Server, "transport"),
-        // The engine applies the mid-stream rate-limit rule itself (SPEC §2.3); for the chain any
+        // The engine applies the mid-stream rate-limit rule itself (docs/design.md §2.3); for the chain any
         // other error inside a 200 counts as a 5xx of that attempt.
         CallError::InBand { error, .. } => Classification {
             provider_name: error
@@ -311,7 +311,7 @@ impl Decision {
     }
 }
 
-/// SPEC §3 table for a 402 or 429 on a shared route: the first rule that matches wins.
+/// docs/design.md §3 table for a 402 or 429 on a shared route: the first rule that matches wins.
 fn shared_rule(s: &Signals, route: &Route, pool: &str, now_ms: u64) -> Decision {
     match s
         .limit_source

@@ -1,4 +1,4 @@
-//! Configuration from the environment (SPEC §5.3), checked once at start-up.
+//! Configuration from the environment (docs/api.md §5.3), checked once at start-up.
 //!
 //! Every binary reads the same variables; a bad value is reported as one [`ConfigError`] line
 //! that names the variable, never as a panic.

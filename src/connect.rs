@@ -1,7 +1,7 @@
 //! Connecting to Redis with timeouts that survive load.
 //!
 //! redis-rs defaults to a 500 ms response timeout, which kills busy workers (see
-//! notes/apalis-1.0.md); every freeway process connects through here instead.
+//! docs/operations.md); every freeway process connects through here instead.
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::time::Duration;
@@ -14,7 +14,7 @@ pub struct ConnectError {
     pub source: redis::RedisError,
 }
 
-/// Redis timeouts of SPEC §4.3: at least 5 s.
+/// Redis timeouts of docs/design.md §4.3: at least 5 s.
 pub const REDIS_RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 

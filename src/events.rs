@@ -1,20 +1,23 @@
-//! Run events (SPEC §2.5): what a run tells the web app while it happens.
+//! Run events (docs/design.md §2.5): what a run tells the web app while it happens.
 //!
 //! Every event goes to the run's Redis Stream `{ns}:run:{run_id}:events`, trimmed, and set to
 //! expire a day after the run ends. The API relays the stream as Server-Sent Events.
 
 use crate::chat::{ToolCall, Usage};
-use crate::run::{RunRecord, RunStatus};
+use crate::classify::Verdict;
+use crate::run::{Code, RunRecord, RunStatus};
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How long a finished run's events stay in Redis.
 pub const EVENTS_TTL_S: i64 = 24 * 3600;
 /// The most entries a run's stream keeps (approximately).
 const STREAM_MAXLEN: usize = 10_000;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One run event, as the worker publishes it and every reader (the SSE relay, the CLI, the
+/// board) parses it back: one type on every side, so no reader matches strings in JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     Queued,
@@ -33,7 +36,7 @@ pub enum Event {
     Failover {
         from: String,
         to: Option<String>,
-        verdict: String,
+        verdict: Verdict,
     },
     Delta {
         text: String,
@@ -51,13 +54,13 @@ pub enum Event {
         tool_call: ToolCall,
     },
     Refused {
-        code: String,
+        code: Code,
         retry_after_s: u64,
     },
     Finished {
-        status: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        code: Option<String>,
+        status: RunStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<Code>,
         usage: Usage,
     },
 }
@@ -94,12 +97,13 @@ impl Event {
     pub fn last_of(run: &RunRecord) -> Option<Event> {
         match run.status {
             RunStatus::Succeeded | RunStatus::Failed => Some(Event::Finished {
-                status: run.status.as_str().to_string(),
-                code: run.code.map(|c| c.as_str().to_string()),
+                status: run.status,
+                code: run.code,
                 usage: run.usage,
             }),
             RunStatus::Refused => Some(Event::Refused {
-                code: run.code.map_or("", |c| c.as_str()).to_string(),
+                // A refused run always has its code; a record without one reads as exhausted.
+                code: run.code.unwrap_or(Code::RoutesExhausted),
                 retry_after_s: 0,
             }),
             RunStatus::AwaitingApproval => run
@@ -116,6 +120,11 @@ impl Event {
             self,
             Event::Finished { .. } | Event::Refused { .. } | Event::AwaitingApproval { .. }
         )
+    }
+
+    /// An event as a stream entry's `data` holds it; `None` for text that is not one.
+    pub fn from_json(data: &str) -> Option<Event> {
+        serde_json::from_str(data).ok()
     }
 
     pub fn to_json(&self) -> String {
@@ -183,5 +192,77 @@ impl EventSink for RedisEvents {
         pipe.query_async::<()>(&mut conn)
             .await
             .map_err(|e| EventError(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant, as a reader parses back what a worker wrote, with its wire form.
+    #[test]
+    fn every_event_reads_back_as_it_was_written() {
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "lookup".into(),
+            arguments: "{}".into(),
+        };
+        let events = [
+            (Event::Queued, r#"{"type":"queued"}"#),
+            (
+                Event::Failover {
+                    from: "platform:openrouter/a:free".into(),
+                    to: None,
+                    verdict: Verdict::Account,
+                },
+                r#"{"type":"failover","from":"platform:openrouter/a:free","to":null,"verdict":"account"}"#,
+            ),
+            (
+                Event::Refused {
+                    code: Code::AccountResting,
+                    retry_after_s: 7,
+                },
+                r#"{"type":"refused","code":"account_resting","retry_after_s":7}"#,
+            ),
+            (
+                Event::Finished {
+                    status: RunStatus::Failed,
+                    code: Some(Code::ConnectionMissing),
+                    usage: Usage::default(),
+                },
+                r#"{"type":"finished","status":"failed","code":"connection_missing","usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}"#,
+            ),
+        ];
+        for (event, wire) in events {
+            assert_eq!(event.to_json(), wire);
+            assert_eq!(Event::from_json(wire), Some(event));
+        }
+        for event in [
+            Event::Delayed {
+                until_ms: 5,
+                reason: "pool".into(),
+            },
+            Event::Started { worker: "w".into() },
+            Event::Attempt {
+                n: 1,
+                step: 1,
+                route: "r".into(),
+            },
+            Event::Delta { text: "é".into() },
+            Event::ToolCall {
+                id: "c".into(),
+                name: "n".into(),
+                arguments: "{".into(),
+            },
+            Event::ToolResult {
+                id: "c".into(),
+                content: "x".into(),
+            },
+            Event::AwaitingApproval { tool_call: call },
+        ] {
+            assert_eq!(Event::from_json(&event.to_json()), Some(event));
+        }
+        assert_eq!(Event::from_json(r#"{"type":"nosuch"}"#), None);
+        assert_eq!(Event::from_json("not json"), None);
     }
 }

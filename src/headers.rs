@@ -2,7 +2,7 @@
 //!
 //! Rate-limit signals arrive in real headers (any case: HTTP/2 lowercases them) and in the echo
 //! OpenRouter puts into `error.metadata.headers`. Both end up in this one type so the rules of
-//! SPEC §3 read them the same way.
+//! docs/design.md §3 read them the same way.
 
 /// An ordered list of header name/value pairs with case-insensitive lookup.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

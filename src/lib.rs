@@ -21,6 +21,7 @@ pub mod lease;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub mod metrics;
+pub mod preflight;
 pub mod provider;
 pub mod rest;
 pub mod route;

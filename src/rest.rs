@@ -1,4 +1,4 @@
-//! Rests in Redis (SPEC §3 "Rest semantics"): pool rests, route rests, connection circuits and
+//! Rests in Redis (docs/design.md §3 "Rest semantics"): pool rests, route rests, connection circuits and
 //! ambiguous evidence, shared by every replica.
 //!
 //! A rest is what stops the fleet from spending calls into a quota that is already closed, so it
@@ -94,6 +94,17 @@ pub struct Closure {
     pub kind: RestKind,
     pub remaining_ms: u64,
     pub reason: String,
+}
+
+impl Closure {
+    /// A closure that never ends: a route this run must not try again, whatever Redis says.
+    pub fn forever(reason: &str) -> Closure {
+        Closure {
+            kind: RestKind::Route,
+            remaining_ms: u64::MAX,
+            reason: reason.to_string(),
+        }
+    }
 }
 
 /// An active rest, as `GET /v1/rests` and the board list them.

@@ -1,5 +1,5 @@
-//! A run's record: its status, its code (SPEC §6), its resumable position and its attempt log
-//! (SPEC §7). The engine reads and writes these through [`crate::store::Store`].
+//! A run's record: its status, its code (docs/api.md §6), its resumable position and its attempt log
+//! (docs/design.md §7). The engine reads and writes these through [`crate::store::Store`].
 
 use crate::budget::{Counters, Kind};
 use crate::chat::{ToolCall, Usage};
@@ -45,7 +45,7 @@ impl RunStatus {
     }
 }
 
-/// The codes of SPEC §6 that end a run.
+/// The codes of docs/api.md §6 that end a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Code {
@@ -85,7 +85,7 @@ impl Code {
         }
     }
 
-    /// The code a failure ends a run with, by its verdict (SPEC §2.3).
+    /// The code a failure ends a run with, by its verdict (docs/design.md §2.3).
     pub fn for_verdict(verdict: Verdict) -> Code {
         match verdict {
             Verdict::Account | Verdict::Route | Verdict::Provider | Verdict::Ambiguous => {
@@ -107,7 +107,7 @@ pub struct RunState {
     pub route_index: Option<usize>,
     /// The run's input (user message, regenerate delete or continuation result) is in the transcript.
     pub input_applied: bool,
-    /// This run met an ambiguous 402/429: it walks no more shared routes (SPEC §3 rule 4).
+    /// This run met an ambiguous 402/429: it walks no more shared routes (docs/design.md §3 rule 4).
     pub ambiguous_stop: bool,
     /// Output was published (`delta`, `tool_call`, `tool_result`): no failover any more.
     pub emitted: bool,
@@ -225,7 +225,7 @@ impl AttemptRecord {
     }
 }
 
-/// A person's answer to a tool call that needs approval (SPEC §2.4).
+/// A person's answer to a tool call that needs approval (docs/design.md §2.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Decision {

@@ -1,4 +1,4 @@
-//! Running tools for the model (SPEC §2.4): `POST {FREEWAY_TOOL_URL}/{name}`.
+//! Running tools for the model (docs/design.md §2.4): `POST {FREEWAY_TOOL_URL}/{name}`.
 //!
 //! A tool's failure is not a run's failure: the error text goes back to the model as the tool
 //! result, so the model can say what went wrong.

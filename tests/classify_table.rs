@@ -1,4 +1,4 @@
-//! The classification table of SPEC §3, on every 429/402 variant of the wire notes (§3, #1–#18),
+//! The classification table of docs/design.md §3, on every 429/402 variant of the wire notes (§3, #1–#18),
 //! in their 2025 and 2026 shapes, on shared and off-quota routes.
 //!
 //! Bodies are the notes' reconstructions, verbatim (placeholders included): the classifier must

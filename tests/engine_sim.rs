@@ -1,4 +1,4 @@
-//! The run rules of SPEC §2.2–§2.4 and the rests of §3, end to end: the engine calls the
+//! The run rules of docs/design.md §2.2–§2.4 and the rests of §3, end to end: the engine calls the
 //! simulator over real HTTP and writes rests into a real Redis. Assertions read the simulator's
 //! call log, the rests' TTLs in Redis and the run records.
 
@@ -228,7 +228,7 @@ async fn a_provider_429_rests_that_route_alone_and_the_next_free_route_is_called
         (Some(200), None)
     );
     let events = s.h.events.of(&job.run_id);
-    assert!(events.iter().any(|e| matches!(e, Event::Failover { verdict, to: Some(to), .. } if verdict == "provider" && to.ends_with(FREE_B))));
+    assert!(events.iter().any(|e| matches!(e, Event::Failover { verdict, to: Some(to), .. } if *verdict == Verdict::Provider && to.ends_with(FREE_B))));
 }
 
 #[tokio::test]

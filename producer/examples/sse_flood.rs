@@ -104,7 +104,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let conn = freeway::connect::redis(&redis_url).await?;
     let finished = Event::Finished {
-        status: "succeeded".into(),
+        status: freeway::run::RunStatus::Succeeded,
         code: None,
         usage: Default::default(),
     };

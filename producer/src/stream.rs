@@ -1,4 +1,4 @@
-//! Reading a run's event stream (`{ns}:run:{run_id}:events`, SPEC §2.5) as it grows: what
+//! Reading a run's event stream (`{ns}:run:{run_id}:events`, docs/design.md §2.5) as it grows: what
 //! `GET /v1/runs/{id}/events` relays as Server-Sent Events and `producer enqueue --wait` prints.
 //!
 //! The short reads ([`range`], [`entry_at`], [`newest`]) never block, so they run on the shared
@@ -7,6 +7,7 @@
 //! way `XREAD BLOCK` gets a connection of its own: a blocking command on the shared
 //! `ConnectionManager` would stall every other command queued behind it.
 
+use freeway::events::Event;
 use redis::AsyncCommands;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::streams::{StreamRangeReply, StreamReadOptions, StreamReadReply};
@@ -61,22 +62,20 @@ impl fmt::Display for StreamId {
     }
 }
 
-/// One entry of a run's stream: the stream id, the event type and the event JSON.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One entry of a run's stream: the stream id, the event type and the event JSON as stored
+/// (relayed as they are), and the event they hold, read once (`None` for data that is not one).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub id: StreamId,
     pub kind: String,
     pub data: String,
+    pub event: Option<Event>,
 }
 
 impl Entry {
-    /// After these a run's stream has nothing more to say for this job: the same list as
-    /// `freeway::events::Event::is_last`, by type name.
+    /// After this entry the run's stream has nothing more to say for this job.
     pub fn is_last(&self) -> bool {
-        matches!(
-            self.kind.as_str(),
-            "finished" | "refused" | "awaiting_approval"
-        )
+        self.event.as_ref().is_some_and(Event::is_last)
     }
 }
 
@@ -88,10 +87,12 @@ pub(crate) fn entries(ids: Vec<redis::streams::StreamId>) -> Vec<Entry> {
                 tracing::warn!(id = %e.id, "skipping a stream entry with a malformed id");
                 return None;
             };
+            let data: String = e.get("data").unwrap_or_default();
             Some(Entry {
                 id,
                 kind: e.get("type").unwrap_or_default(),
-                data: e.get("data").unwrap_or_default(),
+                event: Event::from_json(&data),
+                data,
             })
         })
         .collect()
@@ -141,6 +142,18 @@ pub async fn newest<C: ConnectionLike + Send + Sync>(
 ) -> Result<Option<Entry>, redis::RedisError> {
     let reply: StreamRangeReply = conn.xrevrange_count(key, "+", "-", 1).await?;
     Ok(entries(reply.ids).pop())
+}
+
+/// The stream's newest `count` entries, oldest first.
+pub async fn latest<C: ConnectionLike + Send + Sync>(
+    conn: &mut C,
+    key: &str,
+    count: usize,
+) -> Result<Vec<Entry>, redis::RedisError> {
+    let reply: StreamRangeReply = conn.xrevrange_count(key, "+", "-", count).await?;
+    let mut newest_first = entries(reply.ids);
+    newest_first.reverse();
+    Ok(newest_first)
 }
 
 /// A connection of its own for `XREAD BLOCK`: its responses may take the whole block.

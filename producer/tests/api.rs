@@ -1,4 +1,4 @@
-//! The HTTP API of SPEC §5.1 against real parts: Redis (`REDIS_URL`), the SQL store on a
+//! The HTTP API of docs/api.md §5.1 against real parts: Redis (`REDIS_URL`), the SQL store on a
 //! temporary SQLite file and the router served in-process. Each test has its own namespace and
 //! store, so they run in parallel.
 
@@ -325,7 +325,7 @@ async fn events_are_relayed_in_order_and_resume_after_last_event_id() {
             Event::Delta { text: "Hel".into() },
             Event::Delta { text: "lo".into() },
             Event::Finished {
-                status: "succeeded".into(),
+                status: RunStatus::Succeeded,
                 code: None,
                 usage: Usage::default(),
             },

@@ -1,4 +1,4 @@
-//! The `producer` binary as a real process (SPEC §5.2): `--help`, one-line errors with exit 2
+//! The `producer` binary as a real process (docs/api.md §5.2): `--help`, one-line errors with exit 2
 //! for bad input and configuration, the loopback rule of `serve`, `enqueue` (with `--wait`) and
 //! `status` against real Redis and a temporary SQLite store, and a graceful shutdown on SIGTERM
 //! that ends open event streams.
@@ -10,6 +10,7 @@ use freeway::chat::Usage;
 use freeway::classify::{RestLength, RestScope};
 use freeway::events::{Event, EventSink, RedisEvents};
 use freeway::rest::Rests;
+use freeway::run::{Code, RunStatus};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -217,9 +218,9 @@ async fn wait_for(env: &Env, events: Vec<Event>) -> (String, Output) {
 #[tokio::test]
 async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
     let env = Env::new();
-    let finished = |status: &str, code: Option<&str>| Event::Finished {
-        status: status.into(),
-        code: code.map(str::to_string),
+    let finished = |status: RunStatus, code: Option<Code>| Event::Finished {
+        status,
+        code,
         usage: Usage::default(),
     };
     let (_, out) = wait_for(
@@ -239,7 +240,7 @@ async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
             Event::Delta {
                 text: " world".into(),
             },
-            finished("succeeded", None),
+            finished(RunStatus::Succeeded, None),
         ],
     )
     .await;
@@ -258,9 +259,9 @@ async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
             Event::Failover {
                 from: "platform:openrouter/vendor/m".into(),
                 to: None,
-                verdict: "server".into(),
+                verdict: freeway::classify::Verdict::Server,
             },
-            finished("failed", Some("routes_exhausted")),
+            finished(RunStatus::Failed, Some(Code::RoutesExhausted)),
         ],
     )
     .await;
@@ -270,7 +271,7 @@ async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
     let (_, out) = wait_for(
         &env,
         vec![Event::Refused {
-            code: "deadline_exceeded".into(),
+            code: Code::DeadlineExceeded,
             retry_after_s: 0,
         }],
     )

@@ -58,7 +58,7 @@ async fn metrics_count_what_the_fleet_did_call_for_call() {
     .enumerate()
     {
         if n == 4 {
-            // The single-route run meets a 500 and gets its one retry (SPEC §2.2.5).
+            // The single-route run meets a 500 and gets its one retry (docs/design.md §2.2.5).
             fleet.sim.inject(server_error.clone());
         }
         let id = fleet.enqueue(body).await;

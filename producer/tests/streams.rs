@@ -117,7 +117,7 @@ async fn hundreds_of_streams_share_one_redis_reader_and_each_gets_its_runs_event
                     text: format!("answer of run {n}"),
                 },
                 Event::Finished {
-                    status: "succeeded".into(),
+                    status: freeway::run::RunStatus::Succeeded,
                     code: None,
                     usage: Usage::default(),
                 },

@@ -3,7 +3,7 @@
 //!
 //! Why here and not in the worker: a run refused at enqueue costs nothing at all (no record, no
 //! event, no job), and the web app learns at once, with `Retry-After`, that the shared account
-//! rests (SPEC §5.1). The worker still runs its own pre-flight (SPEC §4.1) when it takes the job,
+//! rests (docs/api.md §5.1). The worker still runs its own pre-flight (docs/design.md §4.1) when it takes the job,
 //! because rests change while a job waits.
 //!
 //! Redis keys written here, besides the queue's and the run's event stream:
@@ -23,7 +23,8 @@ use freeway::chat::ToolCall;
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
 use freeway::lease::Leases;
-use freeway::rest::{Closure, RestError, RestKind, Rests};
+use freeway::preflight::{self, Preflight, Waiting};
+use freeway::rest::{RestError, Rests};
 use freeway::route::{Connection, Route};
 use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
 use freeway::store::{Attached, Store, StoreError};
@@ -164,16 +165,28 @@ impl Enqueuer {
         {
             return Ok(Outcome::Duplicate { run_id });
         }
-        if request.on_rest == OnRest::Refuse {
+        let now = freeway::clock::epoch_ms();
+        let job = RunJob::new(request, now);
+        if job.request.on_rest == OnRest::Refuse {
             let closures = self.rests.closures(&routes).await?;
-            if let Some((code, retry_after_s)) = refusal(&routes, &closures) {
+            let decided = preflight::decide(
+                &routes,
+                &closures,
+                job.deadline_ms,
+                now,
+                Waiting::NotAllowed,
+            );
+            if let Preflight::Refuse {
+                code,
+                retry_after_s,
+            } = decided
+            {
                 return Ok(Outcome::Refused {
                     code,
                     retry_after_s,
                 });
             }
         }
-        let job = RunJob::new(request, freeway::clock::epoch_ms());
         if let Some(key) = &idem
             && !self.claim(key, &job.run_id).await?
         {
@@ -196,7 +209,7 @@ impl Enqueuer {
         }
     }
 
-    /// Answer the tool call `run_id` is paused on: enqueue its continuation (SPEC §2.4) and mark
+    /// Answer the tool call `run_id` is paused on: enqueue its continuation (docs/design.md §2.4) and mark
     /// the run done with its part. Returns the continuation's run id.
     pub async fn approve(&self, run_id: &str, approval: Approval) -> Result<String, EnqueueError> {
         let mut parent = self
@@ -443,69 +456,4 @@ fn already_answered(run_id: &str, call: &ToolCall) -> EnqueueError {
         "tool call {:?} of run {run_id} was already answered",
         call.id
     ))
-}
-
-/// The pre-flight refusal of SPEC §4.1.4 at enqueue: `None` while any route is open, else the
-/// code and the seconds until the earliest reopening. Computed as `Engine::resting_stop` does:
-/// `account_resting` when every route is shared and a pool rest is among the closures.
-pub fn refusal(routes: &[Route], closures: &[Option<Closure>]) -> Option<(Code, u64)> {
-    if closures.is_empty() || closures.iter().any(Option::is_none) {
-        return None;
-    }
-    let reopen_ms = closures.iter().flatten().map(|c| c.remaining_ms).min()?;
-    let all_pool = routes.iter().all(Route::is_shared)
-        && closures.iter().flatten().any(|c| c.kind == RestKind::Pool);
-    let code = if all_pool {
-        Code::AccountResting
-    } else {
-        Code::RoutesResting
-    };
-    Some((code, reopen_ms.div_ceil(1000).max(1)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use freeway::route::RouteSpec;
-
-    fn route(s: &str) -> Route {
-        Route::resolve(&RouteSpec::parse_cli(s)).expect("a valid route")
-    }
-
-    fn closed(kind: RestKind, remaining_ms: u64) -> Option<Closure> {
-        Some(Closure {
-            kind,
-            remaining_ms,
-            reason: "test".into(),
-        })
-    }
-
-    #[test]
-    fn an_open_route_means_no_refusal() {
-        let routes = [route("a/b:free"), route("c/d")];
-        assert_eq!(
-            refusal(&routes, &[closed(RestKind::Pool, 5_000), None]),
-            None
-        );
-    }
-
-    #[test]
-    fn a_resting_pool_under_shared_routes_is_account_resting() {
-        let routes = [route("a/b:free"), route("c/d:free")];
-        let closures = [
-            closed(RestKind::Pool, 4_001),
-            closed(RestKind::Route, 9_000),
-        ];
-        assert_eq!(refusal(&routes, &closures), Some((Code::AccountResting, 5)));
-    }
-
-    #[test]
-    fn an_off_quota_route_in_the_chain_makes_it_routes_resting() {
-        let routes = [route("a/b:free"), route("c/d@conn_1")];
-        let closures = [
-            closed(RestKind::Pool, 60_000),
-            closed(RestKind::Circuit, 200),
-        ];
-        assert_eq!(refusal(&routes, &closures), Some((Code::RoutesResting, 1)));
-    }
 }

@@ -1,5 +1,5 @@
 //! The run queue on apalis-redis, with the settings and workarounds apalis-redis 1.0.0 needs
-//! (see ../shared/notes/apalis-1.0.md).
+//! (see docs/operations.md, "apalis-redis 1.0.0").
 //!
 //! - Every apalis setting is explicit ([`storage_config`]): queue name, batch size, heartbeat,
 //!   missed heartbeats, idempotency TTL (without one, idempotency keys are deleted at once), and
@@ -41,7 +41,7 @@ pub fn queue_name(ns: &str) -> String {
     format!("{ns}:runs")
 }
 
-/// Every apalis-redis setting of SPEC §4.3, set explicitly.
+/// Every apalis-redis setting of docs/design.md §4.3, set explicitly.
 pub fn storage_config(ns: &str, batch_size: usize, heartbeat: Duration) -> Config {
     Config::default()
         .queue(queue_name(ns))
@@ -97,7 +97,7 @@ impl Queue {
         }
     }
 
-    /// A shorter heartbeat makes crash recovery faster (tests); SPEC §4.3 asks for 10 s.
+    /// A shorter heartbeat makes crash recovery faster (tests); docs/design.md §4.3 asks for 10 s.
     pub fn with_heartbeat(mut self, heartbeat: Duration) -> Queue {
         self.heartbeat = heartbeat;
         self
@@ -153,7 +153,7 @@ impl Queue {
         Ok(())
     }
 
-    /// Park a run until `until_ms` (SPEC §4.2). The run comes back through [`Queue::wake_due`].
+    /// Park a run until `until_ms` (docs/design.md §4.2). The run comes back through [`Queue::wake_due`].
     pub async fn snooze(&self, job: &RunJob, until_ms: u64) -> Result<(), QueueError> {
         let mut conn = self.conn.clone();
         redis::pipe()
@@ -294,7 +294,7 @@ impl Queue {
     }
 }
 
-/// The idempotency key of one delivery of a run: `run_id:snooze_n` (SPEC §4.2).
+/// The idempotency key of one delivery of a run: `run_id:snooze_n` (docs/design.md §4.2).
 fn delivery_key(job: &RunJob) -> String {
     format!("{}:{}", job.run_id, job.snooze_n)
 }

@@ -1,5 +1,5 @@
 //! One attempt: count it, make the call, relay its text, and on failure classify it, write the
-//! rest it calls for and log it (SPEC §2.1, §3, §7).
+//! rest it calls for and log it (docs/design.md §2.1, §3, §7).
 //!
 //! Each attempt runs in a tracing span `attempt` whose fields are the attempt log's (recorded
 //! once the call is over), so a log line explains a failover as the stored record does; the
@@ -22,7 +22,7 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// A 200 stream that carried a rate-limit error (SPEC §2.3: the run ends `interrupted`).
+    /// A 200 stream that carried a rate-limit error (docs/design.md §2.3: the run ends `interrupted`).
     pub fn is_mid_stream_rate_limit(&self) -> bool {
         matches!(&self.error, CallError::InBand { error, .. } if error.is_rate_limit())
     }
@@ -225,7 +225,7 @@ impl Engine {
     }
 
     /// Write what the classification calls for. A mid-stream rate limit rests nothing and records
-    /// no evidence (SPEC §2.3).
+    /// no evidence (docs/design.md §2.3).
     async fn write_rests(
         &self,
         run: &mut Run<'_>,

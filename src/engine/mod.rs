@@ -1,4 +1,4 @@
-//! The run engine (SPEC §2, §4.1): pre-flight, the chain walk of step 1, later steps, tools,
+//! The run engine (docs/design.md §2, §4.1): pre-flight, the chain walk of step 1, later steps, tools,
 //! approvals, snoozes and the budget, as one resumable state machine.
 //!
 //! Every delivery of a job calls [`Engine::execute`]. The run's position (counters, route, flags)
@@ -19,17 +19,18 @@ use crate::clock::Clock;
 use crate::events::{Event, EventError, EventSink};
 use crate::job::RunJob;
 use crate::lease::{LEASE_TTL, Lease, Leases};
+use crate::preflight::{self, Preflight, Waiting};
 use crate::provider::{ChatProvider, Completion};
-use crate::rest::{Closure, RestError, RestKind, Rests};
+use crate::rest::{Closure, RestError, Rests};
 use crate::route::Route;
 use crate::run::{Code, RunRecord, RunStatus};
 use crate::store::{Attached, Store, StoreError};
 use crate::tools::{ToolContext, ToolRunner};
 use std::sync::Arc;
 
-/// Jitter added after a reopening moment, never before it (SPEC §4.2).
+/// Jitter added after a reopening moment, never before it (docs/design.md §4.2).
 pub const SNOOZE_JITTER_MS: (u64, u64) = (0, 2_000);
-/// The one-route retry's pause (SPEC §2.2.5).
+/// The one-route retry's pause (docs/design.md §2.2.5).
 pub const RETRY_PAUSE_MS: (u64, u64) = (1_000, 3_000);
 const SUMMARY_PROMPT: &str = "Summarise this conversation in one short sentence.";
 
@@ -123,6 +124,24 @@ pub(crate) enum Stop {
     Snooze { until_ms: u64, reason: String },
     Refuse { code: Code, retry_after_s: u64 },
     End(Code),
+}
+
+impl Stop {
+    /// The stop a closed chain calls for. (An open chain calls for none; a caller that asks
+    /// anyway gets the end of a chain with nothing left to try.)
+    fn of(closed: Preflight) -> Stop {
+        match closed {
+            Preflight::Wait { until_ms, reason } => Stop::Snooze { until_ms, reason },
+            Preflight::Refuse {
+                code,
+                retry_after_s,
+            } => Stop::Refuse {
+                code,
+                retry_after_s,
+            },
+            Preflight::Open | Preflight::Closed => Stop::End(Code::RoutesExhausted),
+        }
+    }
 }
 
 impl Engine {
@@ -241,7 +260,7 @@ impl Engine {
         }))
     }
 
-    /// SPEC §4.1: deadline and closed chains, before the transcript is touched.
+    /// docs/design.md §4.1: deadline and closed chains, before the transcript is touched.
     async fn preflight(
         &self,
         run: &mut Run<'_>,
@@ -263,12 +282,13 @@ impl Engine {
             return Ok(None);
         }
         let closures = self.closures(run).await?;
-        if closures.iter().any(Option::is_none) {
-            run.preflight_closures = Some(closures);
-            return Ok(None);
+        match self.decide(run.routes, &closures, run, when_resting) {
+            Preflight::Open => {
+                run.preflight_closures = Some(closures);
+                Ok(None)
+            }
+            closed => Ok(Some(self.stop(run, Stop::of(closed)).await?)),
         }
-        let stop = self.resting_stop(run, &closures, when_resting);
-        Ok(Some(self.stop(run, stop).await?))
     }
 
     /// The chain's closures as this run sees them: Redis rests plus its own ambiguous stop.
@@ -280,58 +300,35 @@ impl Engine {
         if run.rec.state.ambiguous_stop {
             for (c, route) in closures.iter_mut().zip(run.routes) {
                 if route.is_shared() && c.is_none() {
-                    *c = Some(Closure {
-                        kind: RestKind::Route,
-                        remaining_ms: u64::MAX,
-                        reason: "ambiguous stop".into(),
-                    });
+                    *c = Some(Closure::forever("ambiguous stop"));
                 }
             }
         }
         Ok(closures)
     }
 
-    /// Every route is closed: wait for the earliest reopening, or refuse past the deadline.
-    pub(crate) fn resting_stop(
+    /// [`preflight::decide`] for `routes` of `run` with their `closures`: a run the queue
+    /// holds may wait, `worker run-one` may not.
+    pub(crate) fn decide(
         &self,
-        run: &Run<'_>,
+        routes: &[Route],
         closures: &[Option<Closure>],
+        run: &Run<'_>,
         when_resting: WhenResting,
-    ) -> Stop {
-        let now = self.clock.now_ms();
-        let reopen_ms = closures
-            .iter()
-            .flatten()
-            .map(|c| c.remaining_ms)
-            .min()
-            .unwrap_or(u64::MAX);
-        let all_pool = run.routes.iter().all(Route::is_shared)
-            && closures.iter().flatten().any(|c| c.kind == RestKind::Pool);
-        let code = if all_pool {
-            Code::AccountResting
-        } else {
-            Code::RoutesResting
+    ) -> Preflight {
+        let waiting = match when_resting {
+            WhenResting::Snooze => Waiting::Allowed {
+                jitter_ms: self.clock.jitter_ms(SNOOZE_JITTER_MS.0, SNOOZE_JITTER_MS.1),
+            },
+            WhenResting::Refuse => Waiting::NotAllowed,
         };
-        if reopen_ms == u64::MAX {
-            return Stop::End(Code::RoutesExhausted);
-        }
-        let until_ms =
-            now + reopen_ms + self.clock.jitter_ms(SNOOZE_JITTER_MS.0, SNOOZE_JITTER_MS.1);
-        let retry_after_s = reopen_ms.div_ceil(1000).max(1);
-        let reason = closures
-            .iter()
-            .flatten()
-            .min_by_key(|c| c.remaining_ms)
-            .map(|c| c.reason.clone())
-            .unwrap_or_default();
-        if when_resting == WhenResting::Snooze && until_ms < run.job.deadline_ms {
-            Stop::Snooze { until_ms, reason }
-        } else {
-            Stop::Refuse {
-                code,
-                retry_after_s,
-            }
-        }
+        preflight::decide(
+            routes,
+            closures,
+            run.job.deadline_ms,
+            self.clock.now_ms(),
+            waiting,
+        )
     }
 
     /// Carry out a [`Stop`]: snooze, refuse or end the run.
@@ -371,7 +368,7 @@ impl Engine {
         self.publish(
             run,
             Event::Refused {
-                code: code.as_str().to_string(),
+                code,
                 retry_after_s,
             },
         )
@@ -604,8 +601,8 @@ impl Engine {
         }
         self.save(run).await?;
         let event = Event::Finished {
-            status: status.as_str().to_string(),
-            code: code.map(|c| c.as_str().to_string()),
+            status,
+            code,
             usage: run.rec.usage,
         };
         self.publish(run, event).await?;

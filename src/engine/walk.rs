@@ -1,13 +1,13 @@
-//! Step 1 walks the chain (SPEC §2.2); later steps stay on the route step 1 found (SPEC §2.3).
+//! Step 1 walks the chain (docs/design.md §2.2); later steps stay on the route step 1 found (docs/design.md §2.3).
 
 use super::attempt::{Failure, Miss};
-use super::{
-    Engine, EngineError, RETRY_PAUSE_MS, Run, SNOOZE_JITTER_MS, Stop, WhenResting, exhausted_code,
-};
+use super::{Engine, EngineError, RETRY_PAUSE_MS, Run, Stop, WhenResting, exhausted_code};
 use crate::chat::Message;
 use crate::classify::Verdict;
 use crate::events::Event;
+use crate::preflight::Preflight;
 use crate::provider::{CallError, Completion};
+use crate::rest::Closure;
 use crate::rest::RestKind;
 use crate::run::Code;
 use crate::store::Attached;
@@ -55,12 +55,24 @@ impl Engine {
                     && !run.rec.state.emitted
                     && !run.rec.state.ambiguous_stop_only(&closures)
                 {
-                    return Ok(Err(match self.resting_stop(run, &closures, when_resting) {
-                        Stop::End(_) if keyless && failures.is_empty() => {
-                            Stop::End(Code::ConnectionMissing)
-                        }
-                        stop => stop,
-                    }));
+                    // A route tried in this delivery without a rest (one without a key) is
+                    // closed to it for good: nothing to wait for there.
+                    let closed: Vec<Option<Closure>> = closures
+                        .iter()
+                        .zip(&tried)
+                        .map(|(c, &tried)| match c {
+                            None if tried => Some(Closure::forever("tried in this delivery")),
+                            c => c.clone(),
+                        })
+                        .collect();
+                    return Ok(Err(
+                        match self.decide(run.routes, &closed, run, when_resting) {
+                            Preflight::Closed if keyless && failures.is_empty() => {
+                                Stop::End(Code::ConnectionMissing)
+                            }
+                            decided => Stop::of(decided),
+                        },
+                    ));
                 }
                 return Ok(Err(Stop::End(exhausted_code(&failures))));
             };
@@ -96,14 +108,14 @@ impl Engine {
             let event = Event::Failover {
                 from: run.routes[index].key(),
                 to: next.filter(|_| has_attempts).map(|i| run.routes[i].key()),
-                verdict: verdict.as_str().to_string(),
+                verdict,
             };
             self.publish(run, event).await?;
         }
     }
 
     /// A continuation tries once: the first route whose connection has no open circuit, rests
-    /// ignored; no failover, no retry (SPEC §2.4).
+    /// ignored; no failover, no retry (docs/design.md §2.4).
     async fn continuation_step(
         &self,
         run: &mut Run<'_>,
@@ -140,19 +152,16 @@ impl Engine {
         let Some(index) = run.rec.state.route_index else {
             return Ok(Err(Stop::End(Code::RoutesExhausted)));
         };
-        let closures = self.rests.closures(&run.routes[index..=index]).await?;
-        if let Some(closure) = &closures[0] {
-            let now = self.clock.now_ms();
-            let until_ms = now
-                + closure.remaining_ms
-                + self.clock.jitter_ms(SNOOZE_JITTER_MS.0, SNOOZE_JITTER_MS.1);
-            if when_resting == WhenResting::Snooze && until_ms < run.job.deadline_ms {
-                return Ok(Err(Stop::Snooze {
-                    until_ms,
-                    reason: closure.reason.clone(),
-                }));
+        let route = &run.routes[index..=index];
+        let closures = self.rests.closures(route).await?;
+        match self.decide(route, &closures, run, when_resting) {
+            Preflight::Open => {}
+            Preflight::Wait { until_ms, reason } => {
+                return Ok(Err(Stop::Snooze { until_ms, reason }));
             }
-            return Ok(Err(Stop::End(Code::DeadlineExceeded)));
+            Preflight::Refuse { .. } | Preflight::Closed => {
+                return Ok(Err(Stop::End(Code::DeadlineExceeded)));
+            }
         }
         let step = run.rec.state.counters.steps + 1;
         match self.attempt(run, index, step, messages, true).await? {
@@ -178,7 +187,7 @@ impl Engine {
         None
     }
 
-    /// SPEC §2.2.5: one retry for a one-route chain, on a 5xx or network failure, when the pool
+    /// docs/design.md §2.2.5: one retry for a one-route chain, on a 5xx or network failure, when the pool
     /// (for a shared route) is not resting. Never for `complete` (its budget has no retry).
     async fn may_retry_one_route(
         &self,
@@ -203,7 +212,7 @@ impl Engine {
 }
 
 /// Keep the text a failed stream produced before it broke off: in the output, and in the
-/// transcript as an incomplete assistant turn saved when the run ends (SPEC §2.3).
+/// transcript as an incomplete assistant turn saved when the run ends (docs/design.md §2.3).
 fn keep_partial(run: &mut Run<'_>, error: &CallError) {
     if let CallError::InBand { partial, .. } = error
         && !partial.is_empty()

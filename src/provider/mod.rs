@@ -1,6 +1,6 @@
 //! Calling OpenAI-compatible chat completions, with no retries of its own.
 //!
-//! The chain is the retry (SPEC §2.1): this module makes exactly one HTTP call per
+//! The chain is the retry (docs/design.md §2.1): this module makes exactly one HTTP call per
 //! [`ChatProvider::call`] and reports what happened, success or a [`CallError`] the classifier can
 //! read. Streaming answers are reassembled here (text deltas, tool-call fragments, both usage-chunk
 //! layouts, in-band errors); text is forwarded to the engine as it arrives so it can publish
@@ -71,7 +71,7 @@ pub struct Completion {
     pub ratelimit_remaining: Option<i64>,
 }
 
-/// Why a transport-level failure happened. All of these classify as `server` (SPEC §3).
+/// Why a transport-level failure happened. All of these classify as `server` (docs/design.md §3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransportError {
     Connect(String),
@@ -118,7 +118,7 @@ pub struct InBandError {
 }
 
 impl InBandError {
-    /// A rate-limit error inside a 200 (SPEC §2.3: the run ends `interrupted`).
+    /// A rate-limit error inside a 200 (docs/design.md §2.3: the run ends `interrupted`).
     pub fn is_rate_limit(&self) -> bool {
         let typed = |v: Option<&str>| v == Some("rate_limit_exceeded");
         self.code == Some(429)

@@ -1,4 +1,4 @@
-//! Users' own provider keys (SPEC §1 "connection", §5.1 `PUT /v1/connections/{id}`): stored
+//! Users' own provider keys (docs/design.md §1 "connection", §5.1 `PUT /v1/connections/{id}`): stored
 //! sealed, opened only at call time.
 //!
 //! A job names only the connection id; [`StoreTargets`] reads the row when a call is about to be

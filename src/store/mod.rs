@@ -1,4 +1,4 @@
-//! Where transcripts, runs and attempts live (SPEC §7), behind a trait so the engine does not
+//! Where transcripts, runs and attempts live (docs/design.md §7), behind a trait so the engine does not
 //! care whether it is SQL or memory.
 //!
 //! [`SqlStore`] is the real store: SQLite (the embedded default) or PostgreSQL through sqlx, with

@@ -1,4 +1,4 @@
-//! `worker classify` (SPEC §3): the classification table, for people.
+//! `worker classify` (docs/design.md §3): the classification table, for people.
 //!
 //! Someone looking at a provider's refusal (a `curl -i` capture, a log excerpt) wants to know what
 //! freeway would make of it without running a job: the verdict, what would rest and for how long,

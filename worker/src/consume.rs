@@ -1,5 +1,5 @@
 //! `worker`: take runs from the queue and execute them, with bounded concurrency, until SIGTERM
-//! or SIGINT (SPEC §4).
+//! or SIGINT (docs/design.md §4).
 //!
 //! apalis does the taking, heartbeats and crash recovery; this module decides what a delivery
 //! means. A job that cannot be read is dead-lettered at once (`invalid_job`, never retried); a

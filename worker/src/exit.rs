@@ -1,4 +1,4 @@
-//! The worker's exit codes (SPEC §5.2) and its one-line error report.
+//! The worker's exit codes (docs/api.md §5.2) and its one-line error report.
 
 use std::process::ExitCode;
 

@@ -1,6 +1,6 @@
-//! `worker`: executes runs. Without a command it takes runs from the queue (SPEC §4.3);
+//! `worker`: executes runs. Without a command it takes runs from the queue (docs/design.md §4.3);
 //! `worker run-one JOB.json` runs one job without the queue; `worker classify` shows how a
-//! provider's answer is read (SPEC §3, §5.2); `worker prune` deletes old finished runs.
+//! provider's answer is read (docs/design.md §3, §5.2); `worker prune` deletes old finished runs.
 
 mod classify_cmd;
 mod consume;

@@ -1,4 +1,4 @@
-//! `worker run-one JOB.json`: one run without the queue (SPEC §5.2).
+//! `worker run-one JOB.json`: one run without the queue (docs/api.md §5.2).
 //!
 //! The same pre-flight and engine as the queue, but where the queue would snooze it refuses with
 //! `retry_after_s`. Each event is printed as one JSON line on stdout (and published to the run's

@@ -1,4 +1,4 @@
-//! The queue end to end (SPEC §4): worker processes on a real Redis take runs, snooze them while
+//! The queue end to end (docs/design.md §4): worker processes on a real Redis take runs, snooze them while
 //! the shared pool rests instead of failing them, survive a `kill -9` of a replica, and
 //! dead-letter poison jobs while valid runs keep completing.
 

@@ -1,5 +1,5 @@
 //! `POST /v1/runs/{id}/approvals`: a person's answer to the tool call a run is paused on. It
-//! enqueues the continuation (SPEC §2.4) through [`queue::enqueue::Enqueuer::approve`].
+//! enqueues the continuation (docs/design.md §2.4) through [`queue::enqueue::Enqueuer::approve`].
 
 use super::AppState;
 use super::error::{ApiError, JsonBody, PathParams};

@@ -1,4 +1,4 @@
-//! Bearer tokens (SPEC §5.1): `FREEWAY_API_TOKEN` guards every `/v1` route, and
+//! Bearer tokens (docs/api.md §5.1): `FREEWAY_API_TOKEN` guards every `/v1` route, and
 //! `FREEWAY_ADMIN_TOKEN` the operator's rest clear. Tokens are compared in constant time and never
 //! logged; the admin token also opens the `/v1` routes, so an operator needs one token.
 //! `/metrics` needs a token once any guards it: the API token, or `FREEWAY_METRICS_TOKEN` for a

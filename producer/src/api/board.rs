@@ -1,8 +1,8 @@
-//! The job board (SPEC §5.1 `GET /board`, issue 6): one self-contained page for people, and the
+//! The job board (docs/api.md §5.1 `GET /board`, issue 6): one self-contained page for people, and the
 //! small JSON endpoints under `/v1/board/` it polls.
 //!
 //! apalis-board 1.0.0 is not used: on Redis half of its endpoints fail or show zeros (see
-//! ../shared/notes/apalis-1.0.md §5), and its view is apalis's tasks, not freeway's runs, rests
+//! docs/operations.md), and its view is apalis's tasks, not freeway's runs, rests
 //! and attempt logs. This board reads our own data: queue depths and workers from apalis's Redis
 //! keys, rests from [`freeway::rest::Rests::list`], runs from the store, events from the runs'
 //! streams.
@@ -25,6 +25,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use freeway::chat::Message;
+use freeway::events::Event;
 use freeway::rest::ActiveRest;
 use freeway::run::{Code, RunRecord, RunStatus};
 use freeway::store::Store;
@@ -218,8 +219,8 @@ pub async fn runs(
 struct EventLine {
     id: String,
     #[serde(rename = "type")]
-    kind: String,
-    data: serde_json::Value,
+    kind: &'static str,
+    data: Event,
 }
 
 #[derive(Serialize)]
@@ -244,26 +245,17 @@ pub async fn run_detail(
         .filter(|r| user.sees(&r.user_id))
         .ok_or_else(|| super::user::not_found(&id))?;
     let mut conn = state.enqueuer.connection();
-    let reply: redis::streams::StreamRangeReply = redis::cmd("XREVRANGE")
-        .arg(freeway::events::stream_key(state.enqueuer.namespace(), &id))
-        .arg("+")
-        .arg("-")
-        .arg("COUNT")
-        .arg(MAX_EVENTS)
-        .query_async(&mut conn)
-        .await?;
-    let events = reply
-        .ids
+    let key = freeway::events::stream_key(state.enqueuer.namespace(), &id);
+    let events = crate::stream::latest(&mut conn, &key, MAX_EVENTS)
+        .await?
         .into_iter()
-        .rev()
-        .map(|e| {
-            let kind: String = e.get("type").unwrap_or_default();
-            let data: String = e.get("data").unwrap_or_default();
-            EventLine {
-                data: serde_json::from_str(&data).unwrap_or(serde_json::Value::String(data)),
-                kind,
-                id: e.id,
-            }
+        .filter_map(|entry| {
+            let event = entry.event?;
+            Some(EventLine {
+                id: entry.id.to_string(),
+                kind: event.kind(),
+                data: event,
+            })
         })
         .collect();
     let mut transcript = state.store.transcript(&run.conversation_id).await?;

@@ -1,5 +1,5 @@
 //! `PUT /v1/connections/{id}` and `DELETE /v1/connections/{id}`: a user's own provider key,
-//! stored sealed with `FREEWAY_SECRET_KEY` (SPEC §7). The key is never echoed, returned or
+//! stored sealed with `FREEWAY_SECRET_KEY` (docs/design.md §7). The key is never echoed, returned or
 //! logged; the request type has no `Debug` so it cannot be printed by accident.
 
 use super::AppState;

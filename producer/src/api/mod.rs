@@ -1,4 +1,4 @@
-//! The HTTP API of SPEC §5.1 on axum: thin handlers over [`queue::enqueue::Enqueuer`], the store
+//! The HTTP API of docs/api.md §5.1 on axum: thin handlers over [`queue::enqueue::Enqueuer`], the store
 //! and Redis, with the state passed explicitly in [`AppState`] (tests build one per test, with
 //! their own namespace and tokens, and serve [`router`] in-process).
 //!
@@ -40,7 +40,7 @@ use queue::enqueue::Enqueuer;
 use std::sync::Arc;
 use tokio::sync::{Semaphore, watch};
 
-/// The largest request body (SPEC §5.1): 256 KiB.
+/// The largest request body (docs/api.md §5.1): 256 KiB.
 pub const BODY_LIMIT: usize = 256 * 1024;
 
 /// Everything a handler needs.

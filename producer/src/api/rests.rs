@@ -1,5 +1,5 @@
 //! `GET /v1/rests` (every active rest and circuit) and `DELETE /v1/rests/{scope}/{key}`, the
-//! operator's clear: the only way to shorten a rest (SPEC §3), so it needs the admin token and
+//! operator's clear: the only way to shorten a rest (docs/design.md §3), so it needs the admin token and
 //! is logged (what and by which credential, never the token itself).
 
 use super::AppState;

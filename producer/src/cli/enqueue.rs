@@ -7,11 +7,12 @@ use super::{
     EXIT_BAD_INPUT, EXIT_FAILED, EXIT_REFUSED, connect_redis, fail, open_store, redis_client,
 };
 use freeway::config::Settings;
+use freeway::events::Event;
 use freeway::job::RunRequest;
 use freeway::route::RouteSpec;
+use freeway::run::RunStatus;
 use producer::stream::{Entry, Reader};
 use queue::{Enqueuer, Outcome};
-use serde_json::Value;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ pub struct Args {
     /// A route MODEL[@CONNECTION]; repeat for a chain (1 to 8), in order.
     #[arg(long = "route", value_name = "MODEL[@CONNECTION]", required = true)]
     routes: Vec<String>,
-    /// The run's kind: its step budget (SPEC §2.1).
+    /// The run's kind: its step budget (docs/design.md §2.1).
     #[arg(long, default_value = "chat", value_parser = ["chat", "research", "complete"])]
     kind: String,
     /// What to do when every route rests: refuse now, or queue and wait for a reopening.
@@ -133,77 +134,65 @@ struct Display {
 impl Display {
     /// Show one event; `Some(exit code)` after the last one.
     fn show(&mut self, run_id: &str, entry: &Entry) -> Option<ExitCode> {
-        let event: Value = serde_json::from_str(&entry.data).unwrap_or(Value::Null);
-        let s = |field: &str| event[field].as_str().unwrap_or_default().to_string();
-        let n = |field: &str| event[field].as_u64().unwrap_or_default();
-        match entry.kind.as_str() {
-            "delta" => {
+        let Some(event) = &entry.event else {
+            return self.progress(&format!("[{}]", entry.kind));
+        };
+        match event {
+            Event::Delta { text } => {
                 let mut out = std::io::stdout().lock();
-                let _ = out.write_all(s("text").as_bytes());
+                let _ = out.write_all(text.as_bytes());
                 let _ = out.flush();
                 self.open_line = true;
                 None
             }
-            "queued" => self.progress("[queued]"),
-            "started" => self.progress(&format!("[started on {}]", s("worker"))),
-            "delayed" => {
-                let wait_ms = n("until_ms").saturating_sub(freeway::clock::epoch_ms());
-                self.progress(&format!(
-                    "[delayed {} s: {}]",
-                    wait_ms.div_ceil(1000),
-                    s("reason")
-                ))
+            Event::Queued => self.progress("[queued]"),
+            Event::Started { worker } => self.progress(&format!("[started on {worker}]")),
+            Event::Delayed { until_ms, reason } => {
+                let wait_ms = until_ms.saturating_sub(freeway::clock::epoch_ms());
+                self.progress(&format!("[delayed {} s: {reason}]", wait_ms.div_ceil(1000)))
             }
-            "attempt" => self.progress(&format!(
-                "[attempt {} step {} route {}]",
-                n("n"),
-                n("step"),
-                s("route")
-            )),
-            "failover" => {
-                let to = event["to"].as_str().unwrap_or("nothing");
-                self.progress(&format!(
-                    "[failover {} -> {to} ({})]",
-                    s("from"),
-                    s("verdict")
-                ))
+            Event::Attempt { n, step, route } => {
+                self.progress(&format!("[attempt {n} step {step} route {route}]"))
             }
-            "tool_call" => self.progress(&format!("[tool call {}({})]", s("name"), s("arguments"))),
-            "tool_result" => self.progress(&format!(
-                "[tool result {}: {}]",
-                s("id"),
-                s("content").chars().take(200).collect::<String>()
+            Event::Failover { from, to, verdict } => {
+                let to = to.as_deref().unwrap_or("nothing");
+                self.progress(&format!("[failover {from} -> {to} ({verdict})]"))
+            }
+            Event::ToolCall {
+                name, arguments, ..
+            } => self.progress(&format!("[tool call {name}({arguments})]")),
+            Event::ToolResult { id, content } => self.progress(&format!(
+                "[tool result {id}: {}]",
+                content.chars().take(200).collect::<String>()
             )),
-            "awaiting_approval" => {
-                let call = &event["tool_call"];
+            Event::AwaitingApproval { tool_call } => {
                 self.progress(&format!(
                     "[awaiting approval of {} ({}): POST /v1/runs/{run_id}/approvals]",
-                    call["name"].as_str().unwrap_or_default(),
-                    call["id"].as_str().unwrap_or_default()
+                    tool_call.name, tool_call.id
                 ));
                 Some(ExitCode::SUCCESS)
             }
-            "refused" => {
+            Event::Refused {
+                code,
+                retry_after_s,
+            } => {
                 self.end_line();
                 Some(fail(
                     EXIT_REFUSED,
-                    &format!("refused: {}; retry in {} s", s("code"), n("retry_after_s")),
+                    &format!("refused: {}; retry in {retry_after_s} s", code.as_str()),
                 ))
             }
-            "finished" => {
-                let status = s("status");
-                let code = event["code"]
-                    .as_str()
-                    .map(|c| format!(" ({c})"))
+            Event::Finished { status, code, .. } => {
+                let code = code
+                    .map(|c| format!(" ({})", c.as_str()))
                     .unwrap_or_default();
-                self.progress(&format!("[finished: {status}{code}]"));
-                Some(if status == "succeeded" {
+                self.progress(&format!("[finished: {}{code}]", status.as_str()));
+                Some(if *status == RunStatus::Succeeded {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::from(EXIT_FAILED)
                 })
             }
-            other => self.progress(&format!("[{other}]")),
         }
     }
 

@@ -9,7 +9,7 @@
 //! - `throughput`: N runs on one paid route with the simulator at zero latency, pushed while no
 //!   worker runs, then drained by K replicas; the same N as bare apalis no-op jobs on the same
 //!   Redis with the same queue settings. The issue asks the pipeline to reach ~5,000 runs/s, bare
-//!   apalis's rate in notes/apalis-1.0.md §11 (with leases on; the queue runs with them off),
+//!   apalis's rate in docs/operations.md (with leases on; the queue runs with them off),
 //!   and a backlog must not slow the fetch.
 //! - `quota`: K replicas and M users share one free-model account of R calls a window, offered
 //!   more than R; it shows what the shared rests buy: calls per run, 429s, delayed and failed

@@ -1,5 +1,5 @@
 //! The throughput scenario: N runs through enqueue → worker → sim → store, against N bare
-//! apalis jobs on the same Redis with the same queue settings (notes/apalis-1.0.md §11): no-op
+//! apalis jobs on the same Redis with the same queue settings (docs/operations.md): no-op
 //! jobs, and jobs that make the one provider call a run makes (to a simulator of their own) and
 //! nothing else, the floor of any job that calls a model.
 //!
@@ -30,7 +30,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// the worker's 50 ms would blur its rate; a read is a few Redis commands.
 const READ_EVERY: Duration = Duration::from_millis(10);
 /// The issue's figure for the pipeline: bare apalis no-op jobs on this kind of machine with
-/// leases on (notes/apalis-1.0.md §11).
+/// leases on (docs/operations.md).
 const TARGET: f64 = 5_000.0;
 /// Runs read back from the store to check them and see where their time went.
 const SAMPLE: usize = 200;
@@ -59,7 +59,7 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let with_call = with_call?;
     println!(
         "  ratio            pipeline / bare apalis no-op = {:.3}; pipeline / bare apalis with the \
-         call = {:.3}; the pipeline's target (notes §11: at least bare apalis's ~{} jobs/s) is {}",
+         call = {:.3}; the pipeline's target (at least bare apalis's ~{} jobs/s) is {}",
         pipeline / noop,
         pipeline / with_call,
         thousands(TARGET),

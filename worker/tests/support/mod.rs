@@ -94,7 +94,7 @@ impl Cluster {
     }
 
     /// Every provider call the sim saw was counted by a run, and no run exceeds the budget table
-    /// (SPEC §2.1). `runs` are every run the test enqueued.
+    /// (docs/design.md §2.1). `runs` are every run the test enqueued.
     pub async fn assert_budgets(&self, runs: &[RunJob]) {
         use freeway::store::Store;
         let mut counted = 0;
