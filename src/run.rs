@@ -140,6 +140,15 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// The run's part is done once the tool call it paused on is answered: its continuation
+    /// carries the conversation on. The one status change made outside the engine, so it lives
+    /// with the record rather than with whoever answers.
+    pub fn answered(&mut self, now_ms: u64) {
+        self.pending_tool_call = None;
+        self.status = RunStatus::Succeeded;
+        self.updated_ms = now_ms;
+    }
+
     /// The record of a run before anything happened to it: the producer stores it at enqueue; a
     /// worker that finds no record starts from it and stores it with its first save.
     pub fn queued(job: &RunJob, now_ms: u64) -> RunRecord {

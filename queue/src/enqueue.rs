@@ -264,9 +264,7 @@ impl Enqueuer {
                 decided_ms: now,
             },
         };
-        parent.pending_tool_call = None;
-        parent.status = RunStatus::Succeeded;
-        parent.updated_ms = now;
+        parent.answered(now);
         if let Err(error) = self.store.save_run_with(&parent, &[decided]).await {
             // The continuation is queued and the claim stops a second one: report success.
             tracing::error!(run_id, %error, "continuation enqueued but the parent run not marked");

@@ -116,6 +116,13 @@ impl Queue {
         &self.ns
     }
 
+    /// Whether Redis answers, for a health check.
+    pub async fn ping(&self) -> Result<(), QueueError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("PING").query_async::<String>(&mut conn).await?;
+        Ok(())
+    }
+
     /// Push runs now (the first delivery uses the idempotency key `run_id:0`).
     pub async fn push(&self, jobs: &[RunJob]) -> Result<(), QueueError> {
         for chunk in jobs.chunks(CHUNK) {

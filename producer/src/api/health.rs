@@ -10,8 +10,7 @@ use std::sync::Arc;
 
 /// `200 {"redis":"ok","store":"ok"}`, or `503` with `"failed"` for what did not answer.
 pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let mut conn = state.enqueuer.connection();
-    let redis = match redis::cmd("PING").query_async::<String>(&mut conn).await {
+    let redis = match state.enqueuer.queue().ping().await {
         Ok(_) => "ok",
         Err(error) => {
             tracing::warn!(%error, "healthz: redis failed");

@@ -9,8 +9,8 @@
 //! - `throughput`: N runs on one paid route with the simulator at zero latency, pushed while no
 //!   worker runs, then drained by K replicas; the same N as bare apalis no-op jobs on the same
 //!   Redis with the same queue settings. The issue asks the pipeline to reach ~5,000 runs/s, bare
-//!   apalis's rate in docs/operations.md (with leases on; the queue runs with them off),
-//!   and a backlog must not slow the fetch.
+//!   apalis's rate on this kind of machine (with leases on; the queue runs with them off), and a
+//!   backlog must not slow the fetch.
 //! - `quota`: K replicas and M users share one free-model account of R calls a window, offered
 //!   more than R; it shows what the shared rests buy: calls per run, 429s, delayed and failed
 //!   runs, and goodput as a fraction of R.
