@@ -1,4 +1,4 @@
--- The store of docs/design.md §7, for SQLite and PostgreSQL alike: text keys (ULIDs, or ids the API
+-- The store of SPEC §7, for SQLite and PostgreSQL alike: text keys (ULIDs, or ids the API
 -- validated), integer epoch-ms timestamps, JSON as text, flags as 0/1 integers. Every integer is
 -- BIGINT so both drivers read it as i64. Migrations are additive: an older binary keeps working
 -- against a newer schema during a rolling deploy.

@@ -52,6 +52,40 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    const PINNED: [(i64, u64); 4] = [
+        (1, 0xe69cb70d1b7d5fbf),
+        (2, 0x8a2f765eeb19a40e),
+        (3, 0xd7ae84a71a3089de),
+        (4, 0x692db48c8c99cdc3),
+    ];
+
+    /// FNV-1a: a fingerprint of a migration's text, enough to notice an edit.
+    fn fingerprint(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// sqlx records each applied migration's checksum and refuses to start against a database
+    /// whose migration text changed, even in a comment: deployed stores would stop opening.
+    #[test]
+    fn applied_migrations_are_never_edited() {
+        let pinned: &[(i64, u64)] = &PINNED;
+        for (version, _, sql) in MIGRATIONS {
+            let Some((_, expected)) = pinned.iter().find(|(v, _)| v == version) else {
+                panic!(
+                    "pin migration {version}: ({version}, {:#x})",
+                    fingerprint(sql)
+                );
+            };
+            assert_eq!(
+                fingerprint(sql),
+                *expected,
+                "migration {version} was edited: add a new migration instead"
+            );
+        }
+    }
+
     #[test]
     fn versions_are_unique_and_ascending() {
         let versions: Vec<i64> = MIGRATIONS.iter().map(|m| m.0).collect();

@@ -1,0 +1,136 @@
+//! Opening the database a `DATABASE_URL` names: the pools, their timeouts, SQLite's WAL and
+//! page mapping, migrations applied before anything else runs. A failure here is one line that
+//! says which database and why, with any password left out.
+
+use super::{Db, one_line};
+use crate::store::StoreError;
+use crate::store::file_lock::FileLock;
+use crate::store::migrations::{migrate_error, migrator};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How long a SQLite writer waits for another (several workers may share one file).
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long to wait for a connection, including the first one: an unreachable database fails
+/// after this.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A PostgreSQL that does not answer fails a request within this (a 503 the client may retry)
+/// instead of holding it for [`ACQUIRE_TIMEOUT`].
+const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pages are read through a mapping of the file rather than copied in by a system call each: with
+/// several worker processes writing one file, a connection finds its page cache stale at nearly
+/// every transaction and reads again what it touches.
+const SQLITE_MMAP_BYTES: u64 = 1 << 30;
+/// SQLite serializes writers, so a few connections serve the concurrent readers.
+const SQLITE_CONNECTIONS: u32 = 4;
+const PG_CONNECTIONS: u32 = 8;
+
+/// The pool, and the lock file writers take turns with (none for an in-memory database).
+pub(super) async fn sqlite(url: &str, shown: &str) -> Result<(Db, Option<FileLock>), StoreError> {
+    let options = SqliteConnectOptions::from_str(url)
+        .map_err(|e| StoreError::BadUrl(format!("{shown}: {}", one_line(&e.to_string()))))?
+        .create_if_missing(true)
+        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+        .synchronous(SqliteSynchronous::Normal)
+        .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string())
+        .disable_statement_logging();
+    let unreachable = |e: sqlx::Error| {
+        StoreError::Unavailable(format!("cannot open {shown}: {}", one_line(&e.to_string())))
+    };
+    if is_memory(url) {
+        // Each connection to `:memory:` would be its own database: keep exactly one, forever.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(unreachable)?;
+        migrator().run(&pool).await.map_err(migrate_error)?;
+        return Ok((Db::Sqlite(pool), None));
+    }
+    let path = options.get_filename().to_path_buf();
+    let cannot_open = |why: String| StoreError::Unavailable(format!("cannot open {shown}: {why}"));
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
+    {
+        return Err(cannot_open(format!(
+            "the directory {} does not exist",
+            dir.display()
+        )));
+    }
+    let file_lock = FileLock::open(&path).map_err(cannot_open)?;
+    let lock = file_lock.lock().await?;
+    // WAL is a property of the file and switching to it needs the database to itself, so one
+    // connection sets it, under the lock, before the pool opens.
+    let first = SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options.clone().journal_mode(SqliteJournalMode::Wal))
+        .await
+        .map_err(unreachable)?;
+    migrator().run(&first).await.map_err(migrate_error)?;
+    first.close().await;
+    drop(lock);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(SQLITE_CONNECTIONS)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
+        .connect_with(options)
+        .await
+        .map_err(unreachable)?;
+    Ok((Db::Sqlite(pool), Some(file_lock)))
+}
+
+fn is_memory(url: &str) -> bool {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    rest.starts_with(":memory:") || url.contains("mode=memory")
+}
+
+pub(super) async fn postgres(url: &str, shown: &str) -> Result<Db, StoreError> {
+    let options = PgConnectOptions::from_str(url)
+        .map_err(|e| StoreError::BadUrl(format!("{shown}: {}", one_line(&e.to_string()))))?
+        .application_name("freeway")
+        .disable_statement_logging();
+    let unreachable =
+        |why: String| StoreError::Unavailable(format!("cannot reach {shown}: {}", one_line(&why)));
+    // One direct connection first: the pool would retry a refused connection until its timeout
+    // and then report only the timeout, not why.
+    let probe = tokio::time::timeout(ACQUIRE_TIMEOUT, options.connect())
+        .await
+        .map_err(|_| unreachable(format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs())))?
+        .map_err(|e| unreachable(e.to_string()))?;
+    probe
+        .close()
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    let pool = PgPoolOptions::new()
+        .max_connections(PG_CONNECTIONS)
+        .acquire_timeout(PG_ACQUIRE_TIMEOUT)
+        .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
+        .connect_with(options)
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    // sqlx's migrator holds a PostgreSQL advisory lock while it works, so replicas starting at
+    // once apply each migration exactly once.
+    migrator().run(&pool).await.map_err(migrate_error)?;
+    Ok(Db::Postgres(pool))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_urls_are_recognised() {
+        assert!(is_memory("sqlite::memory:"));
+        assert!(is_memory("sqlite://:memory:"));
+        assert!(is_memory("sqlite://x.db?mode=memory"));
+        assert!(!is_memory("sqlite://freeway.db"));
+    }
+}
