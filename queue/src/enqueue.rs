@@ -18,6 +18,7 @@
 //! prompt, deadline). An approval later than a day after the parent's deadline finds no job and
 //! is refused as a conflict.
 
+use crate::RedisFault;
 use crate::schedule::{IDEMPOTENCY_TTL, Queue, QueueError};
 use freeway::chat::ToolCall;
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
@@ -75,7 +76,7 @@ pub enum EnqueueError {
         error: InvalidRequest,
     },
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(#[source] RedisFault),
     #[error(transparent)]
     Rest(#[from] RestError),
     #[error(transparent)]
@@ -84,6 +85,12 @@ pub enum EnqueueError {
     Event(#[from] EventError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+}
+
+impl From<redis::RedisError> for EnqueueError {
+    fn from(e: redis::RedisError) -> EnqueueError {
+        EnqueueError::Redis(e.into())
+    }
 }
 
 /// A person's answer to a run paused on a tool call (`POST /v1/runs/{id}/approvals`).

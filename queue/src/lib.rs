@@ -12,4 +12,22 @@ pub mod enqueue;
 pub mod schedule;
 
 pub use enqueue::{EnqueueError, Enqueuer, Outcome};
+
+/// Why Redis, or apalis on it, failed: the client's message and error chain, without the
+/// client's types in this crate's API (a web app linking it need not depend on redis-rs).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RedisFault(Box<dyn std::error::Error + Send + Sync>);
+
+impl From<redis::RedisError> for RedisFault {
+    fn from(e: redis::RedisError) -> RedisFault {
+        RedisFault(Box::new(e))
+    }
+}
+
+impl From<apalis_redis::Error> for RedisFault {
+    fn from(e: apalis_redis::Error) -> RedisFault {
+        RedisFault(Box::new(e))
+    }
+}
 pub use schedule::{Queue, QueueError};

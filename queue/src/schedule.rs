@@ -12,6 +12,7 @@
 //! - A snooze is a re-push of the same run, never an apalis retry (apalis ignores
 //!   `RetryAfterError`'s delay and retries any `Err` 25 times).
 
+use crate::RedisFault;
 use apalis_core::task::builder::TaskBuilder;
 use apalis_core::task::task_id::TaskId;
 use apalis_redis::{Config, RedisStorage};
@@ -29,11 +30,21 @@ pub const CHUNK: usize = 1_000;
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
     #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    #[error("queue: {0}")]
-    Apalis(#[from] apalis_redis::Error),
+    Redis(#[source] RedisFault),
     #[error("encoding a job: {0}")]
     Json(#[from] serde_json::Error),
+}
+
+impl From<redis::RedisError> for QueueError {
+    fn from(e: redis::RedisError) -> QueueError {
+        QueueError::Redis(e.into())
+    }
+}
+
+impl From<apalis_redis::Error> for QueueError {
+    fn from(e: apalis_redis::Error) -> QueueError {
+        QueueError::Redis(e.into())
+    }
 }
 
 /// The apalis queue name (its key prefix) for a namespace.
