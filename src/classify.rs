@@ -211,8 +211,8 @@ pub fn classify(error: &CallError, route: &Route, now_ms: u64) -> Classification
             body,
         } => classify_response(*status, headers, body, route, now_ms),
         CallError::Transport(_) => Classification::bare(Verdict::Server, "transport"),
-        // The engine applies the mid-stream rate-limit rule itself (docs/design.md §2.3); for the chain any
-        // other error inside a 200 counts as a 5xx of that attempt.
+        // The engine applies the mid-stream rate-limit rule itself (docs/design.md §2.3); for the
+        // chain any other error inside a 200 counts as a 5xx of that attempt.
         CallError::InBand { error, .. } => Classification {
             provider_name: error
                 .error

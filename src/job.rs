@@ -1,6 +1,6 @@
-//! The job payload: what a web app asks for (`POST /v1/runs`, docs/api.md §5.1) and what travels in the
-//! queue. Validation lives here so the API, `worker run-one` and the worker's pre-flight reject the
-//! same things with the same precise messages.
+//! The job payload: what a web app asks for (`POST /v1/runs`, docs/api.md §5.1) and what travels in
+//! the queue. Validation lives here so the API, `worker run-one` and the worker's pre-flight reject
+//! the same things with the same precise messages.
 
 use crate::budget::Kind;
 use crate::chat::{ToolCall, ToolSpec};
@@ -176,7 +176,8 @@ impl RunRequest {
     }
 }
 
-/// The approved (or denied) tool call a continuation carries back to the model (docs/design.md §2.4).
+/// The approved (or denied) tool call a continuation carries back to the model (docs/design.md
+/// §2.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Continuation {

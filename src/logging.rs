@@ -1,7 +1,7 @@
 //! Log set-up for every freeway binary (the producer's commands and the worker's: one set-up to
-//! keep right): `RUST_LOG` filters, `FREEWAY_LOG_FORMAT=json` gives one JSON object per line with the current
-//! span's fields (a run's `run_id`, an attempt's attempt-log fields), and everything goes to
-//! stderr so stdout stays for output.
+//! keep right): `RUST_LOG` filters, `FREEWAY_LOG_FORMAT=json` gives one JSON object per line with
+//! the current span's fields (a run's `run_id`, an attempt's attempt-log fields), and everything
+//! goes to stderr so stdout stays for output.
 //!
 //! No secret reaches a log: tokens and keys are `ApiKey`s whose `Debug` is redacted, the
 //! handlers never log bodies, and the tests grep a whole end-to-end run's logs for the keys.

@@ -1,5 +1,5 @@
-//! Rests in Redis (docs/design.md §3 "Rest semantics"): pool rests, route rests, connection circuits and
-//! ambiguous evidence, shared by every replica.
+//! Rests in Redis (docs/design.md §3 "Rest semantics"): pool rests, route rests, connection
+//! circuits and ambiguous evidence, shared by every replica.
 //!
 //! A rest is what stops the fleet from spending calls into a quota that is already closed, so it
 //! must hold for every replica at once and survive any of them: it lives in Redis, as a key whose

@@ -207,7 +207,8 @@ impl fmt::Display for Route {
     }
 }
 
-/// The pool rule of docs/design.md §1: platform key, OpenRouter, a `:free` model or `openrouter/free`.
+/// The pool rule of docs/design.md §1: platform key, OpenRouter, a `:free` model or
+/// `openrouter/free`.
 fn default_pool(provider: &str, model: &str, connection: &Connection) -> Option<&'static str> {
     let free_model = model.ends_with(":free") || model == "openrouter/free";
     (provider == DEFAULT_PROVIDER && *connection == Connection::Platform && free_model)

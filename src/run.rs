@@ -1,5 +1,5 @@
-//! A run's record: its status, its code (docs/api.md §6), its resumable position and its attempt log
-//! (docs/design.md §7). The engine reads and writes these through [`crate::store::Store`].
+//! A run's record: its status, its code (docs/api.md §6), its resumable position and its attempt
+//! log (docs/design.md §7). The engine reads and writes these through [`crate::store::Store`].
 
 use crate::budget::{Counters, Kind};
 use crate::chat::{ToolCall, Usage};
@@ -107,7 +107,8 @@ pub struct RunState {
     pub route_index: Option<usize>,
     /// The run's input (user message, regenerate delete or continuation result) is in the transcript.
     pub input_applied: bool,
-    /// This run met an ambiguous 402/429: it walks no more shared routes (docs/design.md §3 rule 4).
+    /// This run met an ambiguous 402/429: it walks no more shared routes (docs/design.md §3 rule
+    /// 4).
     pub ambiguous_stop: bool,
     /// Output was published (`delta`, `tool_call`, `tool_result`): no failover any more.
     pub emitted: bool,

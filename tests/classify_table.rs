@@ -1,5 +1,5 @@
-//! The classification table of docs/design.md §3, on every 429/402 variant of the wire notes (§3, #1–#18),
-//! in their 2025 and 2026 shapes, on shared and off-quota routes.
+//! The classification table of docs/design.md §3, on every 429/402 variant of the wire notes (§3,
+//! #1–#18), in their 2025 and 2026 shapes, on shared and off-quota routes.
 //!
 //! Bodies are the notes' reconstructions, verbatim (placeholders included): the classifier must
 //! read exactly what OpenRouter, Groq and OpenAI send.

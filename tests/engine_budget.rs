@@ -1,6 +1,7 @@
-//! The budget of docs/design.md §2.1 and the walk rules of §2.2, proven over random scripts of provider
-//! outcomes and random chains: calls never exceed the table, a closed route is never called,
-//! nothing fails over after output, and a continuation makes exactly one step-1 attempt; with
+//! The budget of docs/design.md §2.1 and the walk rules of §2.2, proven over random scripts of
+//! provider outcomes and random chains: calls never exceed the table, a closed route is never
+//! called, nothing fails over after output, and a continuation makes exactly one step-1 attempt;
+//! with
 //! `FREEWAY_SUMMARY` on or off.
 
 mod support;

@@ -1,5 +1,5 @@
-//! The `producer` binary as a real process (docs/api.md §5.2): `--help`, one-line errors with exit 2
-//! for bad input and configuration, the loopback rule of `serve`, `enqueue` (with `--wait`) and
+//! The `producer` binary as a real process (docs/api.md §5.2): `--help`, one-line errors with exit
+//! 2 for bad input and configuration, the loopback rule of `serve`, `enqueue` (with `--wait`) and
 //! `status` against real Redis and a temporary SQLite store, and a graceful shutdown on SIGTERM
 //! that ends open event streams.
 

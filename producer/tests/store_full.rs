@@ -3,9 +3,9 @@
 //! room, without a restart (a connection left inside a failed transaction is not reused).
 //!
 //! The disk fills for real: this test binary limits its own file size (`prlimit --fsize`, as
-//! the soft limit, which any process may set and lift) to one byte, so SQLite's next write fails as on a full
-//! disk (SQLITE_FULL); lifting the limit gives the room back. It is its own binary because the limit
-//! applies to the whole process.
+//! the soft limit, which any process may set and lift) to one byte, so SQLite's next write fails as
+//! on a full disk (SQLITE_FULL); lifting the limit gives the room back. It is its own binary
+//! because the limit applies to the whole process.
 
 mod common;
 

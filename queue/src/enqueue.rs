@@ -3,8 +3,8 @@
 //!
 //! Why here and not in the worker: a run refused at enqueue costs nothing at all (no record, no
 //! event, no job), and the web app learns at once, with `Retry-After`, that the shared account
-//! rests (docs/api.md §5.1). The worker still runs its own pre-flight (docs/design.md §4.1) when it takes the job,
-//! because rests change while a job waits.
+//! rests (docs/api.md §5.1). The worker still runs its own pre-flight (docs/design.md §4.1) when it
+//! takes the job, because rests change while a job waits.
 //!
 //! Redis keys written here, besides the queue's and the run's event stream:
 //!
@@ -216,8 +216,8 @@ impl Enqueuer {
         }
     }
 
-    /// Answer the tool call `run_id` is paused on: enqueue its continuation (docs/design.md §2.4) and mark
-    /// the run done with its part. Returns the continuation's run id.
+    /// Answer the tool call `run_id` is paused on: enqueue its continuation (docs/design.md §2.4)
+    /// and mark the run done with its part. Returns the continuation's run id.
     pub async fn approve(&self, run_id: &str, approval: Approval) -> Result<String, EnqueueError> {
         let mut parent = self
             .store

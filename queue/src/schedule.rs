@@ -171,7 +171,8 @@ impl Queue {
         Ok(())
     }
 
-    /// Park a run until `until_ms` (docs/design.md §4.2). The run comes back through [`Queue::wake_due`].
+    /// Park a run until `until_ms` (docs/design.md §4.2). The run comes back through
+    /// [`Queue::wake_due`].
     pub async fn snooze(&self, job: &RunJob, until_ms: u64) -> Result<(), QueueError> {
         let mut conn = self.conn.clone();
         redis::pipe()

@@ -22,7 +22,8 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// A 200 stream that carried a rate-limit error (docs/design.md §2.3: the run ends `interrupted`).
+    /// A 200 stream that carried a rate-limit error (docs/design.md §2.3: the run ends
+    /// `interrupted`).
     pub fn is_mid_stream_rate_limit(&self) -> bool {
         matches!(&self.error, CallError::InBand { error, .. } if error.is_rate_limit())
     }

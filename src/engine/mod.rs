@@ -1,5 +1,5 @@
-//! The run engine (docs/design.md §2, §4.1): pre-flight, the chain walk of step 1, later steps, tools,
-//! approvals, snoozes and the budget, as one resumable state machine.
+//! The run engine (docs/design.md §2, §4.1): pre-flight, the chain walk of step 1, later steps,
+//! tools, approvals, snoozes and the budget, as one resumable state machine.
 //!
 //! Every delivery of a job calls [`Engine::execute`]. The run's position (counters, route, flags)
 //! is saved in the store before each provider call and the transcript holds its messages, so a

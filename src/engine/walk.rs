@@ -1,4 +1,5 @@
-//! Step 1 walks the chain (docs/design.md §2.2); later steps stay on the route step 1 found (docs/design.md §2.3).
+//! Step 1 walks the chain (docs/design.md §2.2); later steps stay on the route step 1 found
+//! (docs/design.md §2.3).
 
 use super::attempt::{Failure, Miss};
 use super::{Engine, EngineError, RETRY_PAUSE_MS, Run, Stop, WhenResting, exhausted_code};
@@ -187,8 +188,9 @@ impl Engine {
         None
     }
 
-    /// docs/design.md §2.2.5: one retry for a one-route chain, on a 5xx or network failure, when the pool
-    /// (for a shared route) is not resting. Never for `complete` (its budget has no retry).
+    /// docs/design.md §2.2.5: one retry for a one-route chain, on a 5xx or network failure, when
+    /// the pool (for a shared route) is not resting. Never for `complete` (its budget has no
+    /// retry).
     async fn may_retry_one_route(
         &self,
         run: &Run<'_>,

@@ -3,8 +3,8 @@
 //! Every way a peer can misbehave (refuse, stall before the headers, stall mid-stream, trickle
 //! forever, send too much, send the wrong thing, hang up early) ends in a [`CallError`] within
 //! the call's [`Timeouts`], so the engine can classify it and move on; nothing here retries
-//! (docs/design.md §2.1: the chain is the retry). The deadlines are enforced here with tokio timers rather
-//! than reqwest's, so that each one maps to its own [`TransportError`].
+//! (docs/design.md §2.1: the chain is the retry). The deadlines are enforced here with tokio timers
+//! rather than reqwest's, so that each one maps to its own [`TransportError`].
 
 use super::sse::{Progress, StreamParser};
 use super::wire;

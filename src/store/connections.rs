@@ -1,5 +1,5 @@
-//! Users' own provider keys (docs/design.md §1 "connection", §5.1 `PUT /v1/connections/{id}`): stored
-//! sealed, opened only at call time.
+//! Users' own provider keys (docs/design.md §1 "connection", §5.1 `PUT /v1/connections/{id}`):
+//! stored sealed, opened only at call time.
 //!
 //! A job names only the connection id; [`StoreTargets`] reads the row when a call is about to be
 //! made and opens the key with `FREEWAY_SECRET_KEY`, so the plain key exists only in the worker's

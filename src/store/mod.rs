@@ -1,5 +1,5 @@
-//! Where transcripts, runs and attempts live (docs/design.md §7), behind a trait so the engine does not
-//! care whether it is SQL or memory.
+//! Where transcripts, runs and attempts live (docs/design.md §7), behind a trait so the engine does
+//! not care whether it is SQL or memory.
 //!
 //! [`SqlStore`] is the real store: SQLite (the embedded default) or PostgreSQL through sqlx, with
 //! the migrations of `migrations/` applied when it opens. [`MemoryStore`] serves tests and

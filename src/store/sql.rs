@@ -1,4 +1,5 @@
-//! The SQL store of docs/design.md §7: SQLite (one file, WAL) or PostgreSQL, chosen by `DATABASE_URL`.
+//! The SQL store of docs/design.md §7: SQLite (one file, WAL) or PostgreSQL, chosen by
+//! `DATABASE_URL`.
 //!
 //! Both backends run the same SQL text (`$n` parameters, `ON CONFLICT`, `RETURNING`), written
 //! once in each method and expanded for each driver by `on_db!`, so there is no driver-neutral

@@ -1,5 +1,5 @@
-//! The queue end to end (docs/design.md §4): worker processes on a real Redis take runs, snooze them while
-//! the shared pool rests instead of failing them, survive a `kill -9` of a replica, and
+//! The queue end to end (docs/design.md §4): worker processes on a real Redis take runs, snooze
+//! them while the shared pool rests instead of failing them, survive a `kill -9` of a replica, and
 //! dead-letter poison jobs while valid runs keep completing.
 
 mod support;

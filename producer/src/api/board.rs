@@ -1,5 +1,5 @@
-//! The job board (docs/api.md §5.1 `GET /board`, issue 6): one self-contained page for people, and the
-//! small JSON endpoints under `/v1/board/` it polls.
+//! The job board (docs/api.md §5.1 `GET /board`, issue 6): one self-contained page for people, and
+//! the small JSON endpoints under `/v1/board/` it polls.
 //!
 //! apalis-board 1.0.0 is not used: on Redis half of its endpoints fail or show zeros (see
 //! docs/operations.md), and its view is apalis's tasks, not freeway's runs, rests

@@ -1,6 +1,6 @@
-//! The API's one error shape, `{"error":{"code":"…","message":"…"}}` (docs/api.md §5.1), with the codes
-//! of docs/api.md §6 and their HTTP statuses, and the extractors that turn axum's own rejections (bad
-//! JSON, a body over the limit, a bad path) into it.
+//! The API's one error shape, `{"error":{"code":"…","message":"…"}}` (docs/api.md §5.1), with the
+//! codes of docs/api.md §6 and their HTTP statuses, and the extractors that turn axum's own
+//! rejections (bad JSON, a body over the limit, a bad path) into it.
 
 use axum::Json;
 use axum::body::Bytes;

@@ -1,4 +1,5 @@
-//! `GET /v1/runs/{id}/events`: the run's Redis stream relayed as Server-Sent Events (docs/api.md §5.1).
+//! `GET /v1/runs/{id}/events`: the run's Redis stream relayed as Server-Sent Events (docs/api.md
+//! §5.1).
 //!
 //! Each SSE event carries the stream entry's id (`id:`), the event type (`event:`) and the event
 //! JSON (`data:`), so a client that reconnects with `Last-Event-ID` resumes right after the last

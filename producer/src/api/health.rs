@@ -1,5 +1,5 @@
-//! `GET /healthz`: Redis reachability and the store's writability, for a liveness probe. (`GET /metrics` is in
-//! [`super::metrics`].)
+//! `GET /healthz`: Redis reachability and the store's writability, for a liveness probe. (`GET
+//! /metrics` is in [`super::metrics`].)
 
 use super::AppState;
 use axum::Json;

@@ -1,6 +1,6 @@
-//! The HTTP API of docs/api.md §5.1 on axum: thin handlers over [`queue::enqueue::Enqueuer`], the store
-//! and Redis, with the state passed explicitly in [`AppState`] (tests build one per test, with
-//! their own namespace and tokens, and serve [`router`] in-process).
+//! The HTTP API of docs/api.md §5.1 on axum: thin handlers over [`queue::enqueue::Enqueuer`], the
+//! store and Redis, with the state passed explicitly in [`AppState`] (tests build one per test,
+//! with their own namespace and tokens, and serve [`router`] in-process).
 //!
 //! Every error is `{"error":{"code","message"}}` ([`error::ApiError`]), including unknown routes,
 //! wrong methods, bad JSON and bodies over [`BODY_LIMIT`].

@@ -1,6 +1,6 @@
 //! `GET /v1/rests` (every active rest and circuit) and `DELETE /v1/rests/{scope}/{key}`, the
-//! operator's clear: the only way to shorten a rest (docs/design.md §3), so it needs the admin token and
-//! is logged (what and by which credential, never the token itself).
+//! operator's clear: the only way to shorten a rest (docs/design.md §3), so it needs the admin
+//! token and is logged (what and by which credential, never the token itself).
 
 use super::AppState;
 use super::auth::require_admin;

@@ -1,8 +1,8 @@
 //! The shared-quota scenario: K replicas serve M users whose runs all go to free models of one
 //! simulated account (R calls a window), offered faster than R. What freeway promises here
-//! (docs/design.md §2.2, §4.2): it does not spend calls into a resting account, so about one 429 a window
-//! (the call that discovers the rest), runs wait instead of failing, and the account's R calls
-//! a window are all used (goodput near 1).
+//! (docs/design.md §2.2, §4.2): it does not spend calls into a resting account, so about one 429 a
+//! window (the call that discovers the rest), runs wait instead of failing, and the account's R
+//! calls a window are all used (goodput near 1).
 
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile};
