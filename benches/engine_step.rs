@@ -7,15 +7,15 @@
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use freeway::budget::Kind;
-use freeway::clock::{Clock, SystemClock};
-use freeway::engine::{Engine, EnvTargets, WhenResting};
+use freeway::engine::{Engine, WhenResting};
 use freeway::events::{Event, EventError, EventSink};
+use freeway::fleet::Fleet;
 use freeway::job::{RunJob, RunRequest};
-use freeway::provider::{ApiKey, CallError, ChatProvider, ChatRequest, Completion, Target};
-use freeway::rest::Rests;
+use freeway::provider::{
+    ApiKey, CallError, ChatProvider, ChatRequest, Completion, EnvTargets, Target,
+};
 use freeway::route::RouteSpec;
 use freeway::store::MemoryStore;
-use freeway::tools::ToolRunner;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -56,21 +56,21 @@ fn bench(c: &mut Criterion) {
     let conn = rt
         .block_on(freeway::connect::redis(&url))
         .expect("the bench needs Redis (REDIS_URL)");
-    let engine = Engine {
-        provider: Arc::new(Instant),
-        store: Arc::new(MemoryStore::default()),
+    let targets = Arc::new(EnvTargets {
+        openrouter_base_url: "http://127.0.0.1:9".into(),
+        platform_key: Some(ApiKey::new("k")),
+    });
+    let fleet = Fleet {
         events: Arc::new(Discard),
-        rests: Rests::new(conn.clone(), "bench-engine"),
-        leases: freeway::lease::Leases::new(conn, "bench-engine"),
-        clock: Arc::new(SystemClock),
-        targets: Arc::new(EnvTargets {
-            openrouter_base_url: "http://127.0.0.1:9".into(),
-            platform_key: Some(ApiKey::new("k")),
-        }),
-        tools: ToolRunner::new(None).expect("client"),
-        summary: false,
-        worker: "bench".into(),
+        ..Fleet::redis(&conn, "bench-engine")
     };
+    let engine = Engine::new(
+        Arc::new(Instant),
+        targets,
+        Arc::new(MemoryStore::default()),
+        fleet,
+    )
+    .named("bench");
     let request = RunRequest {
         user_id: "u".into(),
         conversation_id: None,
@@ -90,7 +90,7 @@ fn bench(c: &mut Criterion) {
     };
     c.bench_function("engine: one-step run (fake provider, real Redis)", |b| {
         b.iter(|| {
-            let job = RunJob::new(request.clone(), SystemClock.now_ms());
+            let job = RunJob::new(request.clone(), freeway::clock::epoch_ms());
             let routes = job.check().expect("valid");
             rt.block_on(engine.execute(&job, &routes, WhenResting::Refuse))
                 .expect("run")

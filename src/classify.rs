@@ -14,7 +14,7 @@
 //!   alone cannot tell a platform balance problem from anything else, and ambiguous evidence
 //!   closes the pool only when other users corroborate it.
 //! - Rule 0's per-model cap is recognised by its limiter id in the message too (`limit_rpm/…`,
-//!   `limit_rpd/…`, variant #5 of the wire notes), not only by "High demand for … limited to N
+//!   `limit_rpd/…`, docs/providers.md §2.3), not only by "High demand for … limited to N
 //!   requests": both name one model's cap, and rule 1 would otherwise close the whole pool for it.
 //! - `limit_source` is compared without its `openrouter_` prefix, because one capture spells the
 //!   per-minute source `free_tier_per_minute`.

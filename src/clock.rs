@@ -1,11 +1,13 @@
 //! Time and randomness for the engine, injectable so tests never sleep.
 //!
-//! Rests are timed by Redis (`TIME` inside the Lua scripts); this clock only serves what is the
-//! replica's own business: deadlines, the one-route retry's 1–3 s pause and snooze jitter.
+//! The fleet's rests and leases are timed by Redis (`TIME` inside the Lua scripts); this clock
+//! serves what is the replica's own business (deadlines, the one-route retry's 1–3 s pause,
+//! snooze jitter) and times the in-process rests and leases of tests.
 
 use async_trait::async_trait;
 use rand::RngExt;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[async_trait]
@@ -41,11 +43,12 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock for tests: real time for `now_ms`, sleeps return at once and are recorded, and jitter
-/// is always the upper bound (the worst case for deadlines).
+/// A clock for tests: real time plus whatever [`InstantClock::advance`] added, sleeps return at
+/// once and are recorded, and jitter is always the upper bound (the worst case for deadlines).
 #[derive(Debug, Default)]
 pub struct InstantClock {
     slept: Mutex<Vec<Duration>>,
+    ahead_ms: AtomicU64,
 }
 
 impl InstantClock {
@@ -53,12 +56,18 @@ impl InstantClock {
     pub fn slept(&self) -> Vec<Duration> {
         self.slept.lock().map(|s| s.clone()).unwrap_or_default()
     }
+
+    /// Move this clock's time forward by `by`, as if that much time had passed.
+    pub fn advance(&self, by: Duration) {
+        self.ahead_ms
+            .fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+    }
 }
 
 #[async_trait]
 impl Clock for InstantClock {
     fn now_ms(&self) -> u64 {
-        epoch_ms()
+        epoch_ms() + self.ahead_ms.load(Ordering::SeqCst)
     }
     async fn sleep(&self, duration: Duration) {
         if let Ok(mut s) = self.slept.lock() {

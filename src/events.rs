@@ -9,6 +9,7 @@ use crate::run::{Code, RunRecord, RunStatus};
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
 
 /// How long a finished run's events stay in Redis.
 pub const EVENTS_TTL_S: i64 = 24 * 3600;
@@ -192,6 +193,30 @@ impl EventSink for RedisEvents {
         pipe.query_async::<()>(&mut conn)
             .await
             .map_err(|e| EventError(e.to_string()))
+    }
+}
+
+/// Keeps every event published, in order, in this process: for tests that need no server.
+#[derive(Default)]
+pub struct MemoryEvents(Mutex<Vec<(String, Event)>>);
+
+impl MemoryEvents {
+    /// The events of one run, in the order they were published.
+    pub fn of(&self, run_id: &str) -> Vec<Event> {
+        let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter()
+            .filter(|(r, _)| r == run_id)
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+}
+
+#[async_trait]
+impl EventSink for MemoryEvents {
+    async fn publish(&self, run_id: &str, event: &Event) -> Result<(), EventError> {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.push((run_id.to_string(), event.clone()));
+        Ok(())
     }
 }
 

@@ -5,19 +5,20 @@
 //! each spend calls, so the engine holds a lease in Redis while it executes a run: a key with a
 //! short TTL, renewed while the run is alive and dropped when it settles. A delivery that finds
 //! the lease taken waits for it instead of running; if the holder died, the lease simply expires.
+//!
+//! [`RedisLeases`] is the fleet's; [`MemoryLeases`] keeps the same rules in one process for tests
+//! that need no server.
 
+use crate::clock::{Clock, SystemClock};
+use crate::fleet::FleetError;
+use async_trait::async_trait;
 use redis::aio::ConnectionManager;
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 /// How long a lease lives without renewal: what a crashed executor costs its run.
 pub const LEASE_TTL: Duration = Duration::from_secs(30);
-
-#[derive(Clone)]
-pub struct Leases {
-    conn: ConnectionManager,
-    ns: String,
-}
 
 /// The outcome of asking for a run's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +28,25 @@ pub enum Lease {
     HeldFor(Duration),
 }
 
-impl Leases {
+/// The runs' leases. Owners are unique per delivery, so a held lease is always another's.
+#[async_trait]
+pub trait Leases: Send + Sync {
+    /// Take the run's lease for `owner`, or say how long another holder keeps it.
+    async fn acquire(&self, run_id: &str, owner: &str) -> Result<Lease, FleetError>;
+    /// Extend the lease while `owner` still holds it; false when it was lost.
+    async fn renew(&self, run_id: &str, owner: &str) -> Result<bool, FleetError>;
+    /// Drop the lease if `owner` holds it.
+    async fn release(&self, run_id: &str, owner: &str) -> Result<(), FleetError>;
+}
+
+/// Leases as Redis keys with a TTL.
+#[derive(Clone)]
+pub struct RedisLeases {
+    conn: ConnectionManager,
+    ns: String,
+}
+
+impl RedisLeases {
     pub fn new(conn: ConnectionManager, ns: impl Into<String>) -> Self {
         Self {
             conn,
@@ -39,9 +58,11 @@ impl Leases {
     pub fn key(&self, run_id: &str) -> String {
         format!("{}:run:{run_id}:lease", self.ns)
     }
+}
 
-    /// Take the run's lease for `owner`, or say how long another holder keeps it.
-    pub async fn acquire(&self, run_id: &str, owner: &str) -> Result<Lease, redis::RedisError> {
+#[async_trait]
+impl Leases for RedisLeases {
+    async fn acquire(&self, run_id: &str, owner: &str) -> Result<Lease, FleetError> {
         let mut conn = self.conn.clone();
         let held_ms: i64 = ACQUIRE
             .key(self.key(run_id))
@@ -56,8 +77,7 @@ impl Leases {
         })
     }
 
-    /// Extend the lease while `owner` still holds it; false when it was lost.
-    pub async fn renew(&self, run_id: &str, owner: &str) -> Result<bool, redis::RedisError> {
+    async fn renew(&self, run_id: &str, owner: &str) -> Result<bool, FleetError> {
         let mut conn = self.conn.clone();
         let renewed: i64 = RENEW
             .key(self.key(run_id))
@@ -68,15 +88,76 @@ impl Leases {
         Ok(renewed == 1)
     }
 
-    /// Drop the lease if `owner` holds it.
-    pub async fn release(&self, run_id: &str, owner: &str) -> Result<(), redis::RedisError> {
+    async fn release(&self, run_id: &str, owner: &str) -> Result<(), FleetError> {
         let mut conn = self.conn.clone();
-        RELEASE
+        let _: i64 = RELEASE
             .key(self.key(run_id))
             .arg(owner)
-            .invoke_async::<i64>(&mut conn)
-            .await
-            .map(|_| ())
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Leases in one process, timed by a [`Clock`]: run id → (owner, expiry in clock ms).
+pub struct MemoryLeases {
+    clock: Arc<dyn Clock>,
+    held: Mutex<HashMap<String, (String, u64)>>,
+}
+
+impl Default for MemoryLeases {
+    fn default() -> Self {
+        MemoryLeases::new(Arc::new(SystemClock))
+    }
+}
+
+impl MemoryLeases {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryLeases {
+            clock,
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Run the closure on the leases still in force.
+    fn with_held<T>(&self, f: impl FnOnce(&mut HashMap<String, (String, u64)>, u64) -> T) -> T {
+        let now = self.clock.now_ms();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.retain(|_, (_, until)| *until > now);
+        f(&mut held, now)
+    }
+}
+
+#[async_trait]
+impl Leases for MemoryLeases {
+    async fn acquire(&self, run_id: &str, owner: &str) -> Result<Lease, FleetError> {
+        Ok(self.with_held(|held, now| match held.get(run_id) {
+            Some((_, until)) => Lease::HeldFor(Duration::from_millis(until - now)),
+            None => {
+                let until = now + LEASE_TTL.as_millis() as u64;
+                held.insert(run_id.to_string(), (owner.to_string(), until));
+                Lease::Granted
+            }
+        }))
+    }
+
+    async fn renew(&self, run_id: &str, owner: &str) -> Result<bool, FleetError> {
+        Ok(self.with_held(|held, now| match held.get_mut(run_id) {
+            Some((holder, until)) if holder == owner => {
+                *until = now + LEASE_TTL.as_millis() as u64;
+                true
+            }
+            _ => false,
+        }))
+    }
+
+    async fn release(&self, run_id: &str, owner: &str) -> Result<(), FleetError> {
+        self.with_held(|held, _| {
+            if held.get(run_id).is_some_and(|(holder, _)| holder == owner) {
+                held.remove(run_id);
+            }
+        });
+        Ok(())
     }
 }
 

@@ -1,10 +1,10 @@
 //! freeway's core: everything a run needs that is neither the queue nor the web.
 //!
 //! A run walks a chain of routes; some routes spend one shared free quota (a *pool*). The core
-//! classifies every failed attempt ([`classify`]), writes the rest it calls for into Redis so every
-//! replica sees it ([`rest`]), bounds every run's calls by construction ([`budget`]), talks to
-//! OpenAI-compatible providers without hidden retries ([`provider`]) and drives the whole run as a
-//! resumable state machine ([`engine`]). It knows nothing of apalis or axum: the `worker` and
+//! classifies every failed attempt ([`classify`]), writes the rest it calls for where every
+//! replica sees it ([`rest`], part of the [`fleet`]'s shared state), bounds every run's calls by
+//! construction ([`budget`]), talks to OpenAI-compatible providers without hidden retries
+//! ([`provider`]) and drives the whole run as a resumable state machine ([`engine`]). It knows nothing of apalis or axum: the `worker` and
 //! `producer` crates wire it to the queue and the web.
 
 pub mod budget;
@@ -15,6 +15,7 @@ pub mod config;
 pub mod connect;
 pub mod engine;
 pub mod events;
+pub mod fleet;
 pub mod headers;
 pub mod job;
 pub mod lease;

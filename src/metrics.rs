@@ -17,8 +17,11 @@
 //! The keys never expire: they are counters, and their size is bounded by the routes in use.
 //! Recording never fails a run; a failed write is logged and that count is lost.
 
+use crate::fleet::FleetError;
+use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// Upper bounds (ms) of the call-latency buckets: from a fast error to a long streamed answer.
 pub const LATENCY_BUCKETS_MS: &[u64] = &[
@@ -30,9 +33,58 @@ pub const CALLS_PER_RUN_BUCKETS: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 10, 14, 15];
 /// The outcome of a call that succeeded; a failed call's outcome is its verdict.
 pub const OK: &str = "ok";
 
-/// Where the counters are, and the connection to add to them.
+/// The fleet's counters: what the engine records and `/metrics` reads. Recording never fails a
+/// run: a count that cannot be written is logged and lost.
+#[async_trait]
+pub trait Metrics: Send + Sync {
+    /// Add `increments` (see [`Increment`]) to the counters.
+    async fn add(&self, increments: Vec<Increment>);
+    /// Every counter, for a scrape.
+    async fn read(&self) -> Result<Snapshot, FleetError>;
+}
+
+/// One field of one counter family gets `by` more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Increment {
+    family: &'static str,
+    field: String,
+    by: u64,
+}
+
+/// One provider call: `outcome` is [`OK`] or the failure's verdict.
+pub fn call(route: &str, outcome: &str, latency_ms: u64) -> Vec<Increment> {
+    let mut add = vec![Increment {
+        family: CALLS,
+        field: pair(route, outcome),
+        by: 1,
+    }];
+    add.extend(observe(LATENCY, LATENCY_BUCKETS_MS, latency_ms));
+    add
+}
+
+/// A rest written (or extended) for a failure of `verdict`; `scope` is `pool`, `route` or
+/// `connection`.
+pub fn rest(scope: &str, verdict: &str) -> Vec<Increment> {
+    vec![Increment {
+        family: RESTS,
+        field: pair(scope, verdict),
+        by: 1,
+    }]
+}
+
+/// A run settled (finished, refused or paused for an approval) after `calls` calls in all.
+pub fn run(calls: u32) -> Vec<Increment> {
+    observe(CALLS_PER_RUN, CALLS_PER_RUN_BUCKETS, u64::from(calls))
+}
+
+const CALLS: &str = "calls";
+const RESTS: &str = "rests";
+const LATENCY: &str = "latency";
+const CALLS_PER_RUN: &str = "calls_per_run";
+
+/// The counters in Redis hashes, one per family (see the module's table).
 #[derive(Clone)]
-pub struct Metrics {
+pub struct RedisMetrics {
     conn: ConnectionManager,
     ns: String,
 }
@@ -65,9 +117,9 @@ pub struct Snapshot {
     pub calls_per_run: Histogram,
 }
 
-impl Metrics {
-    pub fn new(conn: ConnectionManager, ns: &str) -> Metrics {
-        Metrics {
+impl RedisMetrics {
+    pub fn new(conn: ConnectionManager, ns: &str) -> RedisMetrics {
+        RedisMetrics {
             conn,
             ns: ns.to_string(),
         }
@@ -76,66 +128,75 @@ impl Metrics {
     fn key(&self, family: &str) -> String {
         format!("{}:metrics:{family}", self.ns)
     }
+}
 
-    /// One provider call: `outcome` is [`OK`] or the failure's verdict.
-    pub async fn record_call(&self, route: &str, outcome: &str, latency_ms: u64) {
+#[async_trait]
+impl Metrics for RedisMetrics {
+    async fn add(&self, increments: Vec<Increment>) {
         let mut pipe = redis::pipe();
-        pipe.hincr(self.key("calls"), pair(route, outcome), 1)
-            .ignore();
-        observe(
-            &mut pipe,
-            &self.key("latency"),
-            LATENCY_BUCKETS_MS,
-            latency_ms,
-        );
-        self.send(pipe, "a call").await;
-    }
-
-    /// A rest written (or extended) for a failure of `verdict`; `scope` is `pool`, `route` or
-    /// `connection`.
-    pub async fn record_rest(&self, scope: &str, verdict: &str) {
-        let mut pipe = redis::pipe();
-        pipe.hincr(self.key("rests"), pair(scope, verdict), 1)
-            .ignore();
-        self.send(pipe, "a rest").await;
-    }
-
-    /// A run settled (finished, refused or paused for an approval) after `calls` calls in all.
-    pub async fn record_run(&self, calls: u32) {
-        let mut pipe = redis::pipe();
-        observe(
-            &mut pipe,
-            &self.key("calls_per_run"),
-            CALLS_PER_RUN_BUCKETS,
-            u64::from(calls),
-        );
-        self.send(pipe, "a run's calls").await;
-    }
-
-    async fn send(&self, pipe: redis::Pipeline, what: &str) {
+        for i in &increments {
+            pipe.hincr(self.key(i.family), &i.field, i.by).ignore();
+        }
         let mut conn = self.conn.clone();
         if let Err(error) = pipe.query_async::<()>(&mut conn).await {
-            tracing::warn!(%error, "metrics: cannot count {what}");
+            let family = increments.first().map_or("", |i| i.family);
+            tracing::warn!(%error, family, "metrics: cannot count");
         }
     }
 
-    /// Every counter, for a scrape.
-    pub async fn read(&self) -> Result<Snapshot, redis::RedisError> {
-        type Fields = HashMap<String, u64>;
+    async fn read(&self) -> Result<Snapshot, FleetError> {
         let mut conn = self.conn.clone();
         let (calls, rests, latency, per_run): (Fields, Fields, Fields, Fields) = redis::pipe()
-            .hgetall(self.key("calls"))
-            .hgetall(self.key("rests"))
-            .hgetall(self.key("latency"))
-            .hgetall(self.key("calls_per_run"))
+            .hgetall(self.key(CALLS))
+            .hgetall(self.key(RESTS))
+            .hgetall(self.key(LATENCY))
+            .hgetall(self.key(CALLS_PER_RUN))
             .query_async(&mut conn)
             .await?;
-        Ok(Snapshot {
-            calls: labelled(calls),
-            rests: labelled(rests),
-            latency_ms: histogram(&latency, LATENCY_BUCKETS_MS),
-            calls_per_run: histogram(&per_run, CALLS_PER_RUN_BUCKETS),
-        })
+        Ok(snapshot(&calls, &rests, &latency, &per_run))
+    }
+}
+
+type Fields = HashMap<String, u64>;
+
+/// The counters in one process, for tests that need no server.
+#[derive(Default)]
+pub struct MemoryMetrics {
+    families: Mutex<HashMap<&'static str, Fields>>,
+}
+
+#[async_trait]
+impl Metrics for MemoryMetrics {
+    async fn add(&self, increments: Vec<Increment>) {
+        let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+        for i in increments {
+            *families
+                .entry(i.family)
+                .or_default()
+                .entry(i.field)
+                .or_default() += i.by;
+        }
+    }
+
+    async fn read(&self) -> Result<Snapshot, FleetError> {
+        let families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+        let empty = Fields::new();
+        let family = |name| families.get(name).unwrap_or(&empty);
+        Ok(snapshot(
+            family(CALLS),
+            family(RESTS),
+            family(LATENCY),
+            family(CALLS_PER_RUN),
+        ))
+    }
+}
+
+fn snapshot(calls: &Fields, rests: &Fields, latency: &Fields, per_run: &Fields) -> Snapshot {
+    Snapshot {
+        calls: labelled(calls),
+        rests: labelled(rests),
+        latency_ms: histogram(latency, LATENCY_BUCKETS_MS),
+        calls_per_run: histogram(per_run, CALLS_PER_RUN_BUCKETS),
     }
 }
 
@@ -144,25 +205,27 @@ fn pair(a: &str, b: &str) -> String {
     serde_json::json!([a, b]).to_string()
 }
 
-/// Add one observation to a histogram hash: its bucket (the first bound it fits), sum and count.
-fn observe(pipe: &mut redis::Pipeline, key: &str, bounds: &[u64], value: u64) {
+/// One observation of a histogram: its bucket (the first bound it fits), sum and count.
+fn observe(family: &'static str, bounds: &[u64], value: u64) -> Vec<Increment> {
     let bucket = bounds
         .iter()
         .find(|&&b| value <= b)
         .map_or_else(|| "le:+Inf".to_string(), |b| format!("le:{b}"));
-    pipe.hincr(key, bucket, 1)
-        .ignore()
-        .hincr(key, "sum", value)
-        .ignore()
-        .hincr(key, "count", 1)
-        .ignore();
+    [
+        (bucket, 1),
+        ("sum".to_string(), value),
+        ("count".to_string(), 1),
+    ]
+    .into_iter()
+    .map(|(field, by)| Increment { family, field, by })
+    .collect()
 }
 
-fn labelled(fields: HashMap<String, u64>) -> Vec<Labelled> {
+fn labelled(fields: &Fields) -> Vec<Labelled> {
     let mut out: Vec<Labelled> = fields
-        .into_iter()
-        .filter_map(|(field, value)| {
-            let [a, b]: [String; 2] = serde_json::from_str(&field).ok()?;
+        .iter()
+        .filter_map(|(field, &value)| {
+            let [a, b]: [String; 2] = serde_json::from_str(field).ok()?;
             Some(Labelled {
                 labels: [a, b],
                 value,
@@ -212,7 +275,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let got = labelled(fields);
+        let got = labelled(&fields);
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].labels, ["a/m:free".to_string(), "account".into()]);
         assert_eq!(got[1].value, 2);

@@ -33,22 +33,28 @@ struct ToolResponse {
     content: serde_json::Value,
 }
 
-#[derive(Clone)]
+/// Where tools run; the default has no tool service (`FREEWAY_TOOL_URL` unset).
+#[derive(Clone, Default)]
 pub struct ToolRunner {
-    base_url: Option<String>,
-    http: reqwest::Client,
+    /// The service's base URL and the client that calls it.
+    service: Option<(String, reqwest::Client)>,
 }
 
 impl ToolRunner {
     pub fn new(base_url: Option<String>) -> Result<ToolRunner, reqwest::Error> {
+        let Some(base_url) = base_url else {
+            return Ok(ToolRunner::default());
+        };
         crate::provider::install_crypto();
         let http = reqwest::Client::builder().timeout(TOOL_TIMEOUT).build()?;
-        Ok(ToolRunner { base_url, http })
+        Ok(ToolRunner {
+            service: Some((base_url, http)),
+        })
     }
 
     /// The tool's result text, or the error text when it failed.
     pub async fn run(&self, ctx: &ToolContext<'_>, call: &ToolCall) -> String {
-        let Some(base) = &self.base_url else {
+        let Some((base, http)) = &self.service else {
             return format!(
                 "error: tool {} cannot run: FREEWAY_TOOL_URL is not set",
                 call.name
@@ -67,8 +73,7 @@ impl ToolRunner {
         let Ok(body) = serde_json::to_vec(&body) else {
             return "error: could not encode the tool request".to_string();
         };
-        let response = self
-            .http
+        let response = http
             .post(format!("{base}/{}", call.name))
             .header("content-type", "application/json")
             .body(body)

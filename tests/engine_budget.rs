@@ -1,14 +1,15 @@
 //! The budget of docs/design.md §2.1 and the walk rules of §2.2, proven over random scripts of
 //! provider outcomes and random chains: calls never exceed the table, a closed route is never
 //! called, nothing fails over after output, and a continuation makes exactly one step-1 attempt;
-//! with
-//! `FREEWAY_SUMMARY` on or off.
+//! with `FREEWAY_SUMMARY` on or off. The fleet is the in-process one: no server is needed.
 
 mod support;
 
 use async_trait::async_trait;
 use freeway::budget::{Budget, Kind};
 use freeway::chat::{ToolCall, ToolSpec};
+use freeway::classify::CIRCUIT_MS;
+use freeway::clock::InstantClock;
 use freeway::engine::{Outcome, WhenResting};
 use freeway::events::Event;
 use freeway::headers::Headers;
@@ -16,12 +17,13 @@ use freeway::job::{Continuation, RunJob, RunRequest};
 use freeway::provider::{
     CallError, ChatProvider, ChatRequest, Completion, InBandError, Target, TransportError,
 };
-use freeway::rest::{RestKind, Rests};
+use freeway::rest::{MemoryRests, RestKind, Rests};
 use freeway::route::{Route, RouteSpec};
 use freeway::store::Store;
 use proptest::prelude::*;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// One scripted provider outcome.
@@ -110,7 +112,7 @@ fn scripted() -> impl Strategy<Value = Scripted> {
 struct ScriptProvider {
     script: Mutex<VecDeque<Scripted>>,
     chain: Vec<Route>,
-    rests: Rests,
+    rests: Arc<MemoryRests>,
     continuation: bool,
     calls: Mutex<u32>,
     closed_calls: Mutex<Vec<String>>,
@@ -209,17 +211,6 @@ fn kind_strategy() -> impl Strategy<Value = Kind> {
     prop_oneof![Just(Kind::Chat), Just(Kind::Research), Just(Kind::Complete)]
 }
 
-async fn clear_namespace(conn: &mut redis::aio::ConnectionManager, ns: &str) {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{ns}:*"))
-        .query_async(conn)
-        .await
-        .unwrap();
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL").arg(keys).query_async(conn).await.unwrap();
-    }
-}
-
 async fn check_case(
     shared: Vec<bool>,
     kind: Kind,
@@ -241,18 +232,25 @@ async fn check_case(
         })
         .collect();
     let chain: Vec<Route> = specs.iter().map(|s| Route::resolve(s).unwrap()).collect();
-    let conn = support::redis().await;
-    let ns = support::unique_ns("budget");
+    // The rests keep their own time, so a test can let every rest expire without moving the
+    // run's deadline.
+    let rest_clock = Arc::new(InstantClock::default());
+    let rests = Arc::new(MemoryRests::new(rest_clock.clone()));
     let provider = Arc::new(ScriptProvider {
         script: Mutex::new(script.into()),
         chain: chain.clone(),
-        rests: Rests::new(conn.clone(), ns.clone()),
+        rests: rests.clone(),
         continuation,
         calls: Mutex::new(0),
         closed_calls: Mutex::new(vec![]),
     });
-    let mut h = support::harness_in(&ns, conn, provider.clone(), "http://127.0.0.1:9").await;
-    h.engine.summary = summary;
+    let mut h = support::harness_with(
+        provider.clone(),
+        "http://127.0.0.1:9",
+        Arc::new(InstantClock::default()),
+        rests,
+    );
+    h.engine = h.engine.clone().with_summary(summary);
     let request = RunRequest {
         user_id: "u1".into(),
         conversation_id: None,
@@ -301,13 +299,12 @@ async fn check_case(
             .unwrap();
         if let Outcome::Snoozed { .. } = o {
             // Time passes: every rest expires before the re-delivery.
-            clear_namespace(&mut h.conn, &ns).await;
+            rest_clock.advance(Duration::from_millis(CIRCUIT_MS + 1_000));
             continue;
         }
         outcome = Some(o);
         break;
     }
-    clear_namespace(&mut h.conn, &ns).await;
     prop_assert!(outcome.is_some(), "the run settled");
 
     let calls = *provider.calls.lock().unwrap();
@@ -362,7 +359,6 @@ async fn check_case(
             events
         );
     }
-    h.events.0.lock().unwrap().clear();
     Ok(())
 }
 

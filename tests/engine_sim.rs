@@ -1,6 +1,7 @@
 //! The run rules of docs/design.md §2.2–§2.4 and the rests of §3, end to end: the engine calls the
-//! simulator over real HTTP and writes rests into a real Redis. Assertions read the simulator's
-//! call log, the rests' TTLs in Redis and the run records.
+//! simulator over real HTTP and shares rests through the in-process fleet (the Redis one keeps
+//! the same rules: `tests/rests.rs` runs one suite on both). Assertions read the simulator's call
+//! log, the rests the fleet holds and the run records.
 
 mod support;
 
@@ -9,12 +10,12 @@ use freeway::budget::Kind;
 use freeway::chat::{Approval, ToolCall, ToolSpec};
 use freeway::classify::{RestLength, RestScope, Verdict};
 use freeway::engine::{Outcome, WhenResting};
-use freeway::events::{Event, RedisEvents};
+use freeway::events::Event;
 use freeway::job::{Continuation, RunJob, RunRequest};
 use freeway::provider::{
     CallError, ChatProvider, ChatRequest, Completion, HttpProvider, Target, Timeouts,
 };
-use freeway::rest::{RestKind, Rests};
+use freeway::rest::{MemoryRests, RestKind, Rests};
 use freeway::route::{OPENROUTER_FREE_POOL, Route, RouteSpec};
 use freeway::run::{Code, RunStatus};
 use freeway::store::Store;
@@ -33,12 +34,11 @@ struct Setup {
     h: Harness,
 }
 
-async fn setup(name: &str) -> Setup {
-    setup_with(name, sim::SimConfig::default(), |p| p).await
+async fn setup() -> Setup {
+    setup_with(sim::SimConfig::default(), |p| p).await
 }
 
 async fn setup_with(
-    name: &str,
     config: sim::SimConfig,
     wrap: impl FnOnce(Arc<dyn ChatProvider>) -> Arc<dyn ChatProvider>,
 ) -> Setup {
@@ -46,7 +46,7 @@ async fn setup_with(
         .await
         .unwrap();
     let provider: Arc<dyn ChatProvider> = Arc::new(HttpProvider::new(fast_timeouts()).unwrap());
-    let h = support::harness(name, wrap(provider), &sim.base_url()).await;
+    let h = support::harness(wrap(provider), &sim.base_url());
     Setup { sim, h }
 }
 
@@ -104,29 +104,22 @@ fn called(sim: &sim::SimHandle) -> Vec<String> {
     sim.calls().into_iter().map(|c| c.model).collect()
 }
 
-async fn pttl(h: &Harness, key: &str) -> i64 {
-    let mut conn = h.conn.clone();
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
+/// The remaining ms of `scope`'s rest, -2 when it does not rest (as Redis `PTTL` says).
+async fn pttl(h: &Harness, scope: RestScope) -> i64 {
+    let remaining = h.rests.remaining(&scope).await.unwrap();
+    remaining.map_or(-2, |ms| ms as i64)
 }
 
-fn pool_key(h: &Harness) -> String {
-    h.rests
-        .key_for(&RestScope::Pool(OPENROUTER_FREE_POOL.into()))
-        .unwrap()
+fn pool_scope() -> RestScope {
+    RestScope::Pool(OPENROUTER_FREE_POOL.into())
 }
 
-fn route_key(h: &Harness, model: &str) -> String {
+fn route_scope(model: &str) -> RestScope {
     let route = Route::resolve(&RouteSpec::parse_cli(model)).unwrap();
-    h.rests
-        .key_for(&RestScope::Route {
-            pool: route.pool.clone(),
-            route_key: route.key(),
-        })
-        .unwrap()
+    RestScope::Route {
+        pool: route.pool.clone(),
+        route_key: route.key(),
+    }
 }
 
 /// Change the sim's per-minute quota through its control API.
@@ -157,7 +150,7 @@ fn finished(status: RunStatus, code: Option<Code>) -> Outcome {
 
 #[tokio::test]
 async fn an_account_429_skips_the_other_free_routes_and_rests_the_pool_for_every_run() {
-    let s = setup_with("account", exhausted_quota(), |p| p).await;
+    let s = setup_with(exhausted_quota(), |p| p).await;
     let (_, outcome) = run(
         &s.h,
         request("u1", "hi", &[FREE_A, FREE_B, PAID]),
@@ -170,7 +163,7 @@ async fn an_account_429_skips_the_other_free_routes_and_rests_the_pool_for_every
         vec![FREE_A, PAID],
         "A, then straight to the paid route"
     );
-    let ttl = pttl(&s.h, &pool_key(&s.h)).await;
+    let ttl = pttl(&s.h, pool_scope()).await;
     assert!(
         ttl > 0 && ttl <= 300_000,
         "the pool rests, at most 300 s: {ttl}"
@@ -194,7 +187,7 @@ async fn an_account_429_skips_the_other_free_routes_and_rests_the_pool_for_every
 
 #[tokio::test]
 async fn a_provider_429_rests_that_route_alone_and_the_next_free_route_is_called() {
-    let s = setup("provider").await;
+    let s = setup().await;
     s.sim.inject(fault(
         serde_json::json!({"kind": "upstream_429", "model": FREE_A, "retry_after_s": 17}),
     ));
@@ -206,16 +199,12 @@ async fn a_provider_429_rests_that_route_alone_and_the_next_free_route_is_called
     .await;
     assert_eq!(outcome, finished(RunStatus::Succeeded, None));
     assert_eq!(called(&s.sim), vec![FREE_A, FREE_B]);
-    let ttl = pttl(&s.h, &route_key(&s.h, FREE_A)).await;
+    let ttl = pttl(&s.h, route_scope(FREE_A)).await;
     assert!(
         ttl > 15_000 && ttl <= 17_000,
         "A rests for its Retry-After: {ttl}"
     );
-    assert_eq!(
-        pttl(&s.h, &pool_key(&s.h)).await,
-        -2,
-        "the pool does not rest"
-    );
+    assert_eq!(pttl(&s.h, pool_scope()).await, -2, "the pool does not rest");
 
     let attempts = s.h.store.attempts(&job.run_id).await.unwrap();
     assert_eq!(attempts.len(), 2, "one attempt record per call");
@@ -233,7 +222,7 @@ async fn a_provider_429_rests_that_route_alone_and_the_next_free_route_is_called
 
 #[tokio::test]
 async fn an_ambiguous_429_stops_the_walk_over_shared_routes() {
-    let s = setup("ambiguous-stop").await;
+    let s = setup().await;
     s.sim.inject(fault(
         serde_json::json!({"kind": "generic_429", "model": FREE_A}),
     ));
@@ -249,10 +238,10 @@ async fn an_ambiguous_429_stops_the_walk_over_shared_routes() {
         vec![FREE_A, PAID],
         "B is shared: skipped after an ambiguous stop"
     );
-    let ttl = pttl(&s.h, &route_key(&s.h, FREE_A)).await;
+    let ttl = pttl(&s.h, route_scope(FREE_A)).await;
     assert!(ttl > 55_000 && ttl <= 60_000, "A rests 60 s: {ttl}");
     assert_eq!(
-        pttl(&s.h, &pool_key(&s.h)).await,
+        pttl(&s.h, pool_scope()).await,
         -2,
         "one ambiguous failure does not rest the pool"
     );
@@ -260,7 +249,7 @@ async fn an_ambiguous_429_stops_the_walk_over_shared_routes() {
 
 #[tokio::test]
 async fn ambiguous_429s_from_three_runs_of_two_users_rest_the_pool() {
-    let s = setup("corroborate").await;
+    let s = setup().await;
     for model in [FREE_A, FREE_B, FREE_C] {
         s.sim.inject(fault(
             serde_json::json!({"kind": "generic_429", "model": model}),
@@ -269,7 +258,7 @@ async fn ambiguous_429s_from_three_runs_of_two_users_rest_the_pool() {
     let runs = [("u1", FREE_A), ("u1", FREE_B), ("u2", FREE_C)];
     for (i, (user, model)) in runs.into_iter().enumerate() {
         assert_eq!(
-            pttl(&s.h, &pool_key(&s.h)).await,
+            pttl(&s.h, pool_scope()).await,
             -2,
             "no pool rest before the third failure"
         );
@@ -285,7 +274,7 @@ async fn ambiguous_429s_from_three_runs_of_two_users_rest_the_pool() {
             "run {i} completes on the paid route"
         );
     }
-    let ttl = pttl(&s.h, &pool_key(&s.h)).await;
+    let ttl = pttl(&s.h, pool_scope()).await;
     assert!(
         ttl > 55_000 && ttl <= 60_000,
         "3 failures from 2 users in 30 s rest the pool 60 s: {ttl}"
@@ -294,7 +283,7 @@ async fn ambiguous_429s_from_three_runs_of_two_users_rest_the_pool() {
 
 #[tokio::test]
 async fn ambiguous_429s_from_one_user_do_not_rest_the_pool() {
-    let s = setup("one-user").await;
+    let s = setup().await;
     for model in [FREE_A, FREE_B, FREE_C] {
         s.sim.inject(fault(
             serde_json::json!({"kind": "generic_429", "model": model}),
@@ -307,12 +296,12 @@ async fn ambiguous_429s_from_one_user_do_not_rest_the_pool() {
         .await;
         assert_eq!(outcome, finished(RunStatus::Succeeded, None));
     }
-    assert_eq!(pttl(&s.h, &pool_key(&s.h)).await, -2);
+    assert_eq!(pttl(&s.h, pool_scope()).await, -2);
 }
 
 #[tokio::test]
 async fn a_one_route_chain_retries_once_on_a_5xx_after_one_to_three_seconds() {
-    let s = setup("retry").await;
+    let s = setup().await;
     s.sim.inject(fault(
         serde_json::json!({"kind": "bad_gateway_502", "model": PAID}),
     ));
@@ -329,7 +318,7 @@ async fn a_one_route_chain_retries_once_on_a_5xx_after_one_to_three_seconds() {
 
 #[tokio::test]
 async fn a_second_5xx_on_a_one_route_chain_ends_the_run() {
-    let s = setup("retry-twice").await;
+    let s = setup().await;
     s.sim.inject(fault(
         serde_json::json!({"kind": "server_500", "model": PAID, "count": 2}),
     ));
@@ -343,7 +332,7 @@ async fn a_second_5xx_on_a_one_route_chain_ends_the_run() {
 
 #[tokio::test]
 async fn complete_never_retries_the_same_route() {
-    let s = setup("complete").await;
+    let s = setup().await;
     s.sim.inject(fault(
         serde_json::json!({"kind": "bad_gateway_502", "model": PAID}),
     ));
@@ -363,7 +352,7 @@ async fn no_same_route_retry_into_a_resting_pool() {
     // Another replica rests the pool while this run's only call fails with a 502.
     struct RestThePoolOn502 {
         inner: Arc<dyn ChatProvider>,
-        rests: Rests,
+        rests: Arc<MemoryRests>,
     }
     #[async_trait]
     impl ChatProvider for RestThePoolOn502 {
@@ -385,13 +374,13 @@ async fn no_same_route_retry_into_a_resting_pool() {
     let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let conn = support::redis().await;
-    let ns = support::unique_ns("no-retry");
+    let clock = Arc::new(freeway::clock::InstantClock::default());
+    let rests = Arc::new(MemoryRests::new(clock.clone()));
     let provider = Arc::new(RestThePoolOn502 {
         inner: Arc::new(HttpProvider::new(fast_timeouts()).unwrap()),
-        rests: Rests::new(conn.clone(), ns.clone()),
+        rests: rests.clone(),
     });
-    let h = support::harness_in(&ns, conn, provider, &sim.base_url()).await;
+    let h = support::harness_with(provider, &sim.base_url(), clock, rests);
     sim.inject(fault(
         serde_json::json!({"kind": "bad_gateway_502", "model": FREE_A}),
     ));
@@ -405,7 +394,7 @@ async fn no_same_route_retry_into_a_resting_pool() {
 
 #[tokio::test]
 async fn a_run_whose_chain_is_closed_only_by_rate_limits_snoozes_with_its_budget() {
-    let s = setup_with("snooze", exhausted_quota(), |p| p).await;
+    let s = setup_with(exhausted_quota(), |p| p).await;
     let (job, outcome) = run(
         &s.h,
         request("u1", "hi", &[FREE_A, FREE_B]),
@@ -461,7 +450,7 @@ async fn a_run_whose_chain_is_closed_only_by_rate_limits_snoozes_with_its_budget
 
 #[tokio::test]
 async fn preflight_refuses_an_all_closed_chain_before_the_transcript_is_touched() {
-    let s = setup("refuse").await;
+    let s = setup().await;
     s.h.rests
         .write(
             &RestScope::Pool(OPENROUTER_FREE_POOL.into()),
@@ -540,7 +529,7 @@ impl ChatProvider for RecordMessages {
 async fn a_refused_regenerate_keeps_the_last_answer() {
     let sent = Arc::new(std::sync::Mutex::new(Vec::new()));
     let record = sent.clone();
-    let s = setup_with("regenerate", sim::SimConfig::default(), move |inner| {
+    let s = setup_with(sim::SimConfig::default(), move |inner| {
         Arc::new(RecordMessages {
             inner,
             sent: record,
@@ -599,7 +588,7 @@ async fn a_refused_regenerate_keeps_the_last_answer() {
 
 #[tokio::test]
 async fn a_mid_stream_rate_limit_interrupts_and_rests_nothing() {
-    let s = setup("midstream-429").await;
+    let s = setup().await;
     s.sim.inject(fault(serde_json::json!({"kind": "midstream_error", "model": FREE_A, "code": 429, "after_chunks": 2})));
     let (job, outcome) = run(
         &s.h,
@@ -613,13 +602,7 @@ async fn a_mid_stream_rate_limit_interrupts_and_rests_nothing() {
     );
     assert_eq!(called(&s.sim), vec![FREE_A], "nothing moves");
     assert!(s.h.rests.list().await.unwrap().is_empty(), "nothing rests");
-    let mut conn = s.h.conn.clone();
-    let evidence: i64 = redis::cmd("EXISTS")
-        .arg(s.h.rests.evidence_key(OPENROUTER_FREE_POOL))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(evidence, 0, "no evidence");
+    assert_eq!(s.h.rests.evidence(OPENROUTER_FREE_POOL), 0, "no evidence");
     let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
     assert!(
         rec.incomplete && !rec.output.is_empty(),
@@ -637,7 +620,7 @@ async fn a_mid_stream_rate_limit_interrupts_and_rests_nothing() {
 
 #[tokio::test]
 async fn a_mid_stream_error_before_any_output_fails_over_like_a_5xx() {
-    let s = setup("midstream-502").await;
+    let s = setup().await;
     s.sim.inject(fault(serde_json::json!({"kind": "midstream_error", "model": FREE_A, "code": 502, "after_chunks": 0})));
     let (_, outcome) = run(
         &s.h,
@@ -654,7 +637,7 @@ async fn a_pool_that_starts_resting_during_a_run_snoozes_it_at_its_later_step() 
     // Another replica rests the pool right after a run's first step.
     struct RestThePoolAfterFirstCall {
         inner: Arc<dyn ChatProvider>,
-        rests: Rests,
+        rests: Arc<MemoryRests>,
     }
     #[async_trait]
     impl ChatProvider for RestThePoolAfterFirstCall {
@@ -678,13 +661,13 @@ async fn a_pool_that_starts_resting_during_a_run_snoozes_it_at_its_later_step() 
     let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let conn = support::redis().await;
-    let ns = support::unique_ns("later-step");
+    let clock = Arc::new(freeway::clock::InstantClock::default());
+    let rests = Arc::new(MemoryRests::new(clock.clone()));
     let provider = Arc::new(RestThePoolAfterFirstCall {
         inner: Arc::new(HttpProvider::new(fast_timeouts()).unwrap()),
-        rests: Rests::new(conn.clone(), ns.clone()),
+        rests: rests.clone(),
     });
-    let h = support::harness_in(&ns, conn, provider, &sim.base_url()).await;
+    let h = support::harness_with(provider, &sim.base_url(), clock, rests);
     let (job, outcome) = run(
         &h,
         request("u1", "look it up [[tools:1]]", &[FREE_A, PAID]),
@@ -721,7 +704,7 @@ async fn a_pool_that_starts_resting_during_a_run_snoozes_it_at_its_later_step() 
 
 #[tokio::test]
 async fn a_failure_after_step_one_ends_the_run_keeping_its_output() {
-    let s = setup("later-fail").await;
+    let s = setup().await;
     s.sim.inject(fault(
         serde_json::json!({"kind": "bad_gateway_502", "model": PAID, "skip": 1}),
     ));
@@ -761,14 +744,14 @@ async fn a_failure_after_step_one_ends_the_run_keeping_its_output() {
         finished(RunStatus::Failed, Some(Code::RateLimited))
     );
     assert!(
-        pttl(&s.h, &route_key(&s.h, PAID)).await > 0,
+        pttl(&s.h, route_scope(PAID)).await > 0,
         "its rest is written"
     );
 }
 
 #[tokio::test]
 async fn a_model_that_keeps_asking_for_tools_exhausts_the_budget() {
-    let s = setup("budget").await;
+    let s = setup().await;
     let (job, outcome) = run(
         &s.h,
         request("u1", "loop [[tools:99]]", &[PAID]),
@@ -786,7 +769,7 @@ async fn a_model_that_keeps_asking_for_tools_exhausts_the_budget() {
 
 #[tokio::test]
 async fn an_approval_pauses_the_run_and_its_continuation_tries_once_while_the_pool_rests() {
-    let s = setup("approval").await;
+    let s = setup().await;
     let mut req = request(
         "u1",
         "delete it [[tools:1]] [[tool:delete]]",
@@ -854,7 +837,7 @@ async fn an_approval_pauses_the_run_and_its_continuation_tries_once_while_the_po
 
 #[tokio::test]
 async fn a_failed_continuation_does_not_fail_over() {
-    let s = setup("continuation-fail").await;
+    let s = setup().await;
     s.sim.inject(fault(
         serde_json::json!({"kind": "bad_gateway_502", "model": FREE_A}),
     ));
@@ -889,7 +872,7 @@ async fn a_failed_continuation_does_not_fail_over() {
 
 #[tokio::test]
 async fn an_auth_failure_opens_the_platform_circuit_for_every_platform_route() {
-    let s = setup("auth").await;
+    let s = setup().await;
     s.sim.inject(fault(
         serde_json::json!({"kind": "unauthorized_401", "model": FREE_A}),
     ));
@@ -925,7 +908,7 @@ async fn an_auth_failure_opens_the_platform_circuit_for_every_platform_route() {
 
 #[tokio::test]
 async fn a_client_error_moves_on_and_ends_upstream_rejected_when_nothing_is_left() {
-    let s = setup("client").await;
+    let s = setup().await;
     s.sim.inject(fault(
         serde_json::json!({"kind": "bad_request_400", "count": 3}),
     ));
@@ -947,70 +930,45 @@ async fn a_client_error_moves_on_and_ends_upstream_rejected_when_nothing_is_left
 }
 
 #[tokio::test]
-async fn events_go_to_the_runs_redis_stream_and_expire_after_it_ends() {
-    let s = setup("events").await;
-    let mut engine = s.h.engine.clone();
-    engine.events = Arc::new(RedisEvents::new(s.h.conn.clone(), s.h.ns.clone()));
-    let job = RunJob::new(
+async fn a_run_tells_its_story_in_events_from_started_to_finished() {
+    let s = setup().await;
+    let (job, outcome) = run(
+        &s.h,
         request("u1", "hi [[tools:1]] [[answer:all done]]", &[PAID]),
-        freeway::clock::epoch_ms(),
-    );
-    let routes = job.check().unwrap();
-    let outcome = engine
-        .execute(&job, &routes, WhenResting::Snooze)
-        .await
-        .unwrap();
+        WhenResting::Snooze,
+    )
+    .await;
     assert_eq!(outcome, finished(RunStatus::Succeeded, None));
-    let key = freeway::events::stream_key(&s.h.ns, &job.run_id);
-    let mut conn = s.h.conn.clone();
-    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg(&key)
-        .arg("-")
-        .arg("+")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let kinds: Vec<&str> = entries.iter().map(|(_, f)| f[0].1.as_str()).collect();
+    let events = s.h.events.of(&job.run_id);
+    let kinds: Vec<&str> = events.iter().map(Event::kind).collect();
     assert_eq!(kinds.first(), Some(&"started"));
     assert_eq!(kinds.last(), Some(&"finished"));
     for k in ["attempt", "tool_call", "tool_result", "delta"] {
         assert!(kinds.contains(&k), "{k} in {kinds:?}");
     }
-    let text: String = entries
+    let text: String = events
         .iter()
-        .filter(|(_, f)| f[0].1 == "delta")
-        .map(|(_, f)| {
-            serde_json::from_str::<serde_json::Value>(&f[1].1).unwrap()["text"]
-                .as_str()
-                .unwrap()
-                .to_string()
+        .filter_map(|e| match e {
+            Event::Delta { text } => Some(text.as_str()),
+            _ => None,
         })
         .collect();
     assert!(text.contains("all done"), "{text}");
-    let ttl: i64 = redis::cmd("TTL")
-        .arg(&key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!(
-        ttl > 86_000 && ttl <= 86_400,
-        "expires a day after the run ends: {ttl}"
-    );
 }
 
 /// `keys`, readable for `up_for` more lookups, then not (a store outage).
 struct KeysOutage {
     up_for: std::sync::atomic::AtomicU32,
-    keys: Arc<dyn freeway::engine::Targets>,
+    keys: Arc<dyn freeway::provider::Targets>,
 }
 
 #[async_trait]
-impl freeway::engine::Targets for KeysOutage {
+impl freeway::provider::Targets for KeysOutage {
     async fn target(
         &self,
         route: &Route,
         user_id: &str,
-    ) -> Result<Target, freeway::engine::TargetError> {
+    ) -> Result<Target, freeway::provider::TargetError> {
         let one_less = |n: u32| n.checked_sub(1);
         let up = self.up_for.fetch_update(
             std::sync::atomic::Ordering::SeqCst,
@@ -1018,7 +976,7 @@ impl freeway::engine::Targets for KeysOutage {
             one_less,
         );
         if up.is_err() {
-            return Err(freeway::engine::TargetError::Unavailable(
+            return Err(freeway::provider::TargetError::Unavailable(
                 "the store is down".into(),
             ));
         }
@@ -1028,12 +986,12 @@ impl freeway::engine::Targets for KeysOutage {
 
 #[tokio::test]
 async fn keys_that_cannot_be_read_spend_none_of_the_budget() {
-    let mut s = setup("keys-outage").await;
+    let mut s = setup().await;
     let outage = Arc::new(KeysOutage {
         up_for: 0.into(),
-        keys: s.h.engine.targets.clone(),
+        keys: s.h.targets.clone(),
     });
-    s.h.engine.targets = outage.clone();
+    s.h.engine = s.h.engine_with(outage.clone());
     let mut req = request("u1", "hello", &[PAID]);
     req.kind = Kind::Complete;
     let job = RunJob::new(req, freeway::clock::epoch_ms());
@@ -1059,8 +1017,8 @@ async fn keys_that_cannot_be_read_spend_none_of_the_budget() {
 
 #[tokio::test]
 async fn a_summary_is_one_more_call_whose_failure_does_not_fail_the_run() {
-    let mut s = setup("summary").await;
-    s.h.engine.summary = true;
+    let mut s = setup().await;
+    s.h.engine = s.h.engine.clone().with_summary(true);
     let (ok, outcome) = run(&s.h, request("u1", "hi", &[PAID]), WhenResting::Snooze).await;
     assert_eq!(outcome, finished(RunStatus::Succeeded, None));
     let rec = s.h.store.run(&ok.run_id).await.unwrap().unwrap();
@@ -1122,7 +1080,7 @@ impl ChatProvider for CrashAfterTheTool {
 
 #[tokio::test]
 async fn a_run_that_crashes_inside_its_tool_loop_resumes_within_its_budget() {
-    let s = setup_with("tool-crash", sim::SimConfig::default(), |inner| {
+    let s = setup_with(sim::SimConfig::default(), |inner| {
         Arc::new(CrashAfterTheTool {
             inner,
             crashed: false.into(),
@@ -1150,12 +1108,7 @@ async fn a_run_that_crashes_inside_its_tool_loop_resumes_within_its_budget() {
     );
 
     // The dead executor's lease expires; the queue delivers the run again.
-    let mut conn = s.h.conn.clone();
-    let _: () = redis::cmd("DEL")
-        .arg(s.h.engine.leases.key(&job.run_id))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    s.h.clock.advance(freeway::lease::LEASE_TTL);
     let outcome = execute(&s.h, &job, WhenResting::Snooze).await;
     assert_eq!(outcome, finished(RunStatus::Succeeded, None));
 
@@ -1204,12 +1157,12 @@ async fn a_run_that_crashes_inside_its_tool_loop_resumes_within_its_budget() {
 
 #[tokio::test]
 async fn keys_that_cannot_be_read_for_the_summary_keep_the_answer() {
-    let mut s = setup("keys-outage-summary").await;
-    s.h.engine.summary = true;
-    s.h.engine.targets = Arc::new(KeysOutage {
+    let mut s = setup().await;
+    let outage = Arc::new(KeysOutage {
         up_for: 1.into(),
-        keys: s.h.engine.targets.clone(),
+        keys: s.h.targets.clone(),
     });
+    s.h.engine = s.h.engine_with(outage).with_summary(true);
     let job = RunJob::new(
         request("u1", "hi [[answer:kept]]", &[PAID]),
         freeway::clock::epoch_ms(),
@@ -1235,29 +1188,14 @@ async fn keys_that_cannot_be_read_for_the_summary_keep_the_answer() {
     );
 }
 
-/// Every key of the harness's namespace in Redis (rests, evidence, circuits, leases, metrics).
-async fn namespace_keys(h: &Harness) -> Vec<String> {
-    let mut conn = h.conn.clone();
-    redis::cmd("KEYS")
-        .arg(format!("{}:*", h.ns))
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
-/// Whether any Redis key of the namespace is a rest, a circuit or evidence.
+/// Whether the fleet holds any rest, circuit or evidence.
 async fn rested_anything(h: &Harness) -> bool {
-    namespace_keys(h).await.iter().any(|k| {
-        k.ends_with(":rest")
-            || k.ends_with(":circuit")
-            || k.contains(":route:")
-            || k.ends_with(":evidence")
-    })
+    !h.rests.list().await.unwrap().is_empty() || h.rests.evidence(OPENROUTER_FREE_POOL) > 0
 }
 
 #[tokio::test]
 async fn a_route_without_a_key_is_skipped_unclassified_and_rests_nothing() {
-    let s = setup("no-key").await;
+    let s = setup().await;
     // The harness's targets know no user connections: `conn_gone` has no key for this run.
     let gone = "vendor/model@conn_gone";
     let (job, outcome) = run(
@@ -1274,11 +1212,7 @@ async fn a_route_without_a_key_is_skipped_unclassified_and_rests_nothing() {
         "the skipped route spent no budget"
     );
     assert_eq!(s.h.store.attempts(&job.run_id).await.unwrap().len(), 1);
-    assert!(
-        !rested_anything(&s.h).await,
-        "{:?}",
-        namespace_keys(&s.h).await
-    );
+    assert!(!rested_anything(&s.h).await);
 
     // Alone in its chain, it ends the run `connection_missing`, still without a call or a rest.
     let (job, outcome) = run(&s.h, request("u1", "hi", &[gone]), WhenResting::Snooze).await;
@@ -1288,20 +1222,16 @@ async fn a_route_without_a_key_is_skipped_unclassified_and_rests_nothing() {
     );
     assert_eq!(called(&s.sim), vec![PAID]);
     assert!(s.h.store.attempts(&job.run_id).await.unwrap().is_empty());
-    assert!(
-        !rested_anything(&s.h).await,
-        "{:?}",
-        namespace_keys(&s.h).await
-    );
+    assert!(!rested_anything(&s.h).await);
 }
 
 #[tokio::test]
 async fn a_missing_platform_key_circuits_nothing() {
-    let mut s = setup("no-platform-key").await;
-    s.h.engine.targets = Arc::new(freeway::engine::EnvTargets {
+    let mut s = setup().await;
+    s.h.engine = s.h.engine_with(Arc::new(freeway::provider::EnvTargets {
         openrouter_base_url: s.sim.base_url(),
         platform_key: None,
-    });
+    }));
     let (_, outcome) = run(
         &s.h,
         request("u1", "hi", &[FREE_A, PAID]),
@@ -1317,11 +1247,7 @@ async fn a_missing_platform_key_circuits_nothing() {
         s.h.rests.list().await.unwrap().is_empty(),
         "no circuit on the platform"
     );
-    assert!(
-        !rested_anything(&s.h).await,
-        "{:?}",
-        namespace_keys(&s.h).await
-    );
+    assert!(!rested_anything(&s.h).await);
 }
 
 /// The harness's events, except that every `delta` fails to publish (Redis gone mid-call).
@@ -1343,8 +1269,12 @@ impl freeway::events::EventSink for DeltasFail {
 
 #[tokio::test]
 async fn an_answer_paid_for_is_kept_when_its_deltas_cannot_be_published() {
-    let mut s = setup("deltas-fail").await;
-    s.h.engine.events = Arc::new(DeltasFail(s.h.engine.events.clone()));
+    let mut s = setup().await;
+    let fleet = freeway::fleet::Fleet {
+        events: Arc::new(DeltasFail(s.h.events.clone())),
+        ..s.h.fleet()
+    };
+    s.h.engine = s.h.engine_on(s.h.targets.clone(), fleet);
     let (job, outcome) = run(
         &s.h,
         request("u1", "hi [[answer:paid for]]", &[PAID]),
@@ -1359,7 +1289,7 @@ async fn an_answer_paid_for_is_kept_when_its_deltas_cannot_be_published() {
 
 #[tokio::test]
 async fn a_continuation_of_no_run_of_its_user_is_invalid_and_calls_nothing() {
-    let s = setup("continuation-orphan").await;
+    let s = setup().await;
     let continuation = |parent: &str| {
         let mut cont = RunJob::new(request("u1", "x", &[PAID]), freeway::clock::epoch_ms());
         cont.continuation = Some(Continuation {

@@ -2,8 +2,9 @@
 //! on a fresh SQLite file and, when `PG_URL` is set (`scripts/test.sh` starts a private server), on
 //! a fresh PostgreSQL database. Without `PG_URL` the PostgreSQL half is skipped, loudly.
 //!
-//! Engine tests run the real [`Engine`] on the SQL store, a real Redis (`REDIS_URL`) and a fake
-//! provider or the simulator.
+//! Engine tests run the real [`Engine`] on the SQL store, the in-process fleet and a fake provider
+//! or the simulator; the one that checks where a user's key may end up also uses a real Redis
+//! (`REDIS_URL`).
 
 mod support;
 
@@ -11,15 +12,17 @@ use async_trait::async_trait;
 use freeway::budget::{Counters, Kind};
 use freeway::chat::{Message, ToolCall, ToolSpec, Usage};
 use freeway::classify::{RestLength, RestScope, Verdict};
-use freeway::clock::{Clock, InstantClock, epoch_ms};
-use freeway::engine::{Engine, EnvTargets, Outcome, TargetError, Targets, WhenResting};
-use freeway::events::{Event, EventSink, RedisEvents};
+use freeway::clock::{InstantClock, epoch_ms};
+use freeway::engine::{Engine, Outcome, WhenResting};
+use freeway::events::{Event, MemoryEvents};
+use freeway::fleet::Fleet;
 use freeway::headers::Headers;
 use freeway::job::{RunJob, RunRequest};
 use freeway::provider::{
-    ApiKey, CallError, ChatProvider, ChatRequest, Completion, HttpProvider, Target, Timeouts,
+    ApiKey, CallError, ChatProvider, ChatRequest, Completion, EnvTargets, HttpProvider, Target,
+    TargetError, Targets, Timeouts,
 };
-use freeway::rest::Rests;
+use freeway::rest::{MemoryRests, Rests};
 use freeway::route::{OPENROUTER_FREE_POOL, Route, RouteSpec};
 use freeway::run::{
     ApprovalRecord, AttemptRecord, Code, Decided, Decision, RunRecord, RunState, RunStatus,
@@ -28,7 +31,6 @@ use freeway::store::{
     Attached, Backend, MemoryStore, NewConnection, SecretKey, SecretKeys, SqlStore, Store,
     StoreError, StoreTargets,
 };
-use freeway::tools::ToolRunner;
 use sqlx::{Connection, Row};
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -1453,43 +1455,40 @@ impl ChatProvider for Scripted {
 struct Rig {
     engine: Engine,
     store: SqlStore,
-    rests: Rests,
-    events: Arc<support::RecordedEvents>,
+    rests: Arc<MemoryRests>,
+    events: Arc<MemoryEvents>,
 }
 
-async fn rig(
+fn rig(
     store: &SqlStore,
     provider: Arc<dyn ChatProvider>,
     targets: Arc<dyn Targets>,
-    events: Arc<dyn EventSink>,
-) -> (Engine, Rests) {
-    let conn = support::redis().await;
-    let ns = support::unique_ns("store");
-    let rests = Rests::new(conn.clone(), ns.clone());
-    let engine = Engine {
+    fleet: Fleet,
+) -> Engine {
+    Engine::new(
         provider,
-        store: Arc::new(store.clone()) as Arc<dyn Store>,
-        events,
-        rests: rests.clone(),
-        clock: Arc::new(InstantClock::default()) as Arc<dyn Clock>,
         targets,
-        tools: ToolRunner::new(None).unwrap(),
-        summary: false,
-        leases: freeway::lease::Leases::new(conn, ns),
-        worker: "store-suite".into(),
-    };
-    (engine, rests)
+        Arc::new(store.clone()) as Arc<dyn Store>,
+        fleet,
+    )
+    .with_clock(Arc::new(InstantClock::default()))
+    .named("store-suite")
 }
 
-async fn engine_on(store: &SqlStore, provider: Arc<dyn ChatProvider>) -> Rig {
-    let events = Arc::new(support::RecordedEvents::default());
+fn engine_on(store: &SqlStore, provider: Arc<dyn ChatProvider>) -> Rig {
+    let events = Arc::new(MemoryEvents::default());
+    let rests = Arc::new(MemoryRests::default());
     let targets = Arc::new(EnvTargets {
         openrouter_base_url: "http://127.0.0.1:9".into(),
         platform_key: Some(ApiKey::new("sk-platform")),
     });
-    let (engine, rests) = rig(store, provider, targets, events.clone()).await;
+    let fleet = Fleet {
+        rests: rests.clone(),
+        events: events.clone(),
+        ..Fleet::in_memory()
+    };
     Rig {
-        engine,
+        engine: rig(store, provider, targets, fleet),
         store: store.clone(),
         rests,
         events,
@@ -1563,7 +1562,7 @@ impl Rig {
 async fn a_duplicated_delivery_appends_the_user_message_once() {
     for db in fresh("engine-duplicate").await {
         let provider = Scripted::with(vec![]);
-        let rig = engine_on(&db.store, provider.clone()).await;
+        let rig = engine_on(&db.store, provider.clone());
         let conv = unique("conv");
         let (job, routes) = job(&conv, Some("hello"), false, &[FREE]);
         // Two deliveries of the same job at once (a redelivery while the first still runs)…
@@ -1619,7 +1618,7 @@ async fn a_duplicated_delivery_appends_the_user_message_once() {
 async fn a_refused_run_leaves_the_transcript_untouched() {
     for db in fresh("engine-refused").await {
         let provider = Scripted::with(vec![]);
-        let rig = engine_on(&db.store, provider.clone()).await;
+        let rig = engine_on(&db.store, provider.clone());
         let conv = unique("conv");
         let seed = rig.seed(&conv).await;
         rig.rest_the_pool().await;
@@ -1702,7 +1701,7 @@ async fn a_refused_run_leaves_the_transcript_untouched() {
 async fn a_snoozed_run_resumes_with_its_counters() {
     for db in fresh("engine-snooze").await {
         let provider = Scripted::with(vec![account_429()]);
-        let rig = engine_on(&db.store, provider.clone()).await;
+        let rig = engine_on(&db.store, provider.clone());
         let conv = unique("conv");
         let (job, routes) = job(&conv, Some("hello"), false, &[FREE]);
         let first = rig
@@ -1782,7 +1781,7 @@ async fn a_run_that_ends_early_keeps_its_partial_output_marked_incomplete() {
         let script = (1..=5)
             .map(|i| tool_step(&format!("thinking {i}"), &format!("call_{i}")))
             .collect();
-        let rig = engine_on(&db.store, Scripted::with(script)).await;
+        let rig = engine_on(&db.store, Scripted::with(script));
         let conv = unique("conv");
         let (job, routes) = job(&conv, Some("dig"), false, &[FREE]);
         let outcome = rig
@@ -1943,9 +1942,7 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
         ));
         let redis_conn = support::redis().await;
         let ns = support::unique_ns("leak");
-        let events = Arc::new(RedisEvents::new(redis_conn.clone(), ns.clone()));
-        let (mut engine, _) = rig(&db.store, provider, targets, events).await;
-        engine.rests = Rests::new(redis_conn, ns.clone());
+        let engine = rig(&db.store, provider, targets, Fleet::redis(&redis_conn, &ns));
 
         let conv = unique("conv");
         let first = format!("vendor/paid-a@{conn_id}");

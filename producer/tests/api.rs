@@ -9,7 +9,7 @@ use freeway::chat::{ToolCall, Usage};
 use freeway::classify::{RestLength, RestScope};
 use freeway::events::Event;
 use freeway::provider::ApiKey;
-use freeway::rest::Rests;
+use freeway::rest::{RedisRests, Rests};
 use freeway::run::RunStatus;
 use freeway::store::{SecretKey, Store};
 use producer::api::auth::Tokens;
@@ -25,8 +25,8 @@ fn tokens() -> Tokens {
     }
 }
 
-fn rests(s: &Server) -> Rests {
-    Rests::new(s.conn.clone(), s.ns.clone())
+fn rests(s: &Server) -> RedisRests {
+    RedisRests::new(s.conn.clone(), s.ns.clone())
 }
 
 async fn rest_pool(s: &Server, ms: u64) {

@@ -9,7 +9,7 @@ use common::{JsonBody, json_of, redis, redis_url, run_body, temp_dir, unique};
 use freeway::chat::Usage;
 use freeway::classify::{RestLength, RestScope};
 use freeway::events::{Event, EventSink, RedisEvents};
-use freeway::rest::Rests;
+use freeway::rest::{RedisRests, Rests};
 use freeway::run::{Code, RunStatus};
 use std::process::{Output, Stdio};
 use std::time::Duration;
@@ -161,7 +161,7 @@ async fn enqueue_prints_the_run_id_and_status_shows_the_run() {
 #[tokio::test]
 async fn a_refused_enqueue_exits_75_and_prints_the_delay() {
     let env = Env::new();
-    Rests::new(redis().await, env.ns.clone())
+    RedisRests::new(redis().await, env.ns.clone())
         .write(
             &RestScope::Pool("openrouter-free".into()),
             RestLength::For(40_000),

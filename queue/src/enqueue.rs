@@ -22,10 +22,12 @@ use crate::RedisFault;
 use crate::schedule::{IDEMPOTENCY_TTL, Queue, QueueError};
 use freeway::chat::ToolCall;
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
+use freeway::fleet::FleetError;
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
-use freeway::lease::Leases;
+use freeway::lease::RedisLeases;
+use freeway::metrics::RedisMetrics;
 use freeway::preflight::{self, Preflight, Waiting};
-use freeway::rest::{RestError, Rests};
+use freeway::rest::{RedisRests, Rests};
 use freeway::route::{Connection, Route};
 use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
 use freeway::store::{Attached, Store, StoreError};
@@ -78,7 +80,7 @@ pub enum EnqueueError {
     #[error("redis: {0}")]
     Redis(#[source] RedisFault),
     #[error(transparent)]
-    Rest(#[from] RestError),
+    Rest(#[from] FleetError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -108,10 +110,10 @@ pub struct Approval {
 #[derive(Clone)]
 pub struct Enqueuer {
     queue: Queue,
-    rests: Rests,
+    rests: RedisRests,
     events: RedisEvents,
     store: Arc<dyn Store>,
-    leases: Leases,
+    leases: RedisLeases,
     conn: ConnectionManager,
     ns: String,
 }
@@ -120,10 +122,10 @@ impl Enqueuer {
     pub fn new(conn: ConnectionManager, ns: &str, store: Arc<dyn Store>) -> Enqueuer {
         Enqueuer {
             queue: Queue::new(conn.clone(), ns),
-            rests: Rests::new(conn.clone(), ns),
+            rests: RedisRests::new(conn.clone(), ns),
             events: RedisEvents::new(conn.clone(), ns),
             store,
-            leases: Leases::new(conn.clone(), ns),
+            leases: RedisLeases::new(conn.clone(), ns),
             conn,
             ns: ns.to_string(),
         }
@@ -133,8 +135,13 @@ impl Enqueuer {
         &self.queue
     }
 
-    pub fn rests(&self) -> &Rests {
+    pub fn rests(&self) -> &RedisRests {
         &self.rests
+    }
+
+    /// The fleet's counters, which the workers add to in the same Redis and namespace.
+    pub fn metrics(&self) -> RedisMetrics {
+        RedisMetrics::new(self.conn.clone(), &self.ns)
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

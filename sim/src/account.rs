@@ -1,10 +1,11 @@
 //! Quota counters: the shared OpenRouter free-model account and Groq's per-model limits.
 //!
 //! OpenRouter: every `:free` model (and `openrouter/free`) on one key shares one fixed window of
-//! `window_s` and one UTC-day counter (notes §4.1). A refused request still counts, as observed
-//! on the real `/key` endpoint (`used` > `limit`, notes §4.1, §8.10). Paid models are not counted.
+//! `window_s` and one UTC-day counter (docs/providers.md §3.1). A refused request still counts, as
+//! observed on the real `/key` endpoint (`used` > `limit`, docs/providers.md §3.1). Paid models
+//! are not counted.
 //! Groq: requests and tokens per (key, model) per window, refused requests not counted (the
-//! captured message reports `Used` equal to `Limit`, notes §5).
+//! captured message reports `Used` equal to `Limit`, docs/providers.md §4.2).
 
 use std::collections::HashMap;
 

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 /// Which generation of OpenRouter error bodies to emit.
 ///
 /// OpenRouter added `limit_source`, `remedy_hint` and `is_byok` to error metadata during 2026 and
-/// changed the per-minute message to end in `". "` (notes §0, §2.3 A); clients must cope with both.
+/// changed the per-minute message to end in `". "` (docs/providers.md §2.1, §2.2); clients must
+/// cope with both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Shape {
     #[serde(rename = "2025")]
@@ -68,7 +69,7 @@ impl FromStr for Mode {
     }
 }
 
-/// Daily free-model limit of an account that bought at least 10 credits (notes §4.1).
+/// Daily free-model limit of an account that bought at least 10 credits (docs/providers.md §3.1).
 pub const HIGH_BALANCE_RPD: u32 = 1000;
 
 /// Everything that shapes the simulator's behaviour.

@@ -14,19 +14,19 @@ use crate::config::Shape;
 /// Every fault the simulator can inject. The serialized name is also the call-log variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FaultKind {
-    /// 429 `Provider returned error` from an upstream pool (notes §2.3 E/F).
+    /// 429 `Provider returned error` from an upstream pool (docs/providers.md §2.4).
     #[serde(rename = "upstream_429")]
     Upstream429,
-    /// 429 per-model shared-capacity cap (notes §2.3 D).
+    /// 429 per-model shared-capacity cap (docs/providers.md §2.3).
     #[serde(rename = "high_demand")]
     HighDemand,
-    /// 429 documented typed error with `provider_code` (notes §2.3 G).
+    /// 429 documented typed error with `provider_code` (docs/providers.md §2.4).
     #[serde(rename = "typed_429")]
     Typed429,
-    /// The bare ambiguous 429 (notes §3 row 9).
+    /// The bare ambiguous 429 (docs/providers.md §2.4).
     #[serde(rename = "generic_429")]
     Generic429,
-    /// 429 availability error, all providers at capacity (notes §2.3 H).
+    /// 429 availability error, all providers at capacity (docs/providers.md §2.4).
     #[serde(rename = "capacity_429")]
     Capacity429,
     #[serde(rename = "credits_402")]
@@ -57,7 +57,7 @@ pub enum FaultKind {
     /// Sends `after_chunks` chunks, pauses `delay_ms`, then finishes normally.
     #[serde(rename = "stall")]
     Stall,
-    /// A 200 whose stream carries an error after `after_chunks` chunks (notes §2.5).
+    /// A 200 whose stream carries an error after `after_chunks` chunks (docs/providers.md §2.8).
     #[serde(rename = "midstream_error")]
     MidstreamError,
     /// The connection is cut after `after_chunks` chunks, without finish or `[DONE]`.
@@ -67,7 +67,8 @@ pub enum FaultKind {
     MalformedJson,
     #[serde(rename = "wrong_content_type")]
     WrongContentType,
-    /// A success whose stream attaches usage to a second finish chunk (notes §1.4 layout b).
+    /// A success whose stream attaches usage to a second finish chunk (docs/providers.md §1.3,
+    /// layout b).
     #[serde(rename = "usage_layout_b")]
     UsageLayoutB,
     #[serde(rename = "huge_body")]
@@ -154,7 +155,7 @@ impl fmt::Display for FaultKind {
     }
 }
 
-/// Where a mid-stream error goes (notes §2.5).
+/// Where a mid-stream error goes (docs/providers.md §2.8).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MidstreamLayout {
@@ -165,7 +166,8 @@ pub enum MidstreamLayout {
     EmptyChoices,
 }
 
-/// An `error.code`: normally a number, sometimes a string such as `"server_error"` (notes §2.1).
+/// An `error.code`: normally a number, sometimes a string such as `"server_error"`
+/// (docs/providers.md §2.1).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ErrorCode {

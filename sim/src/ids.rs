@@ -67,7 +67,7 @@ impl Words {
     }
 }
 
-/// `gen-<unix-secs>-<20 alnum>` (notes §1.3).
+/// `gen-<unix-secs>-<20 alnum>` (docs/providers.md §1.2).
 pub(crate) fn generation_id(now_ms: u64) -> String {
     let mut s = format!("gen-{}-", now_ms / 1000);
     Words::unique().push_chars(&mut s, ALNUM, 20);

@@ -1,6 +1,6 @@
 //! `sim`: a local OpenRouter-compatible simulator for freeway's demo, tests and benchmarks.
 //!
-//! It reproduces the wire formats of `notes/provider-wire.md`: chat completions (JSON and SSE
+//! It reproduces the wire formats of `docs/providers.md`: chat completions (JSON and SSE
 //! with `: OPENROUTER PROCESSING` comments, tool calls, both usage-chunk layouts, `[DONE]`), the
 //! shared free-model account with its 429 bodies and `X-RateLimit-*` headers in the 2025 and
 //! 2026 shapes, `GET /api/v1/key`, a Groq mode, injectable faults and a call log.

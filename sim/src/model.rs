@@ -224,11 +224,11 @@ fn apply_directive(d: &mut Directives, inner: &str) -> bool {
     }
 }
 
-/// The upstream provider named in successful responses (`provider`, notes §1.3).
+/// The upstream provider named in successful responses (`provider`, docs/providers.md §1.2).
 pub(crate) const SERVING_PROVIDER: &str = "Chutes";
 
-/// The model `openrouter/free` reports as the one it routed to (notes §1.3: the response names
-/// the model that actually served).
+/// The model `openrouter/free` reports as the one it routed to (docs/providers.md §1.2: the
+/// response names the model that actually served).
 const FREE_ROUTER_PICK: &str = "meta-llama/llama-3.3-70b-instruct:free";
 
 /// The `model` field of the response.

@@ -89,7 +89,7 @@ impl Plan {
 pub(crate) enum End {
     /// Finish chunk, usage, `[DONE]`.
     Finish,
-    /// An in-band error after `after` content chunks (notes §2.5).
+    /// An in-band error after `after` content chunks (docs/providers.md §2.8).
     Error {
         after: usize,
         layout: MidstreamLayout,
@@ -104,14 +104,15 @@ pub(crate) struct SseOptions {
     pub keepalive: u32,
     /// Pause before each content chunk (`token_rate`); zero sends everything at once.
     pub gap: Duration,
-    /// Usage on a second finish chunk instead of a `"choices":[]` chunk (notes §1.4 layout b).
+    /// Usage on a second finish chunk instead of a `"choices":[]` chunk (docs/providers.md §1.3,
+    /// layout b).
     pub usage_layout_b: bool,
     /// Pause of the given length once that many content chunks are out.
     pub stall: Option<(usize, Duration)>,
     pub end: End,
 }
 
-/// The SSE body of a streamed reply (notes §1.4).
+/// The SSE body of a streamed reply (docs/providers.md §1.3).
 pub(crate) fn sse(env: &Envelope<'_>, reply: &Reply, usage: &Usage, opts: SseOptions) -> Plan {
     let mut plan = Plan::default();
     for _ in 0..opts.keepalive {

@@ -8,6 +8,7 @@
 use super::{Engine, EngineError, Run};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
+use crate::metrics;
 use crate::provider::{CallError, ChatRequest, Completion, Target};
 use crate::run::AttemptRecord;
 use crate::store::Attached;
@@ -182,11 +183,9 @@ impl Engine {
             self.save(run).await?;
         }
         log_attempt(&record);
-        let outcome_label = record.verdict.map_or(crate::metrics::OK, Verdict::as_str);
-        self.rests
-            .metrics()
-            .record_call(&route.metrics_label(), outcome_label, record.latency_ms)
-            .await;
+        let outcome_label = record.verdict.map_or(metrics::OK, Verdict::as_str);
+        let call = metrics::call(&route.metrics_label(), outcome_label, record.latency_ms);
+        self.fleet.metrics.add(call).await;
         Ok(outcome)
     }
 
@@ -245,25 +244,25 @@ impl Engine {
                 route.key(),
                 class.rule
             );
-            self.rests.write(&class.scope, length, &reason).await?;
-            self.rests
-                .metrics()
-                .record_rest(scope_name(&class.scope), class.verdict.as_str())
-                .await;
+            self.fleet
+                .rests
+                .write(&class.scope, length, &reason)
+                .await?;
+            let rest = metrics::rest(scope_name(&class.scope), class.verdict.as_str());
+            self.fleet.metrics.add(rest).await;
         }
         if class.evidence
             && let Some(pool) = &route.pool
         {
             let unique = format!("{}-{}", run.rec.run_id, run.rec.state.counters.calls);
             let corroborated = self
+                .fleet
                 .rests
                 .record_evidence(pool, &run.job.request.user_id, &unique)
                 .await?;
             if corroborated.is_some() {
-                self.rests
-                    .metrics()
-                    .record_rest("pool", Verdict::Ambiguous.as_str())
-                    .await;
+                let rest = metrics::rest("pool", Verdict::Ambiguous.as_str());
+                self.fleet.metrics.add(rest).await;
             }
         }
         if class.verdict == Verdict::Ambiguous && route.is_shared() {

@@ -7,21 +7,20 @@
 //! spent still counted.
 
 mod attempt;
-mod targets;
 mod walk;
-
-pub use targets::{EnvTargets, TargetError, Targets};
 
 use crate::budget::Budget;
 use crate::chat::{Approval, Message, Role, ToolCall};
 use crate::classify::Verdict;
-use crate::clock::Clock;
-use crate::events::{Event, EventError, EventSink};
+use crate::clock::{Clock, SystemClock};
+use crate::events::{Event, EventError};
+use crate::fleet::{Fleet, FleetError};
 use crate::job::RunJob;
-use crate::lease::{LEASE_TTL, Lease, Leases};
+use crate::lease::{LEASE_TTL, Lease};
+use crate::metrics;
 use crate::preflight::{self, Preflight, Waiting};
-use crate::provider::{ChatProvider, Completion};
-use crate::rest::{Closure, RestError, Rests};
+use crate::provider::{ChatProvider, Completion, TargetError, Targets};
+use crate::rest::Closure;
 use crate::route::Route;
 use crate::run::{Code, RunRecord, RunStatus};
 use crate::store::{Attached, Store, StoreError};
@@ -77,7 +76,7 @@ pub enum EngineError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Rest(#[from] RestError),
+    Rest(#[from] FleetError),
     #[error(transparent)]
     Event(#[from] EventError),
     #[error(transparent)]
@@ -87,19 +86,66 @@ pub enum EngineError {
 /// Everything a run needs, shared by every job a worker runs.
 #[derive(Clone)]
 pub struct Engine {
-    pub provider: Arc<dyn ChatProvider>,
-    pub store: Arc<dyn Store>,
-    pub events: Arc<dyn EventSink>,
-    pub rests: Rests,
-    pub clock: Arc<dyn Clock>,
-    pub targets: Arc<dyn Targets>,
-    pub tools: ToolRunner,
+    provider: Arc<dyn ChatProvider>,
+    targets: Arc<dyn Targets>,
+    store: Arc<dyn Store>,
+    fleet: Fleet,
+    clock: Arc<dyn Clock>,
+    tools: ToolRunner,
     /// `FREEWAY_SUMMARY=on`.
-    pub summary: bool,
-    /// One executor per run at a time, across replicas.
-    pub leases: Leases,
-    /// This replica's name, for the `started` event.
-    pub worker: String,
+    summary: bool,
+    /// This replica's name, for the `started` event and lease owners.
+    worker: String,
+}
+
+impl Engine {
+    /// An engine calling `provider` with the keys `targets` gives, keeping runs in `store` and
+    /// sharing rests, leases, events and counters through `fleet`. It starts on the system clock,
+    /// with no tools, no summaries and the name `worker`; the `with_*` methods change that.
+    pub fn new(
+        provider: Arc<dyn ChatProvider>,
+        targets: Arc<dyn Targets>,
+        store: Arc<dyn Store>,
+        fleet: Fleet,
+    ) -> Engine {
+        Engine {
+            provider,
+            targets,
+            store,
+            fleet,
+            clock: Arc::new(SystemClock),
+            tools: ToolRunner::default(),
+            summary: false,
+            worker: "worker".to_string(),
+        }
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Engine {
+        self.clock = clock;
+        self
+    }
+
+    pub fn with_tools(mut self, tools: ToolRunner) -> Engine {
+        self.tools = tools;
+        self
+    }
+
+    /// Whether a finished chat run makes one more call for a summary (`FREEWAY_SUMMARY`).
+    pub fn with_summary(mut self, summary: bool) -> Engine {
+        self.summary = summary;
+        self
+    }
+
+    /// The replica's name, as events and leases show it.
+    pub fn named(mut self, worker: impl Into<String>) -> Engine {
+        self.worker = worker.into();
+        self
+    }
+
+    /// Where this engine keeps runs.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
 }
 
 /// One run in progress: its job, chain, budget and record.
@@ -154,11 +200,7 @@ impl Engine {
         when_resting: WhenResting,
     ) -> Result<Outcome, EngineError> {
         let owner = format!("{}:{}", self.worker, ulid::Ulid::generate());
-        let lease = self
-            .leases
-            .acquire(&job.run_id, &owner)
-            .await
-            .map_err(RestError::from)?;
+        let lease = self.fleet.leases.acquire(&job.run_id, &owner).await?;
         if let Lease::HeldFor(retry_after) = lease {
             return Ok(Outcome::Busy { retry_after });
         }
@@ -171,7 +213,7 @@ impl Engine {
                 outcome = &mut run => break outcome,
                 // A Redis error here is no reason to drop a run in the middle of its call: the
                 // lease lives three renewals, and the next tick tries again.
-                _ = renew.tick() => match self.leases.renew(&job.run_id, &owner).await {
+                _ = renew.tick() => match self.fleet.leases.renew(&job.run_id, &owner).await {
                     Ok(true) => {}
                     Ok(false) => {
                         tracing::warn!(run_id = %job.run_id, "lost the run's lease while executing it");
@@ -183,7 +225,7 @@ impl Engine {
             }
         };
         // The run is over either way; a lease that cannot be released expires on its own.
-        if let Err(e) = self.leases.release(&job.run_id, &owner).await {
+        if let Err(e) = self.fleet.leases.release(&job.run_id, &owner).await {
             tracing::warn!(run_id = %job.run_id, error = %e, "could not release the run's lease; it expires on its own");
         }
         outcome
@@ -233,10 +275,8 @@ impl Engine {
             outcome,
             Outcome::Refused { .. } | Outcome::AwaitingApproval(_) | Outcome::Finished { .. }
         ) {
-            self.rests
-                .metrics()
-                .record_run(run.rec.state.counters.calls)
-                .await;
+            let calls = run.rec.state.counters.calls;
+            self.fleet.metrics.add(metrics::run(calls)).await;
         }
         Ok(outcome)
     }
@@ -296,7 +336,7 @@ impl Engine {
         &self,
         run: &Run<'_>,
     ) -> Result<Vec<Option<Closure>>, EngineError> {
-        let mut closures = self.rests.closures(run.routes).await?;
+        let mut closures = self.fleet.rests.closures(run.routes).await?;
         if run.rec.state.ambiguous_stop {
             for (c, route) in closures.iter_mut().zip(run.routes) {
                 if route.is_shared() && c.is_none() {
@@ -633,7 +673,7 @@ impl Engine {
         if event.is_output() {
             run.rec.state.emitted = true;
         }
-        Ok(self.events.publish(&run.rec.run_id, &event).await?)
+        Ok(self.fleet.events.publish(&run.rec.run_id, &event).await?)
     }
 }
 

@@ -4,7 +4,7 @@
 use super::attempt::{Failure, Miss};
 use super::{Engine, EngineError, RETRY_PAUSE_MS, Run, Stop, WhenResting, exhausted_code};
 use crate::chat::Message;
-use crate::classify::Verdict;
+use crate::classify::{RestScope, Verdict};
 use crate::events::Event;
 use crate::preflight::Preflight;
 use crate::provider::{CallError, Completion};
@@ -125,7 +125,7 @@ impl Engine {
         if run.rec.state.counters.step1_attempts >= 1 {
             return Ok(Err(Stop::End(Code::RoutesExhausted)));
         }
-        let closures = self.rests.closures(run.routes).await?;
+        let closures = self.fleet.rests.closures(run.routes).await?;
         let usable = |i: usize| !matches!(&closures[i], Some(c) if c.kind == RestKind::Circuit);
         let Some(index) = (0..run.routes.len()).find(|&i| usable(i)) else {
             return Ok(Err(Stop::End(Code::AuthFailed)));
@@ -154,7 +154,7 @@ impl Engine {
             return Ok(Err(Stop::End(Code::RoutesExhausted)));
         };
         let route = &run.routes[index..=index];
-        let closures = self.rests.closures(route).await?;
+        let closures = self.fleet.rests.closures(route).await?;
         match self.decide(route, &closures, run, when_resting) {
             Preflight::Open => {}
             Preflight::Wait { until_ms, reason } => {
@@ -205,7 +205,12 @@ impl Engine {
             return Ok(false);
         }
         if let Some(pool) = &run.routes[0].pool
-            && self.rests.pool_rest(pool).await?.is_some()
+            && self
+                .fleet
+                .rests
+                .remaining(&RestScope::Pool(pool.clone()))
+                .await?
+                .is_some()
         {
             return Ok(false);
         }

@@ -8,9 +8,11 @@
 
 mod client;
 mod sse;
+mod targets;
 mod wire;
 
 pub use client::{BODY_CAP, ERROR_BODY_CAP, HttpProvider, ProviderInitError, Timeouts};
+pub use targets::{EnvTargets, TargetError, Targets};
 
 use crate::chat::{Message, ToolCall, ToolSpec, Usage};
 use crate::headers::Headers;

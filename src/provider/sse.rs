@@ -4,7 +4,7 @@
 //! boundaries anywhere (even inside a UTF-8 character or a CRLF), keep-alive comments
 //! (`: OPENROUTER PROCESSING`), tool calls whose arguments arrive in fragments keyed by `index`,
 //! usage in a separate `choices: []` chunk or on a second finish chunk, and errors inside the
-//! 200 stream in both observed layouts (notes/provider-wire.md §1.4, §2.5).
+//! 200 stream in both observed layouts (docs/providers.md §1.3, §2.8).
 //!
 //! [`SseDecoder`] turns bytes into event payloads (the SSE framing); [`StreamAssembler`] turns
 //! payloads into a [`Completion`]; [`StreamParser`] joins the two for the client.
@@ -307,7 +307,7 @@ mod tests {
     use super::*;
     use crate::chat::Usage;
 
-    /// notes §1.4, text stream with keep-alive comments, usage layout (a): a `choices: []` chunk.
+    /// docs/providers.md §1.3, text stream with keep-alive comments, usage layout (a): a `choices: []` chunk.
     const TEXT_STREAM: &str = r#": OPENROUTER PROCESSING
 
 : OPENROUTER PROCESSING
@@ -324,7 +324,7 @@ data: [DONE]
 
 "#;
 
-    /// notes §1.4, the Amazon Bedrock capture: a zero-argument tool whose fragments are all "".
+    /// docs/providers.md §1.3, the Amazon Bedrock capture: a zero-argument tool whose fragments are all "".
     /// The elided fields (`…`) of the capture are filled in so each line is JSON.
     const BEDROCK_TOOL_STREAM: &str = r#"data: {"id":"gen-1772969079-EhEx5DeV7JqM43lpl47Y","object":"chat.completion.chunk","created":1772969079,"model":"anthropic/claude-4.5-haiku-20251001","provider":"Amazon Bedrock","choices":[{"index":0,"delta":{"content":null,"role":"assistant","tool_calls":[{"index":0,"id":"toolu_bdrk_01AMXFNuQYF6fxS1hryPtu9K","type":"function","function":{"name":"get_all_tabs","arguments":""}}]},"finish_reason":null,"native_finish_reason":null}]}
 
@@ -347,14 +347,14 @@ data: [DONE]
         "data: [DONE]\n\n",
     );
 
-    /// notes §2.5, documented layout 1: top-level error and a `finish_reason: "error"` choice.
+    /// docs/providers.md §2.8, documented layout 1: top-level error and a `finish_reason: "error"` choice.
     const ERROR_LAYOUT_1: &str = concat!(
         "data: {\"id\":\"gen-abc123\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"},\"finish_reason\":null}]}\n\n",
         "data: {\"id\":\"gen-abc123\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tial\"},\"finish_reason\":null}]}\n\n",
         "data: {\"id\":\"gen-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1234567890,\"model\":\"openai/gpt-4o\",\"provider\":\"OpenAI\",\"error\":{\"code\":429,\"message\":\"Rate limit exceeded\",\"metadata\":{\"error_type\":\"rate_limit_exceeded\"}},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\"}]}\n\n",
     );
 
-    /// notes §2.5, observed layout 2: `choices: []` plus a top-level error, then `[DONE]`.
+    /// docs/providers.md §2.8, observed layout 2: `choices: []` plus a top-level error, then `[DONE]`.
     const ERROR_LAYOUT_2: &str = concat!(
         "data: {\"id\":\"gen-x\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n",
         "data: {\"id\":\"gen-x\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"error\":{\"code\":500,\"message\":\"The server had an error processing your request\"}}\n\n",

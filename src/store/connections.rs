@@ -15,8 +15,7 @@
 
 use super::StoreError;
 use super::sql::{Columns, SqlStore, db_error, now_ms, on_db};
-use crate::engine::{EnvTargets, TargetError, Targets};
-use crate::provider::{ApiKey, Target};
+use crate::provider::{ApiKey, EnvTargets, Target, TargetError, Targets};
 use crate::route::{
     Connection, DEFAULT_PROVIDER, PROVIDERS, Route, is_provider, is_reserved_connection_id,
 };

@@ -1,111 +1,126 @@
-//! Shared set-up for the integration tests: a real Redis (REDIS_URL, started by
-//! `scripts/test.sh`), a namespace per test so tests run in parallel, and engines wired to it.
+//! Shared set-up for the engine's integration tests: an engine on the in-process fleet (rests,
+//! leases, events and counters in memory, on a clock tests can move), an in-memory store, and a
+//! provider the test chooses, usually the simulator over real HTTP. No Redis: the Redis
+//! implementations of the fleet's parts have their own suite (`tests/rests.rs`).
 #![allow(dead_code)]
 
-use async_trait::async_trait;
 use freeway::clock::{Clock, InstantClock};
-use freeway::engine::{Engine, EnvTargets, Targets};
-use freeway::events::{Event, EventError, EventSink};
-use freeway::provider::{ApiKey, ChatProvider};
-use freeway::rest::Rests;
+use freeway::engine::Engine;
+use freeway::events::{EventSink, MemoryEvents};
+use freeway::fleet::Fleet;
+use freeway::lease::MemoryLeases;
+use freeway::metrics::MemoryMetrics;
+use freeway::provider::{ApiKey, ChatProvider, EnvTargets, Targets};
+use freeway::rest::{MemoryRests, Rests};
 use freeway::store::{MemoryStore, Store};
 use freeway::tools::ToolRunner;
-use redis::aio::ConnectionManager;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-pub fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
-}
-
-pub async fn redis() -> ConnectionManager {
-    freeway::connect::redis(&redis_url())
-        .await
-        .expect("tests need Redis: run scripts/test.sh or set REDIS_URL")
-}
-
-pub fn unique_ns(prefix: &str) -> String {
-    format!(
-        "t-{prefix}-{}",
-        ulid::Ulid::generate().to_string().to_lowercase()
-    )
-}
-
-/// Every event published, in order, per run.
-#[derive(Default)]
-pub struct RecordedEvents(pub Mutex<Vec<(String, Event)>>);
-
-impl RecordedEvents {
-    pub fn of(&self, run_id: &str) -> Vec<Event> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(r, _)| r == run_id)
-            .map(|(_, e)| e.clone())
-            .collect()
-    }
-}
-
-#[async_trait]
-impl EventSink for RecordedEvents {
-    async fn publish(&self, run_id: &str, event: &Event) -> Result<(), EventError> {
-        self.0
-            .lock()
-            .unwrap()
-            .push((run_id.to_string(), event.clone()));
-        Ok(())
-    }
-}
-
-/// An engine on a real Redis namespace, an in-memory store and recorded events.
+/// An engine and every part of it a test may look into.
 pub struct Harness {
     pub engine: Engine,
+    /// The keys `engine` looks up.
+    pub targets: Arc<dyn Targets>,
+    pub parts: Parts,
+}
+
+/// What the harness's engines are made of.
+pub struct Parts {
+    pub provider: Arc<dyn ChatProvider>,
     pub store: Arc<MemoryStore>,
-    pub events: Arc<RecordedEvents>,
+    pub events: Arc<MemoryEvents>,
     pub clock: Arc<InstantClock>,
-    pub rests: Rests,
-    pub conn: ConnectionManager,
-    pub ns: String,
+    pub rests: Arc<MemoryRests>,
+    pub leases: Arc<MemoryLeases>,
+    pub metrics: Arc<MemoryMetrics>,
 }
 
-pub async fn harness(prefix: &str, provider: Arc<dyn ChatProvider>, base_url: &str) -> Harness {
-    harness_in(&unique_ns(prefix), redis().await, provider, base_url).await
+impl std::ops::Deref for Harness {
+    type Target = Parts;
+    fn deref(&self) -> &Parts {
+        &self.parts
+    }
 }
 
-pub async fn harness_in(
-    ns: &str,
-    conn: ConnectionManager,
+/// The platform key the harness's targets send.
+pub const PLATFORM_KEY: &str = "sk-or-v1-platform-test";
+
+/// A harness calling `provider` with OpenRouter at `base_url` and the platform key.
+pub fn harness(provider: Arc<dyn ChatProvider>, base_url: &str) -> Harness {
+    let clock = Arc::new(InstantClock::default());
+    let rests = Arc::new(MemoryRests::new(clock.clone()));
+    harness_with(provider, base_url, clock, rests)
+}
+
+/// A harness whose rests (and their clock) the caller also holds: another replica's writes.
+pub fn harness_with(
     provider: Arc<dyn ChatProvider>,
     base_url: &str,
+    clock: Arc<InstantClock>,
+    rests: Arc<MemoryRests>,
 ) -> Harness {
-    let ns = ns.to_string();
-    let store = Arc::new(MemoryStore::default());
-    let events = Arc::new(RecordedEvents::default());
-    let clock = Arc::new(InstantClock::default());
-    let rests = Rests::new(conn.clone(), ns.clone());
     let targets: Arc<dyn Targets> = Arc::new(EnvTargets {
         openrouter_base_url: base_url.to_string(),
-        platform_key: Some(ApiKey::new("sk-or-v1-platform-test")),
+        platform_key: Some(ApiKey::new(PLATFORM_KEY)),
     });
-    let engine = Engine {
+    let leases = Arc::new(MemoryLeases::new(clock.clone()));
+    let parts = Parts {
         provider,
-        store: store.clone() as Arc<dyn Store>,
-        events: events.clone() as Arc<dyn EventSink>,
-        rests: rests.clone(),
-        clock: clock.clone() as Arc<dyn Clock>,
-        targets,
-        tools: ToolRunner::new(None).unwrap(),
-        summary: false,
-        leases: freeway::lease::Leases::new(conn.clone(), ns.clone()),
-        worker: "test-worker".into(),
-    };
-    Harness {
-        engine,
-        store,
-        events,
+        store: Arc::new(MemoryStore::default()),
+        events: Arc::new(MemoryEvents::default()),
         clock,
         rests,
-        conn,
-        ns,
+        leases,
+        metrics: Arc::new(MemoryMetrics::default()),
+    };
+    Harness {
+        engine: parts.engine_with(targets.clone()),
+        targets,
+        parts,
     }
+}
+
+impl Parts {
+    /// The fleet the engine shares: the harness's own parts.
+    pub fn fleet(&self) -> Fleet {
+        Fleet {
+            rests: self.rests.clone() as Arc<dyn Rests>,
+            leases: self.leases.clone(),
+            events: self.events.clone() as Arc<dyn EventSink>,
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// An engine on this harness's parts that looks keys up in `targets`.
+    pub fn engine_with(&self, targets: Arc<dyn Targets>) -> Engine {
+        self.engine_on(targets, self.fleet())
+    }
+
+    /// An engine on this harness's store and clock that shares `fleet`.
+    pub fn engine_on(&self, targets: Arc<dyn Targets>, fleet: Fleet) -> Engine {
+        Engine::new(
+            self.provider.clone(),
+            targets,
+            self.store.clone() as Arc<dyn Store>,
+            fleet,
+        )
+        .with_clock(self.clock.clone() as Arc<dyn Clock>)
+        .with_tools(ToolRunner::default())
+        .named("test-worker")
+    }
+}
+
+/// A connection to the test Redis (`REDIS_URL`, started by `scripts/test.sh`), for the tests that
+/// check what lands in Redis itself.
+pub async fn redis() -> redis::aio::ConnectionManager {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());
+    freeway::connect::redis(&url)
+        .await
+        .expect("this test needs Redis: run scripts/test.sh or set REDIS_URL")
+}
+
+/// A namespace of its own for one test, so tests share one Redis without seeing each other.
+pub fn unique_ns(prefix: &str) -> String {
+    let id = ulid::Ulid::generate().to_string().to_lowercase();
+    format!("t-{prefix}-{id}")
 }

@@ -152,7 +152,7 @@ fn serve(
         let enqueuer = queue::Enqueuer::new(
             wired.conn.clone(),
             &settings.namespace,
-            wired.engine.store.clone(),
+            wired.engine.store().clone(),
         );
         let app = std::sync::Arc::new(consume::App {
             engine: wired.engine,

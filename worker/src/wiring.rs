@@ -1,13 +1,11 @@
 //! Building the engine from the environment: the one place that decides which store, provider,
 //! rests, targets and tools a worker process uses.
 
-use freeway::clock::SystemClock;
 use freeway::config::Settings;
-use freeway::engine::{Engine, EnvTargets};
+use freeway::engine::Engine;
 use freeway::events::EventSink;
-use freeway::lease::Leases;
-use freeway::provider::{HttpProvider, Timeouts};
-use freeway::rest::Rests;
+use freeway::fleet::Fleet;
+use freeway::provider::{EnvTargets, HttpProvider, Timeouts};
 use freeway::store::{SqlStore, StoreTargets};
 use freeway::tools::ToolRunner;
 use redis::aio::ConnectionManager;
@@ -66,17 +64,18 @@ pub async fn engine(
         store.clone(),
         settings.secret_keys(),
     );
-    let engine = Engine {
-        provider: Arc::new(provider),
-        store: Arc::new(store),
+    let fleet = Fleet {
         events: events(conn.clone()),
-        rests: Rests::new(conn.clone(), settings.namespace.clone()),
-        leases: Leases::new(conn.clone(), settings.namespace.clone()),
-        clock: Arc::new(SystemClock),
-        targets: Arc::new(targets),
-        tools,
-        summary: settings.summary,
-        worker,
+        ..Fleet::redis(&conn, &settings.namespace)
     };
+    let engine = Engine::new(
+        Arc::new(provider),
+        Arc::new(targets),
+        Arc::new(store),
+        fleet,
+    )
+    .with_tools(tools)
+    .with_summary(settings.summary)
+    .named(worker);
     Ok(Wired { engine, conn })
 }

@@ -7,7 +7,7 @@ mod support;
 use freeway::chat::ToolCall;
 use freeway::classify::{RestLength, RestScope};
 use freeway::job::Continuation;
-use freeway::rest::Rests;
+use freeway::rest::{RedisRests, Rests};
 use freeway::route::OPENROUTER_FREE_POOL;
 use freeway::store::Store;
 use std::time::Duration;
@@ -18,8 +18,8 @@ const FREE_B: &str = "qwen/qwen3-coder:free";
 const PAID: &str = "openai/gpt-4o-mini";
 const WAIT: Duration = Duration::from_secs(30);
 
-fn rests(c: &Cluster) -> Rests {
-    Rests::new(c.conn.clone(), c.ns.clone())
+fn rests(c: &Cluster) -> RedisRests {
+    RedisRests::new(c.conn.clone(), c.ns.clone())
 }
 
 async fn rest_pool(c: &Cluster, ms: u64) {

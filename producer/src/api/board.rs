@@ -26,7 +26,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use freeway::chat::Message;
 use freeway::events::Event;
-use freeway::rest::ActiveRest;
+use freeway::rest::{ActiveRest, Rests};
 use freeway::run::{Code, RunRecord, RunStatus};
 use freeway::store::Store;
 use queue::schedule::{Depths, HEARTBEAT, MISSED_HEARTBEATS, Replica};

@@ -9,7 +9,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use freeway::rest::RestError;
+use freeway::fleet::FleetError;
 use freeway::run::Code;
 use freeway::store::StoreError;
 use queue::enqueue::EnqueueError;
@@ -171,7 +171,7 @@ macro_rules! redis_unavailable {
     )+};
 }
 
-redis_unavailable!(redis::RedisError, RestError, QueueError);
+redis_unavailable!(redis::RedisError, FleetError, QueueError);
 
 /// The request body as bytes, with axum's limit turned into `payload_too_large`.
 pub struct Body(pub Bytes);

@@ -24,7 +24,9 @@ use super::error::ApiError;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use freeway::metrics::Metrics;
 use freeway::metrics::{Histogram, Labelled};
+use freeway::rest::Rests;
 use freeway::store::Store;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -32,7 +34,7 @@ use std::sync::Arc;
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
     let (depths, replicas) = state.enqueuer.queue().snapshot().await?;
     let rests = state.enqueuer.rests().list().await?;
-    let counters = state.enqueuer.rests().metrics().read().await?;
+    let counters = state.enqueuer.metrics().read().await?;
     let runs = state.store.count_by_status().await?;
     let workers = workers(replicas, freeway::clock::epoch_ms());
 

@@ -8,7 +8,7 @@ use super::error::{ApiError, PathParams};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use freeway::rest::ActiveRest;
+use freeway::rest::{ActiveRest, Rests};
 use serde::Serialize;
 use std::sync::Arc;
 

@@ -101,8 +101,8 @@ pub enum Event {
     Data(String),
 }
 
-/// Splits an SSE body into events, asserting the framing the notes describe: every event is a
-/// single line (`data: …` or `: comment`) followed by a blank line.
+/// Splits an SSE body into events, asserting the framing of docs/providers.md §1.3: every event
+/// is a single line (`data: …` or `: comment`) followed by a blank line.
 pub fn sse_events(text: &str) -> Vec<Event> {
     assert!(
         text.ends_with("\n\n"),

@@ -1,12 +1,9 @@
-//! Rests in Redis (docs/design.md §3 "Rest semantics"): pool rests, route rests, connection
-//! circuits and ambiguous evidence, shared by every replica.
+//! The rests every replica shares, in Redis: [`RedisRests`].
 //!
-//! A rest is what stops the fleet from spending calls into a quota that is already closed, so it
-//! must hold for every replica at once and survive any of them: it lives in Redis, as a key whose
-//! TTL is the rest. Every write is a Lua script that only extends (the new expiry is the longer of
-//! the current and the requested one, clamped to [1 s, cap]) with the time taken from Redis
-//! `TIME`, so concurrent writers keep the longest rest and replicas' clocks never matter. The only
-//! way to shorten a rest is [`Rests::clear`], the operator's explicit clear.
+//! A rest must hold for every replica at once and survive any of them, so it lives in Redis as a
+//! key whose TTL is the rest. Every write is a Lua script that only extends (the new expiry is the
+//! longer of the current and the requested one, clamped to [1 s, cap]) with the time taken from
+//! Redis `TIME`, so concurrent writers keep the longest rest and replicas' clocks never matter.
 //!
 //! # Key layout
 //!
@@ -35,11 +32,16 @@
 //! Namespaces and pool names must not contain `{` or `}`, and pool names must not start with
 //! `route:`, `conn:` or `platform:`: the hash tags and the parsing of listed keys rely on it.
 
+use super::{
+    ActiveRest, Closure, EVIDENCE_REASON, FleetError, RestKind, Rests, evidence_member, longest,
+    scopes_closing, sort_listing,
+};
 use crate::classify::{
     CIRCUIT_MS, EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS,
     EVIDENCE_WINDOW_MS, MIN_REST_MS, POOL_REST_CAP_MS, RestLength, RestScope,
 };
 use crate::route::Route;
+use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::{ErrorKind, RedisError, Script, Value};
 use std::collections::HashMap;
@@ -47,14 +49,14 @@ use std::sync::LazyLock;
 
 static WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("rest/extend.lua"),
-        include_str!("rest/write.lua")
+        include_str!("extend.lua"),
+        include_str!("write.lua")
     ))
 });
 static EVIDENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("rest/extend.lua"),
-        include_str!("rest/evidence.lua")
+        include_str!("extend.lua"),
+        include_str!("evidence.lua")
     ))
 });
 
@@ -62,68 +64,15 @@ static EVIDENCE: LazyLock<Script> = LazyLock::new(|| {
 const EVIDENCE_TTL_MS: u64 = 2 * EVIDENCE_WINDOW_MS;
 /// The index outlives the longest rest it can list.
 const INDEX_TTL_MS: u64 = CIRCUIT_MS + 60_000;
-/// The reason stored with a pool rest that corroborated evidence called for.
-const EVIDENCE_REASON: &str = "ambiguous rate limits from several users";
 
-#[derive(Debug, thiserror::Error)]
-#[error("redis: {0}")]
-pub struct RestError(#[from] pub redis::RedisError);
-
-/// What kind of rest closes a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RestKind {
-    Pool,
-    Route,
-    Circuit,
-}
-
-impl RestKind {
-    /// The scope name `list`, `clear` and `DELETE /v1/rests/{scope}/{key}` use.
-    pub fn scope_name(self) -> &'static str {
-        match self {
-            RestKind::Pool => "pool",
-            RestKind::Route => "route",
-            RestKind::Circuit => "connection",
-        }
-    }
-}
-
-/// Why a route is closed right now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Closure {
-    pub kind: RestKind,
-    pub remaining_ms: u64,
-    pub reason: String,
-}
-
-impl Closure {
-    /// A closure that never ends: a route this run must not try again, whatever Redis says.
-    pub fn forever(reason: &str) -> Closure {
-        Closure {
-            kind: RestKind::Route,
-            remaining_ms: u64::MAX,
-            reason: reason.to_string(),
-        }
-    }
-}
-
-/// An active rest, as `GET /v1/rests` and the board list them.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ActiveRest {
-    /// `pool`, `route` or `connection`.
-    pub scope: String,
-    pub key: String,
-    pub remaining_ms: u64,
-    pub reason: String,
-}
-
+/// The fleet's rests, in one Redis namespace.
 #[derive(Clone)]
-pub struct Rests {
+pub struct RedisRests {
     conn: ConnectionManager,
     ns: String,
 }
 
-impl Rests {
+impl RedisRests {
     pub fn new(conn: ConnectionManager, ns: impl Into<String>) -> Self {
         Self {
             conn,
@@ -147,19 +96,73 @@ impl Rests {
         format!("{}:rests", self.ns)
     }
 
-    /// The fleet's counters, in the same Redis and namespace: whoever writes rests counts them
-    /// (see [`crate::metrics`]).
-    pub fn metrics(&self) -> crate::metrics::Metrics {
-        crate::metrics::Metrics::new(self.conn.clone(), &self.ns)
+    /// Note `key` in the index with its expiry, and prune what has expired.
+    ///
+    /// The rest is already written and in force when this runs; failing here only hides it from
+    /// listings until it expires, so it is logged rather than reported as a failed write.
+    async fn index(&self, key: &str, remaining_ms: u64, now_ms: i64) {
+        let index = self.index_key();
+        let expiry = now_ms.saturating_add_unsigned(remaining_ms);
+        let mut conn = self.conn.clone();
+        let indexed: Result<(), RedisError> = redis::pipe()
+            .cmd("ZADD")
+            .arg(&index)
+            .arg("GT")
+            .arg(expiry)
+            .arg(key)
+            .ignore()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&index)
+            .arg("-inf")
+            .arg(format!("({now_ms}"))
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&index)
+            .arg(INDEX_TTL_MS)
+            .ignore()
+            .query_async(&mut conn)
+            .await;
+        if let Err(error) = indexed {
+            tracing::warn!(key, %error, "a rest is in force but missing from the rest index");
+        }
     }
 
-    /// Extend (never shorten) the rest of `scope`; returns the remaining ms after the write.
-    pub async fn write(
+    /// PTTL and value of each key in one pipeline: `(remaining ms, reason)` for a key that rests.
+    /// A key without a TTL is not a rest this module wrote, and is ignored.
+    async fn read_rests(&self, keys: &[String]) -> Result<Vec<Option<(u64, String)>>, FleetError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("PTTL").arg(key).cmd("GET").arg(key);
+        }
+        let mut conn = self.conn.clone();
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        if replies.len() != keys.len() * 2 {
+            return Err(unexpected("a PTTL and a GET per key"));
+        }
+        replies
+            .chunks_exact(2)
+            .map(|pair| match pair {
+                [Value::Int(pttl), value] if *pttl > 0 => {
+                    Ok(Some((*pttl as u64, reason_of(value))))
+                }
+                [Value::Int(_), _] => Ok(None),
+                _ => Err(unexpected("PTTL to answer an integer")),
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Rests for RedisRests {
+    async fn write(
         &self,
         scope: &RestScope,
         length: RestLength,
         reason: &str,
-    ) -> Result<u64, RestError> {
+    ) -> Result<u64, FleetError> {
         let Some(key) = self.key_for(scope) else {
             return Ok(0);
         };
@@ -182,19 +185,13 @@ impl Rests {
         Ok(remaining)
     }
 
-    /// Record ambiguous evidence against `pool`; returns the pool rest's remaining ms when the
-    /// evidence is corroborated and the pool now rests.
-    ///
-    /// `unique` names this failure (e.g. the run and attempt); recording the same one twice counts
-    /// once, so a redelivered job cannot corroborate itself.
-    pub async fn record_evidence(
+    async fn record_evidence(
         &self,
         pool: &str,
         user_id: &str,
         unique: &str,
-    ) -> Result<Option<u64>, RestError> {
-        // The user is read back as everything before the member's last ':'.
-        let member = format!("{user_id}:{}", unique.replace(':', "_"));
+    ) -> Result<Option<u64>, FleetError> {
+        let member = evidence_member(user_id, unique);
         let rest_key = pool_key(&self.ns, pool);
         let mut conn = self.conn.clone();
         let (remaining, now): (i64, i64) = EVIDENCE
@@ -219,9 +216,7 @@ impl Rests {
         Ok(Some(remaining))
     }
 
-    /// For each route, `None` when open or the longest closure that applies: its route rest, its
-    /// pool's rest (shared routes) and its connection's circuit. One round trip for the chain.
-    pub async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, RestError> {
+    async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError> {
         let mut keys: Vec<String> = Vec::new();
         let mut slots: HashMap<String, usize> = HashMap::new();
         let mut slot = |key: String| -> usize {
@@ -231,56 +226,32 @@ impl Rests {
                 next
             })
         };
-        // Candidates per route, in the order that wins a tie: the pool first, as it says most.
-        let mut candidates: Vec<Vec<(RestKind, usize)>> = Vec::with_capacity(routes.len());
-        for route in routes {
-            let mut mine = Vec::with_capacity(3);
-            if let Some(pool) = &route.pool {
-                mine.push((RestKind::Pool, slot(pool_key(&self.ns, pool))));
-            }
-            let circuit = RestScope::Connection(route.connection_scope());
-            let route_scope = RestScope::Route {
-                pool: route.pool.clone(),
-                route_key: route.key(),
-            };
-            for (kind, scope) in [(RestKind::Circuit, circuit), (RestKind::Route, route_scope)] {
-                if let Some(key) = self.key_for(&scope) {
-                    mine.push((kind, slot(key)));
-                }
-            }
-            candidates.push(mine);
-        }
+        let candidates: Vec<Vec<(RestKind, usize)>> = routes
+            .iter()
+            .map(|route| {
+                scopes_closing(route)
+                    .into_iter()
+                    .filter_map(|(kind, scope)| Some((kind, slot(self.key_for(&scope)?))))
+                    .collect()
+            })
+            .collect();
         let states = self.read_rests(&keys).await?;
         Ok(candidates
             .into_iter()
-            .map(|mine| {
-                let mut best: Option<Closure> = None;
-                for (kind, index) in mine {
-                    if let Some((remaining_ms, reason)) = &states[index]
-                        && best.as_ref().is_none_or(|b| *remaining_ms > b.remaining_ms)
-                    {
-                        best = Some(Closure {
-                            kind,
-                            remaining_ms: *remaining_ms,
-                            reason: reason.clone(),
-                        });
-                    }
-                }
-                best
-            })
+            .map(|mine| longest(mine.into_iter().map(|(kind, i)| (kind, states[i].as_ref()))))
             .collect())
     }
 
-    /// The pool's remaining rest in ms, if it rests.
-    pub async fn pool_rest(&self, pool: &str) -> Result<Option<u64>, RestError> {
-        let key = pool_key(&self.ns, pool);
+    async fn remaining(&self, scope: &RestScope) -> Result<Option<u64>, FleetError> {
+        let Some(key) = self.key_for(scope) else {
+            return Ok(None);
+        };
         let mut conn = self.conn.clone();
         let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
         Ok((pttl > 0).then_some(pttl as u64))
     }
 
-    /// Every active rest and circuit, sorted by scope and key.
-    pub async fn list(&self) -> Result<Vec<ActiveRest>, RestError> {
+    async fn list(&self) -> Result<Vec<ActiveRest>, FleetError> {
         let index = self.index_key();
         let mut conn = self.conn.clone();
         let members: Vec<String> = redis::cmd("ZRANGE")
@@ -310,15 +281,11 @@ impl Rests {
                 .query_async(&mut conn)
                 .await?;
         }
-        active.sort_by(|a, b| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
+        sort_listing(&mut active);
         Ok(active)
     }
 
-    /// The operator's clear: the only way to shorten a rest. `scope` and `key` are as
-    /// [`Rests::list`] shows them (`pool`/`route`/`connection`); returns whether a rest was
-    /// removed. Clearing a pool also drops its evidence, so old evidence cannot close it again
-    /// at once. An unknown scope removes nothing.
-    pub async fn clear(&self, scope: &str, key: &str) -> Result<bool, RestError> {
+    async fn clear(&self, scope: &str, key: &str) -> Result<bool, FleetError> {
         let mut conn = self.conn.clone();
         let index = self.index_key();
         let targets: Vec<String> = match scope {
@@ -364,64 +331,6 @@ impl Rests {
         let removed = deleted.iter().any(|&n| n > 0);
         tracing::info!(scope, key, removed, "operator cleared a rest");
         Ok(removed)
-    }
-
-    /// Note `key` in the index with its expiry, and prune what has expired.
-    ///
-    /// The rest is already written and in force when this runs; failing here only hides it from
-    /// listings until it expires, so it is logged rather than reported as a failed write.
-    async fn index(&self, key: &str, remaining_ms: u64, now_ms: i64) {
-        let index = self.index_key();
-        let expiry = now_ms.saturating_add_unsigned(remaining_ms);
-        let mut conn = self.conn.clone();
-        let indexed: Result<(), RedisError> = redis::pipe()
-            .cmd("ZADD")
-            .arg(&index)
-            .arg("GT")
-            .arg(expiry)
-            .arg(key)
-            .ignore()
-            .cmd("ZREMRANGEBYSCORE")
-            .arg(&index)
-            .arg("-inf")
-            .arg(format!("({now_ms}"))
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(&index)
-            .arg(INDEX_TTL_MS)
-            .ignore()
-            .query_async(&mut conn)
-            .await;
-        if let Err(error) = indexed {
-            tracing::warn!(key, %error, "a rest is in force but missing from the rest index");
-        }
-    }
-
-    /// PTTL and value of each key in one pipeline: `(remaining ms, reason)` for a key that rests.
-    /// A key without a TTL is not a rest this module wrote, and is ignored.
-    async fn read_rests(&self, keys: &[String]) -> Result<Vec<Option<(u64, String)>>, RestError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.cmd("PTTL").arg(key).cmd("GET").arg(key);
-        }
-        let mut conn = self.conn.clone();
-        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-        if replies.len() != keys.len() * 2 {
-            return Err(unexpected("a PTTL and a GET per key"));
-        }
-        replies
-            .chunks_exact(2)
-            .map(|pair| match pair {
-                [Value::Int(pttl), value] if *pttl > 0 => {
-                    Ok(Some((*pttl as u64, reason_of(value))))
-                }
-                [Value::Int(_), _] => Ok(None),
-                _ => Err(unexpected("PTTL to answer an integer")),
-            })
-            .collect()
     }
 }
 
@@ -485,8 +394,8 @@ fn reason_of(value: &Value) -> String {
         .unwrap_or_default()
 }
 
-fn unexpected(what: &'static str) -> RestError {
-    RestError(RedisError::from((ErrorKind::UnexpectedReturnType, what)))
+fn unexpected(what: &'static str) -> FleetError {
+    FleetError::from(RedisError::from((ErrorKind::UnexpectedReturnType, what)))
 }
 
 #[cfg(test)]

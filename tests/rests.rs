@@ -1,74 +1,108 @@
-//! Rests, and the runs' leases, against a real Redis (`REDIS_URL`, default
-//! `redis://127.0.0.1:6379`).
-//!
-//! Each test works in its own namespace (`test-<ulid>`), so the tests run in parallel on one
-//! server and never see each other's keys. Time comes from Redis throughout: where a test needs
-//! an old evidence entry it writes one with Redis time instead of waiting.
+//! The rules of the fleet's rests and the runs' leases, as one suite run on both implementations:
+//! the Redis one (`REDIS_URL`, default `redis://127.0.0.1:6379`; each test in its own namespace,
+//! so tests share one server) and the in-process one the engine's tests use. Checks that need
+//! Redis itself (its clock, its index, the events stream) or the in-process clock come after.
 
-use freeway::classify::{RestLength, RestScope, classify_response};
+mod support;
+
+use freeway::classify::{
+    EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS, RestLength, RestScope, classify_response,
+};
+use freeway::clock::{Clock, InstantClock};
 use freeway::headers::Headers;
-use freeway::rest::{ActiveRest, RestKind, Rests};
+use freeway::lease::{LEASE_TTL, Lease, Leases, MemoryLeases, RedisLeases};
+use freeway::rest::{ActiveRest, MemoryRests, RedisRests, RestKind, Rests};
 use freeway::route::{Route, RouteSpec};
 use redis::aio::ConnectionManager;
+use std::sync::Arc;
 use std::time::Duration;
 
 const POOL: &str = "openrouter-free";
 const LLAMA_FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
 
+/// The implementation under test, and what only it can show.
 struct Fixture {
-    rests: Rests,
-    conn: ConnectionManager,
+    rests: Arc<dyn Rests>,
+    leases: Arc<dyn Leases>,
+    backend: Backend,
 }
 
-async fn fixture() -> Fixture {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let client = redis::Client::open(url.as_str()).expect("REDIS_URL is a valid Redis URL");
-    let conn = client
-        .get_connection_manager()
-        .await
-        .unwrap_or_else(|e| panic!("these tests need a Redis at {url}: {e}"));
-    let ns = format!("test-{}", ulid::Ulid::generate());
-    Fixture {
-        rests: Rests::new(conn.clone(), ns),
-        conn,
-    }
+enum Backend {
+    Memory {
+        rests: Arc<MemoryRests>,
+        clock: Arc<InstantClock>,
+    },
+    Redis {
+        rests: RedisRests,
+        leases: RedisLeases,
+        conn: ConnectionManager,
+    },
 }
 
 impl Fixture {
-    async fn pttl(&self, key: &str) -> i64 {
-        let mut conn = self.conn.clone();
-        redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .expect("PTTL")
+    fn memory() -> Fixture {
+        let clock = Arc::new(InstantClock::default());
+        let rests = Arc::new(MemoryRests::new(clock.clone()));
+        Fixture {
+            rests: rests.clone(),
+            leases: Arc::new(MemoryLeases::new(clock.clone())),
+            backend: Backend::Memory { rests, clock },
+        }
     }
 
-    async fn exists(&self, key: &str) -> bool {
-        let mut conn = self.conn.clone();
-        let n: i64 = redis::cmd("EXISTS")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .expect("EXISTS");
-        n > 0
+    async fn redis() -> Fixture {
+        let conn = support::redis().await;
+        let ns = support::unique_ns("rests");
+        let rests = RedisRests::new(conn.clone(), ns.clone());
+        let leases = RedisLeases::new(conn.clone(), ns);
+        Fixture {
+            rests: Arc::new(rests.clone()),
+            leases: Arc::new(leases.clone()),
+            backend: Backend::Redis {
+                rests,
+                leases,
+                conn,
+            },
+        }
     }
 
-    async fn redis_now_ms(&self) -> u64 {
-        let mut conn = self.conn.clone();
-        let (s, us): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut conn)
-            .await
-            .expect("TIME");
-        s * 1000 + us / 1000
+    /// Now on the clock the rests are timed by.
+    async fn now_ms(&self) -> u64 {
+        match &self.backend {
+            Backend::Memory { clock, .. } => clock.now_ms(),
+            Backend::Redis { conn, .. } => redis_now_ms(conn).await,
+        }
+    }
+
+    /// The remaining ms of `scope`'s rest, -2 when it does not rest (as Redis `PTTL` says).
+    async fn remaining(&self, scope: &RestScope) -> i64 {
+        let remaining = self.rests.remaining(scope).await.expect("remaining");
+        remaining.map_or(-2, |ms| ms as i64)
+    }
+
+    /// Whether any evidence against the pool is kept.
+    async fn has_evidence(&self) -> bool {
+        match &self.backend {
+            Backend::Memory { rests, .. } => rests.evidence(POOL) > 0,
+            Backend::Redis { rests, conn, .. } => pttl(conn, &rests.evidence_key(POOL)).await != -2,
+        }
+    }
+
+    /// The Redis implementation and its connection, for the checks that only it can answer.
+    fn in_redis(&self) -> (&RedisRests, &ConnectionManager) {
+        match &self.backend {
+            Backend::Redis { rests, conn, .. } => (rests, conn),
+            Backend::Memory { .. } => panic!("a check of the Redis implementation"),
+        }
     }
 
     /// An evidence entry written `age_ms` ago by Redis time.
     async fn old_evidence(&self, user: &str, unique: &str, age_ms: u64) {
-        let now = self.redis_now_ms().await;
-        let mut conn = self.conn.clone();
+        let (rests, conn) = self.in_redis();
+        let now = redis_now_ms(conn).await;
+        let mut conn = conn.clone();
         let _: i64 = redis::cmd("ZADD")
-            .arg(self.rests.evidence_key(POOL))
+            .arg(rests.evidence_key(POOL))
             .arg(now - age_ms)
             .arg(format!("{user}:{unique}"))
             .query_async(&mut conn)
@@ -76,10 +110,80 @@ impl Fixture {
             .expect("ZADD");
     }
 
-    fn pool_key(&self) -> String {
-        self.rests.key_for(&pool()).expect("a pool has a key")
+    /// Let a run's lease get within a second of expiring.
+    async fn age_lease(&self, run_id: &str) {
+        match &self.backend {
+            Backend::Memory { clock, .. } => clock.advance(LEASE_TTL - Duration::from_secs(1)),
+            Backend::Redis { leases, conn, .. } => {
+                let mut conn = conn.clone();
+                let _: () = redis::cmd("PEXPIRE")
+                    .arg(leases.key(run_id))
+                    .arg(1_000)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("PEXPIRE");
+            }
+        }
     }
 }
+
+async fn redis_now_ms(conn: &ConnectionManager) -> u64 {
+    let mut conn = conn.clone();
+    let (s, us): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .expect("TIME");
+    s * 1000 + us / 1000
+}
+
+async fn pttl(conn: &ConnectionManager, key: &str) -> i64 {
+    let mut conn = conn.clone();
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL")
+}
+
+/// Each named test (an `async fn(Fixture)`) runs once per implementation: `in_memory::name` and
+/// `in_redis::name`.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod in_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Fixture::memory()).await
+                }
+            )*
+        }
+        mod in_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Fixture::redis().await).await
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    concurrent_writers_keep_the_longest,
+    a_shorter_write_never_shortens,
+    writes_are_capped_by_scope,
+    until_is_read_on_the_rests_clock_and_the_past_rests_one_second,
+    nothing_to_close_writes_nothing,
+    three_failures_from_two_users_rest_the_pool,
+    three_failures_from_one_user_do_not,
+    two_entries_from_two_users_do_not,
+    evidence_never_shortens_a_longer_pool_rest,
+    user_connection_failures_never_touch_the_pool,
+    closures_return_the_longest_per_route,
+    list_and_clear,
+    closures_of_an_empty_chain_make_no_call,
+    a_run_lease_has_one_holder_until_it_lets_go,
+);
 
 fn pool() -> RestScope {
     RestScope::Pool(POOL.into())
@@ -97,9 +201,7 @@ fn route_scope(s: &str) -> RestScope {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_writers_keep_the_longest() {
-    let f = fixture().await;
+async fn concurrent_writers_keep_the_longest(f: Fixture) {
     for scope in [
         pool(),
         route_scope(LLAMA_FREE),
@@ -129,7 +231,7 @@ async fn concurrent_writers_keep_the_longest() {
             );
             assert!(remaining <= longest);
         }
-        let pttl = f.pttl(&f.rests.key_for(&scope).expect("key")).await;
+        let pttl = f.remaining(&scope).await;
         assert!(
             pttl as u64 <= longest && longest - (pttl as u64) < 2_000,
             "{scope:?}: {pttl} vs {longest}"
@@ -137,9 +239,7 @@ async fn concurrent_writers_keep_the_longest() {
     }
 }
 
-#[tokio::test]
-async fn a_shorter_write_never_shortens() {
-    let f = fixture().await;
+async fn a_shorter_write_never_shortens(f: Fixture) {
     let scope = route_scope(LLAMA_FREE);
     assert_eq!(
         f.rests
@@ -148,7 +248,7 @@ async fn a_shorter_write_never_shortens() {
             .expect("write"),
         120_000
     );
-    let now = f.redis_now_ms().await;
+    let now = f.now_ms().await;
     for shorter in [
         RestLength::For(5_000),
         RestLength::Until(now + 10_000),
@@ -184,9 +284,7 @@ async fn a_shorter_write_never_shortens() {
     );
 }
 
-#[tokio::test]
-async fn writes_are_capped_by_scope() {
-    let f = fixture().await;
+async fn writes_are_capped_by_scope(f: Fixture) {
     let ten_minutes = RestLength::For(600_000);
     assert_eq!(
         f.rests
@@ -218,7 +316,7 @@ async fn writes_are_capped_by_scope() {
             .expect("write"),
         3_600_000
     );
-    let far = f.redis_now_ms().await + 86_400_000;
+    let far = f.now_ms().await + 86_400_000;
     assert_eq!(
         f.rests
             .write(&pool(), RestLength::Until(far), "daily")
@@ -226,12 +324,10 @@ async fn writes_are_capped_by_scope() {
             .expect("write"),
         300_000
     );
-    assert!(f.pttl(&f.pool_key()).await <= 300_000);
+    assert!(f.remaining(&pool()).await <= 300_000);
 }
 
-#[tokio::test]
-async fn until_uses_redis_time_and_the_past_rests_one_second() {
-    let f = fixture().await;
+async fn until_is_read_on_the_rests_clock_and_the_past_rests_one_second(f: Fixture) {
     let scope = route_scope("openai/gpt-4o-mini");
     assert_eq!(
         f.rests
@@ -241,7 +337,7 @@ async fn until_uses_redis_time_and_the_past_rests_one_second() {
         1_000
     );
     let other = route_scope("openai/gpt-4o");
-    let at = f.redis_now_ms().await + 20_000;
+    let at = f.now_ms().await + 20_000;
     let remaining = f
         .rests
         .write(&other, RestLength::Until(at), "reset")
@@ -250,9 +346,7 @@ async fn until_uses_redis_time_and_the_past_rests_one_second() {
     assert!((19_000..=20_000).contains(&remaining), "{remaining}");
 }
 
-#[tokio::test]
-async fn nothing_to_close_writes_nothing() {
-    let f = fixture().await;
+async fn nothing_to_close_writes_nothing(f: Fixture) {
     assert_eq!(
         f.rests
             .write(&RestScope::None, RestLength::For(60_000), "none")
@@ -266,9 +360,7 @@ async fn nothing_to_close_writes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn three_failures_from_two_users_rest_the_pool() {
-    let f = fixture().await;
+async fn three_failures_from_two_users_rest_the_pool(f: Fixture) {
     // User ids may contain ':'; the user is everything before the member's last ':'.
     assert_eq!(
         f.rests
@@ -284,7 +376,7 @@ async fn three_failures_from_two_users_rest_the_pool() {
             .expect("evidence"),
         None
     );
-    assert_eq!(f.rests.pool_rest(POOL).await.expect("pool_rest"), None);
+    assert_eq!(f.rests.remaining(&pool()).await.expect("remaining"), None);
     let rest = f
         .rests
         .record_evidence(POOL, "team:alice", "run3")
@@ -294,13 +386,15 @@ async fn three_failures_from_two_users_rest_the_pool() {
     assert!((59_000..=60_000).contains(&rest), "{rest}");
     let pool_rest = f
         .rests
-        .pool_rest(POOL)
+        .remaining(&pool())
         .await
-        .expect("pool_rest")
+        .expect("remaining")
         .expect("the pool rests");
     assert!(pool_rest <= 60_000 && pool_rest > 58_000);
-    let evidence_ttl = f.pttl(&f.rests.evidence_key(POOL)).await;
-    assert!(evidence_ttl > 0 && evidence_ttl <= 60_000, "{evidence_ttl}");
+    if let Backend::Redis { rests, conn, .. } = &f.backend {
+        let evidence_ttl = pttl(conn, &rests.evidence_key(POOL)).await;
+        assert!(evidence_ttl > 0 && evidence_ttl <= 60_000, "{evidence_ttl}");
+    }
     let listed = f.rests.list().await.expect("list");
     assert_eq!(listed.len(), 1);
     assert_eq!(
@@ -309,9 +403,7 @@ async fn three_failures_from_two_users_rest_the_pool() {
     );
 }
 
-#[tokio::test]
-async fn three_failures_from_one_user_do_not() {
-    let f = fixture().await;
+async fn three_failures_from_one_user_do_not(f: Fixture) {
     // Colons in the unique part must not split one user into several.
     for unique in ["run1:attempt1", "run2:attempt1", "run3:attempt2", "run4"] {
         assert_eq!(
@@ -322,12 +414,10 @@ async fn three_failures_from_one_user_do_not() {
             None
         );
     }
-    assert!(!f.exists(&f.pool_key()).await);
+    assert_eq!(f.remaining(&pool()).await, -2);
 }
 
-#[tokio::test]
-async fn two_entries_from_two_users_do_not() {
-    let f = fixture().await;
+async fn two_entries_from_two_users_do_not(f: Fixture) {
     assert_eq!(
         f.rests
             .record_evidence(POOL, "alice", "a")
@@ -350,12 +440,12 @@ async fn two_entries_from_two_users_do_not() {
             .expect("evidence"),
         None
     );
-    assert!(!f.exists(&f.pool_key()).await);
+    assert_eq!(f.remaining(&pool()).await, -2);
 }
 
 #[tokio::test]
-async fn entries_outside_the_window_do_not_count() {
-    let f = fixture().await;
+async fn entries_outside_the_window_do_not_count_by_redis_time() {
+    let f = Fixture::redis().await;
     f.old_evidence("bob", "old1", 31_000).await;
     f.old_evidence("carol", "old2", 31_000).await;
     assert_eq!(
@@ -372,10 +462,11 @@ async fn entries_outside_the_window_do_not_count() {
             .expect("evidence"),
         None
     );
-    assert!(!f.exists(&f.pool_key()).await);
-    let mut conn = f.conn.clone();
+    assert_eq!(f.remaining(&pool()).await, -2);
+    let (rests, conn) = f.in_redis();
+    let mut conn = conn.clone();
     let left: i64 = redis::cmd("ZCARD")
-        .arg(f.rests.evidence_key(POOL))
+        .arg(rests.evidence_key(POOL))
         .query_async(&mut conn)
         .await
         .expect("ZCARD");
@@ -391,9 +482,7 @@ async fn entries_outside_the_window_do_not_count() {
     assert!(rest.is_some());
 }
 
-#[tokio::test]
-async fn evidence_never_shortens_a_longer_pool_rest() {
-    let f = fixture().await;
+async fn evidence_never_shortens_a_longer_pool_rest(f: Fixture) {
     f.rests
         .write(&pool(), RestLength::For(200_000), "account")
         .await
@@ -416,17 +505,16 @@ async fn evidence_never_shortens_a_longer_pool_rest() {
 }
 
 #[tokio::test]
-async fn a_short_rest_expires_without_any_clear() {
-    let f = fixture().await;
+async fn a_short_rest_expires_in_redis_without_any_clear() {
+    let f = Fixture::redis().await;
     let scope = route_scope(LLAMA_FREE);
     f.rests
         .write(&scope, RestLength::For(1_000), "brief")
         .await
         .expect("write");
-    let key = f.rests.key_for(&scope).expect("key");
-    assert!(f.pttl(&key).await > 0);
+    assert!(f.remaining(&scope).await > 0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while f.pttl(&key).await != -2 {
+    while f.remaining(&scope).await != -2 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "a 1 s rest outlived 10 s"
@@ -444,9 +532,10 @@ async fn a_short_rest_expires_without_any_clear() {
         f.rests.list().await.expect("list"),
         Vec::<ActiveRest>::new()
     );
-    let mut conn = f.conn.clone();
+    let (rests, conn) = f.in_redis();
+    let mut conn = conn.clone();
     let indexed: i64 = redis::cmd("ZCARD")
-        .arg(f.rests.index_key())
+        .arg(rests.index_key())
         .query_async(&mut conn)
         .await
         .expect("ZCARD");
@@ -455,14 +544,12 @@ async fn a_short_rest_expires_without_any_clear() {
 
 /// A user's own connection keeps per-route behaviour: its 429s and 402s close that route or
 /// that connection, never the pool, and leave no evidence.
-#[tokio::test]
-async fn user_connection_failures_never_touch_the_pool() {
-    let f = fixture().await;
+async fn user_connection_failures_never_touch_the_pool(f: Fixture) {
     let user_route = route("qwen/qwen3-coder:free@conn_1");
     let bare_429 = br#"{"error":{"code":429,"message":"Rate limit exceeded"}}"#;
     let per_minute = br#"{"error":{"message":"Rate limit exceeded: free-models-per-min. ","code":429,"metadata":{"headers":{"X-RateLimit-Limit":"20","X-RateLimit-Remaining":"0","X-RateLimit-Reset":"1785056700000"},"provider_name":null,"limit_source":"openrouter_free_tier_per_minute"}}}"#;
     let credits = br#"{"error":{"message":"Insufficient credits.","code":402,"metadata":{"limit_source":"openrouter_credits"}}}"#;
-    let now = f.redis_now_ms().await;
+    let now = f.now_ms().await;
     for (status, body) in [
         (429, &bare_429[..]),
         (429, &per_minute[..]),
@@ -478,8 +565,8 @@ async fn user_connection_failures_never_touch_the_pool() {
             .await
             .expect("write");
     }
-    assert!(!f.exists(&f.pool_key()).await);
-    assert!(!f.exists(&f.rests.evidence_key(POOL)).await);
+    assert_eq!(f.remaining(&pool()).await, -2);
+    assert!(!f.has_evidence().await);
     let closures = f
         .rests
         .closures(&[user_route.clone(), route(LLAMA_FREE)])
@@ -508,9 +595,7 @@ async fn user_connection_failures_never_touch_the_pool() {
     );
 }
 
-#[tokio::test]
-async fn closures_return_the_longest_per_route() {
-    let f = fixture().await;
+async fn closures_return_the_longest_per_route(f: Fixture) {
     let chain = [
         route(LLAMA_FREE),
         route("openrouter/free"),
@@ -601,9 +686,7 @@ async fn closures_return_the_longest_per_route() {
     );
 }
 
-#[tokio::test]
-async fn list_and_clear() {
-    let f = fixture().await;
+async fn list_and_clear(f: Fixture) {
     f.rests
         .write(&pool(), RestLength::For(100_000), "account 0:limit_source")
         .await
@@ -683,7 +766,7 @@ async fn list_and_clear() {
     );
     assert!(f.rests.clear("pool", POOL).await.expect("clear"));
     assert!(
-        !f.exists(&f.rests.evidence_key(POOL)).await,
+        !f.has_evidence().await,
         "clearing a pool drops its evidence"
     );
     assert!(!f.rests.clear("bogus", POOL).await.expect("clear"));
@@ -705,21 +788,15 @@ async fn list_and_clear() {
         f.rests.list().await.expect("list"),
         Vec::<ActiveRest>::new()
     );
-    assert_eq!(f.rests.pool_rest(POOL).await.expect("pool_rest"), None);
+    assert_eq!(f.rests.remaining(&pool()).await.expect("remaining"), None);
 }
 
-#[tokio::test]
-async fn closures_of_an_empty_chain_make_no_call() {
-    let f = fixture().await;
+async fn closures_of_an_empty_chain_make_no_call(f: Fixture) {
     assert_eq!(f.rests.closures(&[]).await.expect("closures"), Vec::new());
 }
 
-#[tokio::test]
-async fn a_run_lease_has_one_holder_until_it_lets_go() {
-    use freeway::lease::{LEASE_TTL, Lease, Leases};
-    let f = fixture().await;
-    let ns = format!("test-{}", ulid::Ulid::generate());
-    let leases = Leases::new(f.conn.clone(), ns.clone());
+async fn a_run_lease_has_one_holder_until_it_lets_go(f: Fixture) {
+    let leases = &f.leases;
     let (first, second) = ("worker-a:1", "worker-b:2");
     assert_eq!(
         leases.acquire("run_1", first).await.unwrap(),
@@ -742,19 +819,14 @@ async fn a_run_lease_has_one_holder_until_it_lets_go() {
         !leases.renew("run_1", second).await.unwrap(),
         "only the holder renews"
     );
-    let key = leases.key("run_1");
-    let mut conn = f.conn.clone();
-    let _: () = redis::cmd("PEXPIRE")
-        .arg(&key)
-        .arg(1_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    f.age_lease("run_1").await;
     assert!(leases.renew("run_1", first).await.unwrap());
-    let pttl = f.pttl(&key).await;
+    let Lease::HeldFor(left) = leases.acquire("run_1", second).await.unwrap() else {
+        panic!("the renewed lease is still held");
+    };
     assert!(
-        pttl > 1_000,
-        "a renewal gives the lease its whole life again: {pttl} ms"
+        left > LEASE_TTL - Duration::from_secs(5),
+        "a renewal gives the lease its whole life again: {left:?}"
     );
 
     leases.release("run_1", second).await.unwrap();
@@ -773,5 +845,119 @@ async fn a_run_lease_has_one_holder_until_it_lets_go() {
     assert!(
         !leases.renew("run_1", first).await.unwrap(),
         "a lost lease is not renewed"
+    );
+}
+
+/// The in-process rests keep Redis's clock rules on their own clock: evidence older than the
+/// window no longer counts, and a rest ends when its time is up.
+#[tokio::test]
+async fn in_memory_evidence_and_rests_expire_on_the_clock() {
+    let f = Fixture::memory();
+    let Backend::Memory { rests, clock } = &f.backend else {
+        unreachable!("a memory fixture")
+    };
+    for (user, unique) in [("bob", "old1"), ("carol", "old2")] {
+        assert_eq!(
+            f.rests
+                .record_evidence(POOL, user, unique)
+                .await
+                .expect("evidence"),
+            None
+        );
+    }
+    clock.advance(Duration::from_millis(EVIDENCE_WINDOW_MS + 1));
+    assert_eq!(rests.evidence(POOL), 0, "outside the window");
+    for unique in ["new1", "new2"] {
+        let rest = f
+            .rests
+            .record_evidence(POOL, "alice", unique)
+            .await
+            .expect("evidence");
+        assert_eq!(rest, None, "the old entries no longer count");
+    }
+    clock.advance(Duration::from_millis(EVIDENCE_WINDOW_MS - 1_000));
+    let rest = f
+        .rests
+        .record_evidence(POOL, "bob", "new3")
+        .await
+        .expect("evidence");
+    assert!(rest.is_some(), "entries inside the window corroborate");
+
+    let scope = route_scope("openai/gpt-4o-mini");
+    f.rests
+        .write(&scope, RestLength::For(1_000), "brief")
+        .await
+        .expect("write");
+    clock.advance(Duration::from_millis(999));
+    assert_eq!(f.remaining(&scope).await, 1);
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(f.remaining(&scope).await, -2);
+    assert_eq!(
+        f.rests
+            .closures(&[route("openai/gpt-4o-mini")])
+            .await
+            .expect("closures")[0],
+        None
+    );
+    clock.advance(Duration::from_millis(EVIDENCE_POOL_REST_MS));
+    assert_eq!(
+        f.rests.list().await.expect("list"),
+        Vec::<ActiveRest>::new()
+    );
+}
+
+/// The Redis events sink writes a run's events to its stream, which expires a day after the run
+/// ends.
+#[tokio::test]
+async fn events_go_to_the_runs_redis_stream_and_expire_after_it_ends() {
+    use freeway::events::{Event, EventSink, RedisEvents, stream_key};
+    use freeway::run::RunStatus;
+    let conn = support::redis().await;
+    let ns = support::unique_ns("events");
+    let events = RedisEvents::new(conn.clone(), ns.clone());
+    let run = [
+        Event::Started { worker: "w".into() },
+        Event::Delta {
+            text: "all ".into(),
+        },
+        Event::Delta {
+            text: "done".into(),
+        },
+    ];
+    for event in &run {
+        events.publish("run_1", event).await.expect("publish");
+    }
+    let key = stream_key(&ns, "run_1");
+    assert_eq!(
+        pttl(&conn, &key).await,
+        -1,
+        "a running run's events do not expire"
+    );
+    let last = Event::Finished {
+        status: RunStatus::Succeeded,
+        code: None,
+        usage: Default::default(),
+    };
+    events.publish("run_1", &last).await.expect("publish");
+    let mut c = conn.clone();
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut c)
+        .await
+        .expect("XRANGE");
+    let read: Vec<Event> = entries
+        .iter()
+        .map(|(_, fields)| {
+            assert_eq!(fields[0].0, "type");
+            Event::from_json(&fields[1].1).expect("an event")
+        })
+        .collect();
+    assert_eq!(read, [&run[..], &[last]].concat());
+    let ttl = pttl(&conn, &key).await;
+    assert!(
+        ttl > 86_000_000 && ttl <= 86_400_000,
+        "expires a day after the run ends: {ttl} ms"
     );
 }

@@ -4,7 +4,7 @@
 //! decrypted) at call time, so a key never travels in a job. The lookup names the run's user: a
 //! connection opens only for the user who owns it, whatever a job says.
 
-use crate::provider::{ApiKey, Target};
+use super::{ApiKey, Target};
 use crate::route::{Connection, Route};
 use async_trait::async_trait;
 

@@ -1,0 +1,121 @@
+//! Groq's wire shapes: the six `x-ratelimit-*` headers on every response and its 429
+//! (docs/providers.md §4).
+//!
+//! Groq describes limits per model and writes waits as Go durations (`2m59.56s`), unlike
+//! OpenRouter's epoch-millisecond resets; keeping its shapes in one file keeps the two dialects
+//! from borrowing each other's formats.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use serde::Serialize;
+use serde_json::json;
+
+use super::{json_response, to_json};
+use crate::account::{GROQ_TPM, GroqVerdict};
+use crate::ids;
+
+/// The six `x-ratelimit-*` headers Groq sends on every response.
+pub(crate) fn groq_headers(v: &GroqVerdict) -> HeaderMap {
+    let reset = HeaderValue::try_from(go_duration(v.reset_in_ms)).ok();
+    let mut h = HeaderMap::with_capacity(7);
+    h.insert(
+        HeaderName::from_static("x-ratelimit-limit-requests"),
+        HeaderValue::from(v.limit_requests),
+    );
+    h.insert(
+        HeaderName::from_static("x-ratelimit-limit-tokens"),
+        HeaderValue::from(GROQ_TPM),
+    );
+    h.insert(
+        HeaderName::from_static("x-ratelimit-remaining-requests"),
+        HeaderValue::from(v.remaining_requests()),
+    );
+    h.insert(
+        HeaderName::from_static("x-ratelimit-remaining-tokens"),
+        HeaderValue::from(v.remaining_tokens),
+    );
+    if let Some(reset) = reset {
+        h.insert(
+            HeaderName::from_static("x-ratelimit-reset-requests"),
+            reset.clone(),
+        );
+        h.insert(HeaderName::from_static("x-ratelimit-reset-tokens"), reset);
+    }
+    h
+}
+
+#[derive(Serialize)]
+struct GroqError<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    code: &'static str,
+}
+
+/// Groq's RPM 429 (docs/providers.md §4.2) with `retry-after` and the six headers.
+pub(crate) fn groq_429(model: &str, key: &str, v: &GroqVerdict) -> Response {
+    let message = format!(
+        "Rate limit reached for model `{model}` in organization `{}` service tier `on_demand` on requests per minute (RPM): Limit {}, Used {}, Requested 1. Please try again in {}. Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing",
+        ids::org_id(key),
+        v.limit_requests,
+        v.used_requests,
+        go_duration(v.reset_in_ms),
+    );
+    let body = to_json(&json!({ "error": GroqError {
+        message: &message,
+        kind: "requests",
+        code: "rate_limit_exceeded",
+    }}));
+    let mut headers = groq_headers(v);
+    headers.insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(v.reset_in_ms.div_ceil(1000).max(1)),
+    );
+    json_response(StatusCode::TOO_MANY_REQUESTS, headers, body)
+}
+
+/// Go-style duration as Groq writes it (§4.1): `7.66s`, `2m59.56s`, `1m26.4s`, `20s`, `8h`,
+/// `450ms`.
+fn go_duration(ms: u64) -> String {
+    use std::fmt::Write;
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let mut out = String::new();
+    let (hours, minutes, sec_ms) = (ms / 3_600_000, ms / 60_000 % 60, ms % 60_000);
+    if hours > 0 {
+        let _ = write!(out, "{hours}h");
+    }
+    if minutes > 0 {
+        let _ = write!(out, "{minutes}m");
+    }
+    if sec_ms > 0 {
+        let (secs, frac) = (sec_ms / 1000, sec_ms % 1000);
+        if frac == 0 {
+            let _ = write!(out, "{secs}s");
+        } else {
+            let frac = format!("{frac:03}");
+            let _ = write!(out, "{secs}.{}s", frac.trim_end_matches('0'));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_match_groq_captures() {
+        assert_eq!(go_duration(7_660), "7.66s");
+        assert_eq!(go_duration(179_560), "2m59.56s");
+        assert_eq!(go_duration(86_400), "1m26.4s");
+        assert_eq!(go_duration(20_000), "20s");
+        assert_eq!(go_duration(8 * 3_600_000), "8h");
+        assert_eq!(go_duration(450), "450ms");
+        assert_eq!(go_duration(0), "0s");
+    }
+}

@@ -1,0 +1,56 @@
+//! What every replica shares: rests, run leases, run events and counters.
+//!
+//! The engine's decisions must hold for the whole fleet at once, so it keeps this state outside
+//! the process: in Redis ([`Fleet::redis`]). Each part is a trait with a Redis implementation
+//! and an in-process one ([`Fleet::in_memory`]) that keeps the same rules, so the engine's rule
+//! tests, the budget property test and benchmarks run without a server.
+
+use crate::events::{EventSink, MemoryEvents, RedisEvents};
+use crate::lease::{Leases, MemoryLeases, RedisLeases};
+use crate::metrics::{MemoryMetrics, Metrics, RedisMetrics};
+use crate::rest::{MemoryRests, RedisRests, Rests};
+use redis::aio::ConnectionManager;
+use std::sync::Arc;
+
+/// The shared state could not be read or written (Redis is down or answered nonsense); the
+/// message and the cause chain say what, without naming the client library's types.
+#[derive(Debug, thiserror::Error)]
+#[error("redis: {0}")]
+pub struct FleetError(Box<dyn std::error::Error + Send + Sync>);
+
+impl From<redis::RedisError> for FleetError {
+    fn from(e: redis::RedisError) -> Self {
+        FleetError(Box::new(e))
+    }
+}
+
+/// The engine's handles on the fleet's shared state.
+#[derive(Clone)]
+pub struct Fleet {
+    pub rests: Arc<dyn Rests>,
+    pub leases: Arc<dyn Leases>,
+    pub events: Arc<dyn EventSink>,
+    pub metrics: Arc<dyn Metrics>,
+}
+
+impl Fleet {
+    /// The fleet's state in one Redis namespace.
+    pub fn redis(conn: &ConnectionManager, ns: &str) -> Fleet {
+        Fleet {
+            rests: Arc::new(RedisRests::new(conn.clone(), ns)),
+            leases: Arc::new(RedisLeases::new(conn.clone(), ns)),
+            events: Arc::new(RedisEvents::new(conn.clone(), ns)),
+            metrics: Arc::new(RedisMetrics::new(conn.clone(), ns)),
+        }
+    }
+
+    /// State in this process only, on the system clock: one replica's view, for tests.
+    pub fn in_memory() -> Fleet {
+        Fleet {
+            rests: Arc::new(MemoryRests::default()),
+            leases: Arc::new(MemoryLeases::default()),
+            events: Arc::new(MemoryEvents::default()),
+            metrics: Arc::new(MemoryMetrics::default()),
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Rests held in one process: [`MemoryRests`].
+//!
+//! Engine tests, the budget property test and benchmarks exercise the engine's rules, not Redis;
+//! with this they need no server. It keeps the rules of [`super::Rests`] (extend only, clamps,
+//! evidence corroboration, longest closure) on its own clock, and `tests/rests.rs` runs the same
+//! suite on it and on [`super::RedisRests`] so the two cannot drift apart.
+
+use super::{
+    ActiveRest, Closure, EVIDENCE_REASON, FleetError, Rests, evidence_member, listed, longest,
+    scopes_closing, sort_listing,
+};
+use crate::classify::{
+    EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS,
+    MIN_REST_MS, POOL_REST_CAP_MS, RestLength, RestScope,
+};
+use crate::clock::{Clock, SystemClock};
+use crate::route::Route;
+use async_trait::async_trait;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Rests and evidence in a mutex, timed by a [`Clock`].
+pub struct MemoryRests {
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Scope → (expiry in clock ms, reason).
+    rests: HashMap<RestScope, (u64, String)>,
+    /// Pool → evidence member → when it was recorded.
+    evidence: HashMap<String, HashMap<String, u64>>,
+}
+
+impl Default for MemoryRests {
+    fn default() -> Self {
+        MemoryRests::new(Arc::new(SystemClock))
+    }
+}
+
+impl MemoryRests {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        MemoryRests {
+            clock,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// How many evidence entries against `pool` are inside the window.
+    pub fn evidence(&self, pool: &str) -> usize {
+        let now = self.clock.now_ms();
+        self.lock().evidence.get(pool).map_or(0, |entries| {
+            entries
+                .values()
+                .filter(|&&at| at.saturating_add(EVIDENCE_WINDOW_MS) >= now)
+                .count()
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain maps behind: still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl State {
+    /// `(remaining ms, reason)` of a rest in force at `now`.
+    fn held(&self, scope: &RestScope, now: u64) -> Option<(u64, String)> {
+        let (until, reason) = self.rests.get(scope)?;
+        (*until > now).then(|| (until - now, reason.clone()))
+    }
+
+    /// Rest `scope` for `requested` ms, clamped to `[MIN_REST_MS, cap_ms]`, unless it already
+    /// rests at least that long; returns the remaining ms after the write.
+    fn extend(
+        &mut self,
+        scope: &RestScope,
+        requested: i64,
+        cap_ms: u64,
+        reason: &str,
+        now: u64,
+    ) -> u64 {
+        let requested = requested.clamp(MIN_REST_MS as i64, cap_ms as i64) as u64;
+        if let Some((current, _)) = self.held(scope, now)
+            && current >= requested
+        {
+            return current;
+        }
+        self.rests
+            .insert(scope.clone(), (now + requested, reason.to_string()));
+        requested
+    }
+}
+
+#[async_trait]
+impl Rests for MemoryRests {
+    async fn write(
+        &self,
+        scope: &RestScope,
+        length: RestLength,
+        reason: &str,
+    ) -> Result<u64, FleetError> {
+        if *scope == RestScope::None {
+            return Ok(0);
+        }
+        let now = self.clock.now_ms();
+        let requested = match length {
+            RestLength::For(ms) => ms as i64,
+            RestLength::Until(at_ms) => at_ms as i64 - now as i64,
+        };
+        Ok(self
+            .lock()
+            .extend(scope, requested, scope.cap_ms(), reason, now))
+    }
+
+    async fn record_evidence(
+        &self,
+        pool: &str,
+        user_id: &str,
+        unique: &str,
+    ) -> Result<Option<u64>, FleetError> {
+        let now = self.clock.now_ms();
+        let mut state = self.lock();
+        let entries = state.evidence.entry(pool.to_string()).or_default();
+        entries.insert(evidence_member(user_id, unique), now);
+        entries.retain(|_, at| at.saturating_add(EVIDENCE_WINDOW_MS) >= now);
+        let users: HashSet<&str> = entries
+            .keys()
+            .map(|m| m.rsplit_once(':').map_or(m.as_str(), |(user, _)| user))
+            .collect();
+        if (entries.len() as u64) < EVIDENCE_MIN_ENTRIES
+            || (users.len() as u64) < EVIDENCE_MIN_USERS
+        {
+            return Ok(None);
+        }
+        let scope = RestScope::Pool(pool.to_string());
+        let requested = EVIDENCE_POOL_REST_MS as i64;
+        Ok(Some(state.extend(
+            &scope,
+            requested,
+            POOL_REST_CAP_MS,
+            EVIDENCE_REASON,
+            now,
+        )))
+    }
+
+    async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError> {
+        let now = self.clock.now_ms();
+        let state = self.lock();
+        Ok(routes
+            .iter()
+            .map(|route| {
+                let held: Vec<_> = scopes_closing(route)
+                    .into_iter()
+                    .map(|(kind, scope)| (kind, state.held(&scope, now)))
+                    .collect();
+                longest(held.iter().map(|(kind, h)| (*kind, h.as_ref())))
+            })
+            .collect())
+    }
+
+    async fn remaining(&self, scope: &RestScope) -> Result<Option<u64>, FleetError> {
+        Ok(self
+            .lock()
+            .held(scope, self.clock.now_ms())
+            .map(|(ms, _)| ms))
+    }
+
+    async fn list(&self) -> Result<Vec<ActiveRest>, FleetError> {
+        let now = self.clock.now_ms();
+        let mut state = self.lock();
+        state.rests.retain(|_, (until, _)| *until > now);
+        let mut active: Vec<ActiveRest> = state
+            .rests
+            .iter()
+            .filter_map(|(scope, (until, reason))| {
+                let (kind, key) = listed(scope)?;
+                Some(ActiveRest {
+                    scope: kind.scope_name().to_string(),
+                    key: key.to_string(),
+                    remaining_ms: until - now,
+                    reason: reason.clone(),
+                })
+            })
+            .collect();
+        sort_listing(&mut active);
+        Ok(active)
+    }
+
+    async fn clear(&self, scope: &str, key: &str) -> Result<bool, FleetError> {
+        let now = self.clock.now_ms();
+        let mut state = self.lock();
+        let mut removed = false;
+        state.rests.retain(|held, (until, _)| {
+            let named =
+                listed(held).is_some_and(|(kind, k)| kind.scope_name() == scope && k == key);
+            removed |= named && *until > now;
+            !named
+        });
+        if scope == "pool" {
+            state.evidence.remove(key);
+        }
+        tracing::info!(scope, key, removed, "operator cleared a rest");
+        Ok(removed)
+    }
+}

@@ -1,0 +1,174 @@
+//! Rests (docs/design.md §3 "Rest semantics"): pool rests, route rests, connection circuits and
+//! ambiguous evidence, shared by every replica.
+//!
+//! A rest is what stops the fleet from spending calls into a quota that is already closed. Its
+//! rules, whatever holds it: a write only ever extends a rest (concurrent writers keep the
+//! longest), clamped to [1 s, the scope's cap]; ambiguous evidence rests the pool once enough
+//! failures from enough users fall inside the window, and recording one failure twice counts
+//! once; a route is closed by the longest of its pool's rest, its connection's circuit and its
+//! own rest. The only way to shorten a rest is [`Rests::clear`], the operator's explicit clear.
+//!
+//! [`RedisRests`] is the fleet's: Redis keys with TTLs, written by Lua scripts on Redis time.
+//! [`MemoryRests`] keeps the same rules in one process, for tests and benchmarks that need no
+//! server; `tests/rests.rs` runs one suite on both.
+
+mod memory;
+mod redis;
+
+pub use self::redis::RedisRests;
+pub use memory::MemoryRests;
+
+use crate::classify::{RestLength, RestScope};
+use crate::fleet::FleetError;
+use crate::route::Route;
+use async_trait::async_trait;
+
+/// The reason stored with a pool rest that corroborated evidence called for.
+const EVIDENCE_REASON: &str = "ambiguous rate limits from several users";
+
+/// What kind of rest closes a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestKind {
+    Pool,
+    Route,
+    Circuit,
+}
+
+impl RestKind {
+    /// The scope name `list`, `clear` and `DELETE /v1/rests/{scope}/{key}` use.
+    pub fn scope_name(self) -> &'static str {
+        match self {
+            RestKind::Pool => "pool",
+            RestKind::Route => "route",
+            RestKind::Circuit => "connection",
+        }
+    }
+}
+
+/// Why a route is closed right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closure {
+    pub kind: RestKind,
+    pub remaining_ms: u64,
+    pub reason: String,
+}
+
+impl Closure {
+    /// A closure that never ends: a route this run must not try again, whatever Redis says.
+    pub fn forever(reason: &str) -> Closure {
+        Closure {
+            kind: RestKind::Route,
+            remaining_ms: u64::MAX,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// An active rest, as `GET /v1/rests` and the board list them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ActiveRest {
+    /// `pool`, `route` or `connection`.
+    pub scope: String,
+    pub key: String,
+    pub remaining_ms: u64,
+    pub reason: String,
+}
+
+/// The rests every replica consults before a call and writes after a refusal.
+#[async_trait]
+pub trait Rests: Send + Sync {
+    /// Extend (never shorten) the rest of `scope`; returns the remaining ms after the write.
+    async fn write(
+        &self,
+        scope: &RestScope,
+        length: RestLength,
+        reason: &str,
+    ) -> Result<u64, FleetError>;
+
+    /// Record ambiguous evidence against `pool`; returns the pool rest's remaining ms when the
+    /// evidence is corroborated and the pool now rests.
+    ///
+    /// `unique` names this failure (e.g. the run and attempt); recording the same one twice counts
+    /// once, so a redelivered job cannot corroborate itself.
+    async fn record_evidence(
+        &self,
+        pool: &str,
+        user_id: &str,
+        unique: &str,
+    ) -> Result<Option<u64>, FleetError>;
+
+    /// For each route, `None` when open or the longest closure that applies: its route rest, its
+    /// pool's rest (shared routes) and its connection's circuit. One round trip for the chain.
+    async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError>;
+
+    /// The remaining ms of `scope`'s own rest, if it rests.
+    async fn remaining(&self, scope: &RestScope) -> Result<Option<u64>, FleetError>;
+
+    /// Every active rest and circuit, sorted by scope and key.
+    async fn list(&self) -> Result<Vec<ActiveRest>, FleetError>;
+
+    /// The operator's clear: the only way to shorten a rest. `scope` and `key` are as
+    /// [`Rests::list`] shows them (`pool`/`route`/`connection`); returns whether a rest was
+    /// removed. Clearing a pool also drops its evidence, so old evidence cannot close it again
+    /// at once; clearing a route clears it under every pool. An unknown scope removes nothing.
+    async fn clear(&self, scope: &str, key: &str) -> Result<bool, FleetError>;
+}
+
+/// The rests that can close `route`, in the order that wins a tie: the pool first, as it says
+/// most, then the connection's circuit, then the route's own rest.
+fn scopes_closing(route: &Route) -> Vec<(RestKind, RestScope)> {
+    let mut scopes = Vec::with_capacity(3);
+    if let Some(pool) = &route.pool {
+        scopes.push((RestKind::Pool, RestScope::Pool(pool.clone())));
+    }
+    scopes.push((
+        RestKind::Circuit,
+        RestScope::Connection(route.connection_scope()),
+    ));
+    scopes.push((
+        RestKind::Route,
+        RestScope::Route {
+            pool: route.pool.clone(),
+            route_key: route.key(),
+        },
+    ));
+    scopes
+}
+
+/// The longest of the rests in force (`(remaining ms, reason)`), the first one on a tie.
+fn longest<'a>(
+    held: impl IntoIterator<Item = (RestKind, Option<&'a (u64, String)>)>,
+) -> Option<Closure> {
+    let mut best: Option<Closure> = None;
+    for (kind, state) in held {
+        if let Some((remaining_ms, reason)) = state
+            && best.as_ref().is_none_or(|b| *remaining_ms > b.remaining_ms)
+        {
+            best = Some(Closure {
+                kind,
+                remaining_ms: *remaining_ms,
+                reason: reason.clone(),
+            });
+        }
+    }
+    best
+}
+
+/// The kind and listed key (`pool` name, route key, connection) of a rest scope.
+fn listed(scope: &RestScope) -> Option<(RestKind, &str)> {
+    match scope {
+        RestScope::Pool(pool) => Some((RestKind::Pool, pool)),
+        RestScope::Route { route_key, .. } => Some((RestKind::Route, route_key)),
+        RestScope::Connection(id) => Some((RestKind::Circuit, id)),
+        RestScope::None => None,
+    }
+}
+
+/// The evidence member of one failure: the user is read back as everything before its last ':'.
+fn evidence_member(user_id: &str, unique: &str) -> String {
+    format!("{user_id}:{}", unique.replace(':', "_"))
+}
+
+fn sort_listing(active: &mut [ActiveRest]) {
+    active.sort_by(|a, b| (&a.scope, &a.key).cmp(&(&b.scope, &b.key)));
+}
