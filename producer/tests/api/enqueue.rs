@@ -1,0 +1,185 @@
+//! Enqueueing a run (`POST /v1/runs`): accepted, recorded and queued; refused with the field
+//! named; refused while its routes rest; one run per idempotency key.
+
+use crate::common::{JsonBody, Server, json_of, run_body};
+use crate::{code, rest_pool, rests};
+use freeway::classify::{RestLength, RestScope};
+use freeway::rest::Rests;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn a_run_is_accepted_recorded_and_queued() {
+    let s = Server::open().await;
+    let (status, body) = s.post_run(&run_body("u1", "vendor/m:free")).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["status"], "queued");
+    let run_id = body["run_id"].as_str().expect("a run id");
+    assert!(run_id.starts_with("run_"));
+
+    let (status, run) = s.get_json(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["run_id"], run_id);
+    assert_eq!(run["status"], "queued");
+    assert_eq!(run["kind"], "chat");
+    assert_eq!(run["calls"], 0);
+    assert_eq!(run["attempts"], json!([]));
+    assert_eq!(run["pending_approval"], Value::Null);
+    assert_eq!(run["routes"], json!([{ "model": "vendor/m:free" }]));
+    assert!(run["deadline_ms"].as_u64() > run["created_ms"].as_u64());
+
+    let depths = s.enqueuer.queue().depths().await.expect("depths");
+    assert_eq!(depths.waiting, 1, "{depths:?}");
+    let job = s
+        .enqueuer
+        .job(run_id)
+        .await
+        .expect("job read")
+        .expect("kept");
+    assert_eq!(job.request.input.as_deref(), Some("hello"));
+}
+
+#[tokio::test]
+async fn invalid_requests_are_400_naming_the_field() {
+    let s = Server::open().await;
+    let cases = [
+        (
+            json!({ "user_id": "u1", "routes": [{ "model": "m" }] }),
+            "input",
+        ),
+        (
+            json!({ "user_id": "bad user", "input": "x", "routes": [{ "model": "m" }] }),
+            "user_id",
+        ),
+        (
+            json!({ "user_id": "u1", "input": "x", "routes": [] }),
+            "routes",
+        ),
+        (
+            json!({ "user_id": "u1", "input": "x", "routes": [{ "model": "m" }], "deadline_s": 0 }),
+            "deadline_s",
+        ),
+    ];
+    for (body, field) in cases {
+        let (status, err) = s.post_run(&body).await;
+        assert_eq!(status, 400, "{err}");
+        assert_eq!(code(&err), "invalid_request");
+        let message = err["error"]["message"].as_str().expect("a message");
+        assert!(message.starts_with(&format!("{field}:")), "{message}");
+    }
+    let resp = s
+        .http
+        .post(s.url("/v1/runs"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(resp.status().as_u16(), 400);
+    let err: Value = json_of(resp).await;
+    assert_eq!(code(&err), "invalid_request");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("body:")),
+        "{err}"
+    );
+    assert_eq!(s.stored_runs().await, 0);
+}
+
+#[tokio::test]
+async fn a_resting_pool_refuses_with_retry_after_and_writes_nothing() {
+    let s = Server::open().await;
+    rest_pool(&s, 30_000).await;
+    let resp = s
+        .http
+        .post(s.url("/v1/runs"))
+        .json_body(&run_body("u1", "vendor/m:free"))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(resp.status().as_u16(), 429);
+    let retry_after: u64 = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After in seconds");
+    assert!((1..=30).contains(&retry_after), "{retry_after}");
+    let err: Value = json_of(resp).await;
+    assert_eq!(code(&err), "account_resting");
+    assert_eq!(err["error"]["retry_after_s"], retry_after);
+
+    assert_eq!(
+        s.enqueuer.queue().depths().await.expect("depths"),
+        Default::default()
+    );
+    assert_eq!(s.stored_runs().await, 0);
+    assert!(s.keys("run:*").await.is_empty());
+    assert!(s.keys("job:*").await.is_empty());
+
+    // The same while queueing is allowed: accepted, for the worker to delay.
+    let mut body = run_body("u1", "vendor/m:free");
+    body["on_rest"] = json!("queue");
+    let (status, body) = s.post_run(&body).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(
+        s.enqueuer.queue().depths().await.expect("depths").waiting,
+        1
+    );
+    assert_eq!(s.stored_runs().await, 1);
+}
+
+#[tokio::test]
+async fn a_chain_with_a_resting_off_quota_route_is_routes_resting() {
+    let s = Server::open().await;
+    rest_pool(&s, 30_000).await;
+    rests(&s)
+        .write(
+            &RestScope::Route {
+                pool: None,
+                route_key: "platform:openrouter/vendor/paid".into(),
+            },
+            RestLength::For(5_000),
+            "test rest",
+        )
+        .await
+        .expect("rest written");
+    let body = json!({ "user_id": "u1", "input": "hi",
+        "routes": [{ "model": "vendor/m:free" }, { "model": "vendor/paid" }] });
+    let (status, err) = s.post_run(&body).await;
+    assert_eq!(status, 429, "{err}");
+    assert_eq!(code(&err), "routes_resting");
+    let retry_after_s = err["error"]["retry_after_s"]
+        .as_u64()
+        .expect("retry_after_s");
+    assert!(retry_after_s <= 5, "{err}");
+    // An open off-quota route keeps the run going while the pool rests.
+    let body = json!({ "user_id": "u1", "input": "hi",
+        "routes": [{ "model": "vendor/m:free" }, { "model": "vendor/other" }] });
+    let (status, _) = s.post_run(&body).await;
+    assert_eq!(status, 202);
+}
+
+#[tokio::test]
+async fn an_idempotency_key_gives_the_same_run_once() {
+    let s = Server::open().await;
+    let mut body = run_body("u1", "vendor/m");
+    body["idempotency_key"] = json!("req-42");
+    let (s1, first) = s.post_run(&body).await;
+    let (s2, second) = s.post_run(&body).await;
+    assert_eq!((s1, s2), (202, 202));
+    assert_eq!(first["run_id"], second["run_id"]);
+    assert_eq!(
+        s.enqueuer.queue().depths().await.expect("depths").waiting,
+        1
+    );
+    assert_eq!(s.stored_runs().await, 1);
+    // Another user's identical key is another run.
+    body["user_id"] = json!("u2");
+    let (_, third) = s.post_run(&body).await;
+    assert_ne!(third["run_id"], first["run_id"]);
+    assert_eq!(
+        s.enqueuer.queue().depths().await.expect("depths").waiting,
+        2
+    );
+}

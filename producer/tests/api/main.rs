@@ -1,0 +1,75 @@
+//! The HTTP API of docs/api.md §5.1 against real parts: Redis (`REDIS_URL`), the SQL store on a
+//! temporary SQLite file and the router served in-process. Each test has its own namespace and
+//! store, so they run in parallel.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod approvals;
+mod board;
+mod connections;
+mod enqueue;
+mod events;
+mod guards;
+mod operations;
+mod requests;
+mod users;
+
+use common::Server;
+use freeway::chat::ToolCall;
+use freeway::classify::{RestLength, RestScope};
+use freeway::provider::ApiKey;
+use freeway::rest::{RedisRests, Rests};
+use freeway::run::RunStatus;
+use freeway::store::Store;
+use producer::api::auth::Tokens;
+use serde_json::{Value, json};
+
+const POOL: &str = "openrouter-free";
+
+fn tokens() -> Tokens {
+    Tokens {
+        api: Some(ApiKey::new("api-token-1")),
+        admin: Some(ApiKey::new("admin-token-1")),
+        metrics: None,
+    }
+}
+
+fn rests(s: &Server) -> RedisRests {
+    RedisRests::new(s.conn.clone(), s.ns.clone())
+}
+
+async fn rest_pool(s: &Server, ms: u64) {
+    rests(s)
+        .write(
+            &RestScope::Pool(POOL.into()),
+            RestLength::For(ms),
+            "test rest",
+        )
+        .await
+        .expect("rest written");
+}
+
+/// The `error.code` of an error body.
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no code>")
+}
+
+/// Enqueue a run with a tool that needs approval and make it wait on `call_1`, as the worker
+/// would.
+async fn awaiting_run(s: &Server) -> String {
+    let body = json!({ "user_id": "u1", "input": "mail Bob", "routes": [{ "model": "vendor/m" }],
+        "tools": [{ "name": "send_email", "approval": "required" }] });
+    let (status, body) = s.post_run(&body).await;
+    assert_eq!(status, 202, "{body}");
+    let run_id = body["run_id"].as_str().expect("run id").to_string();
+    let mut rec = s.store.run(&run_id).await.expect("read").expect("run");
+    rec.status = RunStatus::AwaitingApproval;
+    rec.pending_tool_call = Some(ToolCall {
+        id: "call_1".into(),
+        name: "send_email".into(),
+        arguments: r#"{"to":"bob"}"#.into(),
+    });
+    s.store.save_run(&rec).await.expect("saved");
+    run_id
+}

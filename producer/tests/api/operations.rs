@@ -1,0 +1,136 @@
+//! What an operator reads and does: the health probe, the metrics, and the rests, listed and
+//! cleared with the admin token.
+
+use crate::common::{Server, json_of, run_body};
+use crate::{POOL, code, rest_pool, rests, tokens};
+use freeway::classify::{RestLength, RestScope};
+use freeway::rest::Rests;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn rests_are_listed_and_cleared_only_with_the_admin_token() {
+    let s = Server::start(tokens(), None).await;
+    rest_pool(&s, 30_000).await;
+    rests(&s)
+        .write(
+            &RestScope::Route {
+                pool: Some(POOL.into()),
+                route_key: "platform:openrouter/vendor/m:free".into(),
+            },
+            RestLength::For(20_000),
+            "high demand",
+        )
+        .await
+        .expect("rest written");
+    let resp = s
+        .http
+        .get(s.url("/v1/rests"))
+        .bearer_auth("api-token-1")
+        .send()
+        .await
+        .expect("GET");
+    let list: Value = json_of(resp).await;
+    let rests = list["rests"].as_array().expect("a list");
+    assert_eq!(rests.len(), 2, "{list}");
+    assert_eq!(rests[0]["scope"], "pool");
+    assert_eq!(rests[0]["key"], POOL);
+    assert_eq!(rests[0]["reason"], "test rest");
+    assert!(
+        rests[0]["remaining_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0 && ms <= 30_000)
+    );
+    assert_eq!(rests[1]["key"], "platform:openrouter/vendor/m:free");
+
+    let clear = |path: &str, token: Option<&str>| {
+        let mut req = s.http.delete(s.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    let pool_path = format!("/v1/rests/pool/{POOL}");
+    let resp = clear(&pool_path, None).await.expect("DELETE");
+    assert_eq!(resp.status().as_u16(), 401);
+    let resp = clear(&pool_path, Some("api-token-1"))
+        .await
+        .expect("DELETE");
+    assert_eq!(resp.status().as_u16(), 403);
+    let err: Value = json_of(resp).await;
+    assert_eq!(code(&err), "unauthorized");
+    assert_eq!(
+        s.keys(&format!("{{{POOL}}}:rest")).await.len(),
+        1,
+        "the rest stays"
+    );
+
+    let resp = clear(&pool_path, Some("admin-token-1"))
+        .await
+        .expect("DELETE");
+    assert_eq!(resp.status().as_u16(), 204);
+    let resp = clear(
+        "/v1/rests/route/platform:openrouter/vendor/m:free",
+        Some("admin-token-1"),
+    )
+    .await
+    .expect("DELETE");
+    assert_eq!(resp.status().as_u16(), 204);
+    let resp = clear(&pool_path, Some("admin-token-1"))
+        .await
+        .expect("DELETE");
+    assert_eq!(resp.status().as_u16(), 404);
+    let resp = clear("/v1/rests/planet/x", Some("admin-token-1"))
+        .await
+        .expect("DELETE");
+    assert_eq!(resp.status().as_u16(), 400);
+    let resp = s
+        .http
+        .get(s.url("/v1/rests"))
+        .bearer_auth("admin-token-1")
+        .send()
+        .await
+        .expect("GET");
+    let list: Value = json_of(resp).await;
+    assert_eq!(list, json!({ "rests": [] }));
+}
+
+#[tokio::test]
+async fn healthz_names_what_fails() {
+    let s = Server::open().await;
+    let (status, body) = s.get_json("/healthz").await;
+    assert_eq!(status, 200);
+    assert_eq!(body, json!({ "redis": "ok", "store": "ok" }));
+    s.store.close().await;
+    let (status, body) = s.get_json("/healthz").await;
+    assert_eq!(status, 503);
+    assert_eq!(body, json!({ "redis": "ok", "store": "failed" }));
+}
+
+#[tokio::test]
+async fn metrics_show_queue_depths_and_rests() {
+    let s = Server::open().await;
+    s.post_run(&run_body("u1", "vendor/m")).await;
+    rest_pool(&s, 30_000).await;
+    let resp = s.http.get(s.url("/metrics")).send().await.expect("GET");
+    assert_eq!(resp.status().as_u16(), 200);
+    let kind = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    assert!(kind.is_some_and(|k| k.starts_with("text/plain")));
+    let text = resp.text().await.expect("text");
+    for line in [
+        "# TYPE freeway_queue_jobs gauge",
+        "freeway_queue_jobs{state=\"waiting\"} 1",
+        "freeway_queue_jobs{state=\"dead\"} 0",
+        "# TYPE freeway_active_rests gauge",
+        "freeway_active_rests{scope=\"pool\"} 1",
+        "freeway_active_rests{scope=\"route\"} 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing from\n{text}"
+        );
+    }
+}

@@ -1,0 +1,344 @@
+//! A run's record and what hangs off it: created and saved, the conversation it opens, its
+//! attempts and approvals, and the board's list and counts.
+
+use crate::{call, fresh, on_every_store, record, unique};
+use freeway::budget::{Counters, Kind};
+use freeway::chat::{Message, Usage};
+use freeway::classify::Verdict;
+use freeway::clock::epoch_ms;
+use freeway::route::RouteSpec;
+use freeway::run::{
+    ApprovalRecord, AttemptRecord, Code, Decided, Decision, RunRecord, RunState, RunStatus,
+};
+use freeway::store::{Attached, Store};
+
+#[tokio::test]
+async fn create_run_is_insert_if_absent_and_keeps_the_stored_progress() {
+    for db in fresh("create").await {
+        let s = &db.store;
+        let mut first = record(&unique("run"), &unique("conv"));
+        s.create_run(&first).await.unwrap();
+        assert_eq!(
+            s.run(&first.run_id).await.unwrap().as_ref(),
+            Some(&first),
+            "{}",
+            db.label
+        );
+        first.status = RunStatus::Running;
+        first.state.counters = Counters {
+            calls: 2,
+            step1_attempts: 2,
+            retried: true,
+            steps: 1,
+        };
+        first.state.input_applied = true;
+        s.save_run(&first).await.unwrap();
+        // A second create (an enqueue retried) leaves the first one's progress alone.
+        let mut again = record(&first.run_id, &first.conversation_id);
+        again.created_ms += 5_000;
+        s.create_run(&again).await.unwrap();
+        assert_eq!(
+            s.run(&first.run_id).await.unwrap(),
+            Some(first.clone()),
+            "{}",
+            db.label
+        );
+        assert_eq!(s.run("run_missing").await.unwrap(), None, "{}", db.label);
+        db.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn a_conversation_belongs_to_the_user_whose_run_opened_it() {
+    on_every_store("owner", check_conversation_owner).await;
+}
+
+async fn check_conversation_owner(s: &dyn Store, label: &str) {
+    let conv = unique("conv");
+    assert_eq!(s.conversation_owner(&conv).await.unwrap(), None, "{label}");
+    s.create_run(&record(&unique("run"), &conv)).await.unwrap();
+    let mut other = record(&unique("run"), &conv);
+    other.user_id = "u2".into();
+    s.create_run(&other).await.unwrap();
+    assert_eq!(
+        s.conversation_owner(&conv).await.unwrap().as_deref(),
+        Some("u1"),
+        "{label}: the first run's user keeps it"
+    );
+    let pushed = unique("conv");
+    s.append_message(&pushed, "run_pushed", "input", &Message::user("hi"))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.conversation_owner(&pushed).await.unwrap(),
+        None,
+        "{label}: a conversation opened by a worker alone has no owner"
+    );
+}
+
+#[tokio::test]
+async fn save_run_overwrites_every_mutable_field_and_counters_survive_a_snooze() {
+    for db in fresh("save").await {
+        let s = &db.store;
+        let mut r = record(&unique("run"), &unique("conv"));
+        r.kind = Kind::Research;
+        r.parent_run_id = Some("run_parent".into());
+        r.idempotency_key = Some("idem-1".into());
+        r.routes.push(RouteSpec {
+            model: "m2".into(),
+            connection: Some("conn_1".into()),
+            provider: Some("groq".into()),
+        });
+        s.create_run(&r).await.unwrap();
+        r.status = RunStatus::Delayed;
+        r.state = RunState {
+            counters: Counters {
+                calls: 3,
+                step1_attempts: 3,
+                retried: true,
+                steps: 2,
+            },
+            route_index: Some(1),
+            input_applied: true,
+            ambiguous_stop: true,
+            emitted: true,
+            snoozes: 4,
+        };
+        r.output = "partial answer — ünïcode ✓".into();
+        r.incomplete = true;
+        r.usage = Usage {
+            prompt_tokens: 11,
+            completion_tokens: 22,
+            total_tokens: 33,
+        };
+        r.summary = Some("a summary".into());
+        r.updated_ms += 1;
+        s.save_run(&r).await.unwrap();
+        assert_eq!(
+            s.run(&r.run_id).await.unwrap().as_ref(),
+            Some(&r),
+            "{}: a snoozed run keeps its counters",
+            db.label
+        );
+        r.status = RunStatus::Failed;
+        r.code = Some(Code::RateLimited);
+        r.pending_tool_call = Some(call("call_1"));
+        r.summary = None;
+        s.save_run(&r).await.unwrap();
+        assert_eq!(
+            s.run(&r.run_id).await.unwrap().as_ref(),
+            Some(&r),
+            "{}",
+            db.label
+        );
+        db.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn attempts_round_trip_every_field() {
+    for db in fresh("attempts").await {
+        let s = &db.store;
+        let run_id = unique("run");
+        let full = AttemptRecord {
+            run_id: run_id.clone(),
+            n: 1,
+            step: 1,
+            route: "platform:openrouter/vendor/m:free".into(),
+            http_status: Some(429),
+            error: Some("HTTP 429: Rate limit exceeded: free-models-per-min".into()),
+            verdict: Some(Verdict::Account),
+            retry_hint_ms: Some(41_000),
+            ratelimit_remaining: Some(0),
+            provider_name: Some("Chutes".into()),
+            latency_ms: 123,
+            t_ms: epoch_ms(),
+        };
+        let bare = AttemptRecord {
+            n: 2,
+            http_status: None,
+            error: None,
+            verdict: None,
+            retry_hint_ms: None,
+            ratelimit_remaining: None,
+            provider_name: None,
+            ..full.clone()
+        };
+        s.record_attempt(&bare).await.unwrap();
+        // Counted as lost, then how the call ended: the later record replaces the earlier.
+        let lost = AttemptRecord::lost(&run_id, 1, 1, full.route.clone(), full.t_ms);
+        s.record_attempt(&lost).await.unwrap();
+        assert!(
+            s.attempts(&run_id).await.unwrap()[0].is_lost(),
+            "{}",
+            db.label
+        );
+        s.record_attempt(&full).await.unwrap();
+        s.record_attempt(&full).await.unwrap();
+        assert_eq!(
+            s.attempts(&run_id).await.unwrap(),
+            vec![full.clone(), bare.clone()],
+            "{}",
+            db.label
+        );
+        for verdict in [
+            Verdict::Route,
+            Verdict::Provider,
+            Verdict::Ambiguous,
+            Verdict::Billing,
+            Verdict::Auth,
+            Verdict::Client,
+            Verdict::Server,
+        ] {
+            let a = AttemptRecord {
+                n: 3,
+                verdict: Some(verdict),
+                run_id: unique("run"),
+                ..full.clone()
+            };
+            s.record_attempt(&a).await.unwrap();
+            assert_eq!(
+                s.attempts(&a.run_id).await.unwrap(),
+                vec![a.clone()],
+                "{}",
+                db.label
+            );
+        }
+        db.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn a_paused_run_records_its_approval() {
+    on_every_store("approval", check_approvals).await;
+}
+
+/// A run saved while it awaits a tool call records the call once; its answer rides on a later
+/// save, and the first answer stays.
+async fn check_approvals(s: &dyn Store, label: &str) {
+    let mut r = record(&unique("run"), &unique("conv"));
+    s.create_run(&r).await.unwrap();
+    r.status = RunStatus::AwaitingApproval;
+    r.pending_tool_call = Some(call("call_ask"));
+    s.save_run(&r).await.unwrap();
+    s.save_run(&r).await.unwrap();
+    assert_eq!(s.run(&r.run_id).await.unwrap(), Some(r.clone()));
+    let waiting = ApprovalRecord {
+        run_id: r.run_id.clone(),
+        tool_call: call("call_ask"),
+        created_ms: r.updated_ms,
+        decided: None,
+    };
+    assert_eq!(
+        s.approvals(&r.run_id).await.unwrap(),
+        vec![waiting.clone()],
+        "{label}: saved twice, recorded once"
+    );
+
+    let decided = Decided {
+        decision: Decision::Deny,
+        result: "denied by the user".into(),
+        continuation_run_id: "run_continuation".into(),
+        decided_ms: r.updated_ms + 5,
+    };
+    r.status = RunStatus::Succeeded;
+    r.pending_tool_call = None;
+    let answer = Attached::Decision {
+        tool_call_id: "call_ask".into(),
+        decided: decided.clone(),
+    };
+    s.save_run_with(&r, &[answer]).await.unwrap();
+    let second = Decided {
+        decision: Decision::Approve,
+        ..decided.clone()
+    };
+    s.record_decision(&r.run_id, "call_ask", &second)
+        .await
+        .unwrap();
+    s.record_decision(&r.run_id, "call_never_asked", &second)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.approvals(&r.run_id).await.unwrap(),
+        vec![ApprovalRecord {
+            decided: Some(decided),
+            ..waiting
+        }],
+        "{label}: the first answer stays, an unknown call records nothing"
+    );
+    assert_eq!(s.run(&r.run_id).await.unwrap(), Some(r));
+}
+
+/// The board's list and the metrics' counts (issue 6), with the same answers from every store.
+async fn check_recent_runs_and_counts(s: &dyn Store, label: &str) {
+    assert!(s.count_by_status().await.unwrap().is_empty(), "{label}");
+    let conv = unique("conv");
+    let base = epoch_ms();
+    let mut specs = vec![
+        ("run_a", "u1", 1, RunStatus::Succeeded, None),
+        ("run_b", "u2", 2, RunStatus::Failed, Some(Code::RateLimited)),
+        ("run_c", "u1", 3, RunStatus::Delayed, None),
+        ("run_d", "u1", 3, RunStatus::Failed, Some(Code::RateLimited)),
+        (
+            "run_e",
+            "u2",
+            5,
+            RunStatus::Refused,
+            Some(Code::AccountResting),
+        ),
+    ];
+    specs.reverse();
+    for (id, user, at, status, code) in &specs {
+        let mut r = record(id, &conv);
+        r.user_id = (*user).into();
+        r.created_ms = base + at;
+        r.status = *status;
+        r.code = *code;
+        s.save_run(&r).await.unwrap();
+    }
+    let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(s.recent_runs(10, None).await.unwrap()),
+        ["run_e", "run_d", "run_c", "run_b", "run_a"],
+        "{label}: newest first, ties by id"
+    );
+    assert_eq!(
+        ids(s.recent_runs(2, None).await.unwrap()),
+        ["run_e", "run_d"],
+        "{label}"
+    );
+    assert_eq!(
+        ids(s.recent_runs(10, Some("u1")).await.unwrap()),
+        ["run_d", "run_c", "run_a"],
+        "{label}: one user's runs only"
+    );
+    assert!(s.recent_runs(10, Some("nobody")).await.unwrap().is_empty());
+    let full = s.recent_runs(1, Some("u2")).await.unwrap();
+    assert_eq!(
+        full[0].code,
+        Some(Code::AccountResting),
+        "{label}: whole records"
+    );
+    let counts: Vec<(RunStatus, Option<Code>, u64)> = s
+        .count_by_status()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.status, c.code, c.runs))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            (RunStatus::Delayed, None, 1),
+            (RunStatus::Failed, Some(Code::RateLimited), 2),
+            (RunStatus::Refused, Some(Code::AccountResting), 1),
+            (RunStatus::Succeeded, None, 1),
+        ],
+        "{label}"
+    );
+}
+
+#[tokio::test]
+async fn recent_runs_are_newest_first_and_runs_are_counted_by_status_and_code() {
+    on_every_store("recent", check_recent_runs_and_counts).await;
+}
