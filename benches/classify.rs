@@ -5,9 +5,10 @@
 //! `cargo bench -p freeway --bench classify`
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use freeway::catalog::Catalog;
 use freeway::classify::classify_response;
 use freeway::headers::Headers;
-use freeway::route::{Route, RouteSpec};
+use freeway::route::Route;
 use std::hint::black_box;
 
 const NOW: u64 = 1_785_056_670_000;
@@ -19,9 +20,10 @@ const UPSTREAM: &str = r#"{"error":{"message":"Provider returned error","code":4
 const AMBIGUOUS: &str = r#"{"error":{"code":429,"message":"Rate limit exceeded"}}"#;
 
 fn bench(c: &mut Criterion) {
-    let route = Route::resolve(&RouteSpec::parse_cli(
+    let route = Route::parse(
         "meta-llama/llama-3.3-70b-instruct:free",
-    ))
+        &Catalog::builtin(),
+    )
     .expect("a valid route");
     let per_minute_headers: Headers = [
         ("content-type", "application/json"),

@@ -7,6 +7,7 @@
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use freeway::budget::Kind;
+use freeway::catalog::Catalog;
 use freeway::engine::{Engine, WhenResting};
 use freeway::events::{Event, EventError, EventSink};
 use freeway::fleet::Fleet;
@@ -56,10 +57,10 @@ fn bench(c: &mut Criterion) {
     let conn = rt
         .block_on(freeway::connect::redis(&url))
         .expect("the bench needs Redis (REDIS_URL)");
-    let targets = Arc::new(EnvTargets {
-        openrouter_base_url: "http://127.0.0.1:9".into(),
-        platform_key: Some(ApiKey::new("k")),
-    });
+    let targets = Arc::new(EnvTargets::openrouter(
+        "http://127.0.0.1:9",
+        Some(ApiKey::new("k")),
+    ));
     let fleet = Fleet {
         events: Arc::new(Discard),
         ..Fleet::redis(&conn, "bench-engine")
@@ -91,7 +92,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("engine: one-step run (fake provider, real Redis)", |b| {
         b.iter(|| {
             let job = RunJob::new(request.clone(), freeway::clock::epoch_ms());
-            let routes = job.check().expect("valid");
+            let routes = job.check(&Catalog::builtin()).expect("valid");
             rt.block_on(engine.execute(&job, &routes, WhenResting::Refuse))
                 .expect("run")
         })

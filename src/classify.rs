@@ -24,6 +24,8 @@
 //!   seconds or a delta from another API) is ignored rather than read as a moment in 1970.
 //! - `Retry-After` is read as delta-seconds (integer or decimal); an HTTP-date is ignored.
 
+use crate::day::next_midnight_ms;
+use crate::dialect::{DayClock, Dialect};
 use crate::headers::Headers;
 use crate::provider::CallError;
 use crate::route::Route;
@@ -37,6 +39,8 @@ pub const MIN_REST_MS: u64 = 1_000;
 pub const POOL_REST_CAP_MS: u64 = 300_000;
 /// The longest route rest.
 pub const ROUTE_REST_CAP_MS: u64 = 300_000;
+/// The longest rest of a spent day: a day and an hour, so a midnight in any zone is covered.
+pub const DAY_REST_CAP_MS: u64 = 25 * 3_600_000;
 /// A connection circuit (billing, auth) lasts this long, which is also its cap.
 pub const CIRCUIT_MS: u64 = 3_600_000;
 /// The rest when the response carries no hint of its own.
@@ -144,19 +148,43 @@ pub enum RestLength {
     For(u64),
     /// Until an epoch-ms moment (`X-RateLimit-Reset`), measured against Redis time when written.
     Until(u64),
+    /// A spent day: until the epoch-ms moment the day's quota returns, capped at
+    /// [`DAY_REST_CAP_MS`] instead of the scope's cap (nothing before then would be answered).
+    Day(u64),
 }
 
-/// The length a rest of `length` gets when written at `now_ms`, clamped to [1 s, `cap_ms`].
+impl RestLength {
+    /// The longest this rest of `scope` may be.
+    pub fn cap_ms(self, scope: &RestScope) -> u64 {
+        match (self, scope) {
+            (_, RestScope::None) => 0,
+            (RestLength::Day(_), _) => DAY_REST_CAP_MS,
+            _ => scope.cap_ms(),
+        }
+    }
+
+    /// `("for", ms)` or `("until", epoch ms)`: how the rest scripts take it.
+    pub fn mode(self) -> (&'static str, u64) {
+        match self {
+            RestLength::For(ms) => ("for", ms),
+            RestLength::Until(at_ms) | RestLength::Day(at_ms) => ("until", at_ms),
+        }
+    }
+}
+
+/// The length a rest of `length` on `scope` gets when written at `now_ms`, clamped to
+/// [1 s, its cap].
 ///
 /// The rest script does the same against Redis time; this is for people (`worker classify`) and
-/// tests. A cap below 1 s (the cap of [`RestScope::None`]) yields 0: there is nothing to rest.
-pub fn rest_ms(length: RestLength, cap_ms: u64, now_ms: u64) -> u64 {
+/// tests. [`RestScope::None`] yields 0: there is nothing to rest.
+pub fn rest_ms(length: RestLength, scope: &RestScope, now_ms: u64) -> u64 {
+    let cap_ms = length.cap_ms(scope);
     if cap_ms < MIN_REST_MS {
         return 0;
     }
-    let requested = match length {
-        RestLength::For(ms) => ms,
-        RestLength::Until(at_ms) => at_ms.saturating_sub(now_ms),
+    let requested = match length.mode() {
+        ("for", ms) => ms,
+        (_, at_ms) => at_ms.saturating_sub(now_ms),
     };
     requested.clamp(MIN_REST_MS, cap_ms)
 }
@@ -183,7 +211,7 @@ impl Classification {
     /// 0 when it writes none.
     pub fn rest_ms(&self, now_ms: u64) -> u64 {
         match self.length {
-            Some(length) => rest_ms(length, self.scope.cap_ms(), now_ms),
+            Some(length) => rest_ms(length, &self.scope, now_ms),
             None => 0,
         }
     }
@@ -236,7 +264,7 @@ pub fn classify_response(
     let decision = match status {
         402 | 429 => match &route.pool {
             Some(pool) => shared_rule(&signals, route, pool, now_ms),
-            None => off_quota_rule(status, &signals, route),
+            None => off_quota_rule(status, &signals, route, now_ms),
         },
         401 | 403 if signals.content_block => Decision::bare(Verdict::Client, "moderation"),
         401 | 403 => Decision::circuit(Verdict::Auth, route, "auth"),
@@ -277,24 +305,36 @@ impl Decision {
         }
     }
 
-    fn pool(pool: &str, signals: &Signals, now_ms: u64, rule: &'static str) -> Self {
+    fn pool(pool: &str, route: &Route, s: &Signals, now_ms: u64, rule: &'static str) -> Self {
         Decision {
             verdict: Verdict::Account,
             scope: RestScope::Pool(pool.to_string()),
-            length: Some(signals.pool_length(now_ms)),
+            length: Some(
+                s.day_length(route, now_ms)
+                    .unwrap_or_else(|| s.pool_length(now_ms)),
+            ),
             evidence: false,
             rule,
         }
     }
 
-    fn route(verdict: Verdict, route: &Route, signals: &Signals, rule: &'static str) -> Self {
+    fn route(
+        verdict: Verdict,
+        route: &Route,
+        s: &Signals,
+        now_ms: u64,
+        rule: &'static str,
+    ) -> Self {
         Decision {
             verdict,
             scope: RestScope::Route {
                 pool: route.pool.clone(),
                 route_key: route.key(),
             },
-            length: Some(signals.route_length()),
+            length: Some(
+                s.day_length(route, now_ms)
+                    .unwrap_or_else(|| s.route_length()),
+            ),
             evidence: false,
             rule,
         }
@@ -319,37 +359,43 @@ fn shared_rule(s: &Signals, route: &Route, pool: &str, now_ms: u64) -> Decision 
         .map(|v| v.strip_prefix("openrouter_").unwrap_or(v))
     {
         Some("free_tier_per_minute" | "free_tier_daily" | "in_flight_budget") => {
-            return Decision::pool(pool, s, now_ms, "0:limit_source");
+            return Decision::pool(pool, route, s, now_ms, "0:limit_source");
         }
         Some("shared_capacity") => {
-            return Decision::route(Verdict::Route, route, s, "0:limit_source");
+            return Decision::route(Verdict::Route, route, s, now_ms, "0:limit_source");
         }
         Some("upstream_provider_shared_pool") => {
-            return Decision::route(Verdict::Provider, route, s, "0:limit_source");
+            return Decision::route(Verdict::Provider, route, s, now_ms, "0:limit_source");
         }
         Some("credits") => return Decision::circuit(Verdict::Billing, route, "0:limit_source"),
         _ => {}
     }
     if s.per_model_cap {
-        return Decision::route(Verdict::Route, route, s, "0:high_demand");
+        return Decision::route(Verdict::Route, route, s, now_ms, "0:high_demand");
     }
-    if s.headers.any_with_prefix("x-ratelimit-") {
-        return Decision::pool(pool, s, now_ms, "1:x-ratelimit");
+    // Only where the dialect says so: Groq's or OpenAI's `x-ratelimit-*` describe one model.
+    if route.dialect.headers_are_pool_wide() && s.headers.any_with_prefix("x-ratelimit-") {
+        return Decision::pool(pool, route, s, now_ms, "1:x-ratelimit");
     }
     if s.provider_marker {
-        return Decision::route(Verdict::Provider, route, s, "2:provider_marker");
+        return Decision::route(Verdict::Provider, route, s, now_ms, "2:provider_marker");
     }
     if s.typed_rate_limit {
-        return Decision::pool(pool, s, now_ms, "3:rate_limit_exceeded");
+        return Decision::pool(pool, route, s, now_ms, "3:rate_limit_exceeded");
+    }
+    // Gemini's quota refusal is the key's quota for this model, which its pool is; the same
+    // shape relayed by another provider says nothing about whose quota it was.
+    if s.resource_exhausted && route.dialect == Dialect::Gemini {
+        return Decision::pool(pool, route, s, now_ms, "3:resource_exhausted");
     }
     Decision {
         evidence: true,
-        ..Decision::route(Verdict::Ambiguous, route, s, "4:ambiguous")
+        ..Decision::route(Verdict::Ambiguous, route, s, now_ms, "4:ambiguous")
     }
 }
 
 /// A 402 or 429 on an off-quota route closes that route (or its connection) alone.
-fn off_quota_rule(status: u16, s: &Signals, route: &Route) -> Decision {
+fn off_quota_rule(status: u16, s: &Signals, route: &Route, now_ms: u64) -> Decision {
     if status == 402 {
         return Decision::circuit(Verdict::Billing, route, "off_quota");
     }
@@ -358,7 +404,7 @@ fn off_quota_rule(status: u16, s: &Signals, route: &Route) -> Decision {
     } else {
         Verdict::Route
     };
-    Decision::route(verdict, route, s, "off_quota")
+    Decision::route(verdict, route, s, now_ms, "off_quota")
 }
 
 /// Everything the rules read from one response. A body that is not JSON carries no signals.
@@ -377,6 +423,10 @@ struct Signals {
     content_block: bool,
     /// `metadata.retry_after_seconds`, in ms.
     retry_after_seconds_ms: Option<u64>,
+    /// The refusal names a per-day quota (message or a Google `quotaId`).
+    says_per_day: bool,
+    /// Google's `status: RESOURCE_EXHAUSTED`.
+    resource_exhausted: bool,
 }
 
 impl Signals {
@@ -434,6 +484,9 @@ impl Signals {
             || typed(metadata.get("error_type"))
             || typed(error.get("type"))
             || typed(error.get("code"));
+        signals.resource_exhausted =
+            error.get("status").and_then(Value::as_str) == Some("RESOURCE_EXHAUSTED");
+        signals.says_per_day = says_per_day(message) || names_a_day_quota(error);
         signals.content_block = present("reasons")
             || present("flagged_input")
             || present("patterns")
@@ -481,6 +534,25 @@ impl Signals {
         }
     }
 
+    /// The rest of a spent day (docs/design.md §3.4), when this is a day refusal: until the day
+    /// clock's next midnight where the day is fixed, else for the hint (up to a day). OpenRouter's
+    /// daily cap keeps its 300 s rest and re-probe for now.
+    fn day_length(&self, route: &Route, now_ms: u64) -> Option<RestLength> {
+        if route.dialect == Dialect::Openrouter {
+            return None;
+        }
+        let hint = self.retry_hint_ms();
+        let far = hint.is_some_and(|ms| ms > POOL_REST_CAP_MS);
+        if !(self.says_per_day || far) {
+            return None;
+        }
+        Some(match (route.day, hint) {
+            (DayClock::Fixed(zone), _) => RestLength::Day(next_midnight_ms(zone, now_ms)),
+            (DayClock::Rolling, Some(ms)) => RestLength::Day(now_ms.saturating_add(ms)),
+            (DayClock::Rolling, None) => RestLength::Day(now_ms + DAY_REST_CAP_MS),
+        })
+    }
+
     /// Route rest: `Retry-After` / `retry_after_seconds`, else the reset moment, else the default.
     fn route_length(&self) -> RestLength {
         if let Some(ms) = self.retry_hint_ms() {
@@ -491,6 +563,28 @@ impl Signals {
             None => RestLength::For(DEFAULT_REST_MS),
         }
     }
+}
+
+/// A message about a per-day quota: "per day", "per-day", Groq's "(RPD)" / "(TPD)".
+fn says_per_day(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    ["per day", "per-day", "(rpd)", "(tpd)"]
+        .iter()
+        .any(|needle| lower.contains(needle))
+}
+
+/// A Google error detail whose quota violation is a per-day quota
+/// (`quotaId: "GenerateRequestsPerDayPerProjectPerModel-FreeTier"`).
+fn names_a_day_quota(error: &Value) -> bool {
+    let details = error.get("details").and_then(Value::as_array);
+    details.into_iter().flatten().any(|detail| {
+        let violations = detail.get("violations").and_then(Value::as_array);
+        violations.into_iter().flatten().any(|v| {
+            v.get("quotaId")
+                .and_then(Value::as_str)
+                .is_some_and(|id| id.contains("PerDay"))
+        })
+    })
 }
 
 /// "High demand for <model> … limited to <N> requests", without regard to case.
@@ -561,25 +655,20 @@ mod tests {
 
     #[test]
     fn rest_ms_clamps() {
+        let pool = RestScope::Pool("p".into());
+        assert_eq!(rest_ms(RestLength::For(10), &pool, 0), MIN_REST_MS);
         assert_eq!(
-            rest_ms(RestLength::For(10), POOL_REST_CAP_MS, 0),
-            MIN_REST_MS
-        );
-        assert_eq!(
-            rest_ms(RestLength::For(600_000), POOL_REST_CAP_MS, 0),
+            rest_ms(RestLength::For(600_000), &pool, 0),
             POOL_REST_CAP_MS
         );
+        assert_eq!(rest_ms(RestLength::Until(5_000), &pool, 9_000), MIN_REST_MS);
+        assert_eq!(rest_ms(RestLength::Until(40_000), &pool, 9_000), 31_000);
+        assert_eq!(rest_ms(RestLength::For(60_000), &RestScope::None, 0), 0);
+        let day = 10 * 3_600_000;
+        assert_eq!(rest_ms(RestLength::Day(day), &pool, 0), day);
         assert_eq!(
-            rest_ms(RestLength::Until(5_000), POOL_REST_CAP_MS, 9_000),
-            MIN_REST_MS
-        );
-        assert_eq!(
-            rest_ms(RestLength::Until(40_000), POOL_REST_CAP_MS, 9_000),
-            31_000
-        );
-        assert_eq!(
-            rest_ms(RestLength::For(60_000), RestScope::None.cap_ms(), 0),
-            0
+            rest_ms(RestLength::Day(40 * 3_600_000), &pool, 0),
+            DAY_REST_CAP_MS
         );
     }
 }

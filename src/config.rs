@@ -3,9 +3,11 @@
 //! Every binary reads the same variables; a bad value is reported as one [`ConfigError`] line
 //! that names the variable, never as a panic.
 
-use crate::provider::ApiKey;
+use crate::catalog::Catalog;
+use crate::provider::{ApiKey, EnvTargets};
 use crate::store::{SecretKey, SecretKeys};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}: {message}")]
@@ -15,7 +17,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(var: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(var: &'static str, message: impl Into<String>) -> Self {
         Self {
             var,
             message: message.into(),
@@ -35,8 +37,10 @@ pub struct Settings {
     pub redis_url: String,
     pub database_url: String,
     pub namespace: String,
-    pub openrouter_api_key: Option<ApiKey>,
-    pub openrouter_base_url: String,
+    /// The providers and pools: built in, merged with `FREEWAY_CONFIG`.
+    pub catalog: Arc<Catalog>,
+    /// Each provider's platform key, read from the variable its `api_key_env` names.
+    pub platform_keys: BTreeMap<String, ApiKey>,
     pub tool_url: Option<String>,
     pub summary: bool,
     pub log_format: LogFormat,
@@ -72,6 +76,16 @@ impl Settings {
         })
     }
 
+    /// For the binaries that call providers: every platform-keyed pool's provider has its key.
+    pub fn require_platform_keys(&self) -> Result<(), ConfigError> {
+        self.catalog.check_platform_keys(&self.platform_keys)
+    }
+
+    /// Where calls go and with which platform keys.
+    pub fn env_targets(&self) -> EnvTargets {
+        EnvTargets::new(self.catalog.clone(), self.platform_keys.clone())
+    }
+
     /// Read the process environment.
     pub fn from_env() -> Result<Settings, ConfigError> {
         Self::from_vars(&std::env::vars().collect())
@@ -103,10 +117,14 @@ impl Settings {
                 "must be 1-64 characters of [A-Za-z0-9_.-]",
             ));
         }
-        let openrouter_base_url = http_url(
-            "OPENROUTER_BASE_URL",
-            get("OPENROUTER_BASE_URL").unwrap_or("https://openrouter.ai/api/v1"),
-        )?;
+        let catalog = crate::catalog::load(vars)?;
+        let platform_keys = catalog
+            .providers()
+            .filter_map(|p| {
+                let key = get(p.api_key_env.as_deref()?)?;
+                Some((p.name.clone(), ApiKey::new(key)))
+            })
+            .collect();
         let tool_url = get("FREEWAY_TOOL_URL")
             .map(|u| http_url("FREEWAY_TOOL_URL", u))
             .transpose()?;
@@ -161,8 +179,8 @@ impl Settings {
             redis_url,
             database_url,
             namespace,
-            openrouter_api_key: get("OPENROUTER_API_KEY").map(ApiKey::new),
-            openrouter_base_url,
+            catalog: Arc::new(catalog),
+            platform_keys,
             tool_url,
             summary,
             log_format,
@@ -178,13 +196,7 @@ impl Settings {
 
 /// An `http(s)://` URL without a trailing slash.
 fn http_url(var: &'static str, value: &str) -> Result<String, ConfigError> {
-    if !(value.starts_with("http://") || value.starts_with("https://")) {
-        return Err(ConfigError::new(
-            var,
-            format!("must be an http:// or https:// URL, got {value:?}"),
-        ));
-    }
-    Ok(value.trim_end_matches('/').to_string())
+    crate::catalog::http_url(value).map_err(|m| ConfigError::new(var, m))
 }
 
 #[cfg(test)]
@@ -204,7 +216,9 @@ mod tests {
         assert_eq!(s.redis_url, "redis://127.0.0.1:6379");
         assert_eq!(s.database_url, "sqlite://freeway.db");
         assert_eq!(s.namespace, "freeway");
-        assert_eq!(s.openrouter_base_url, "https://openrouter.ai/api/v1");
+        let openrouter = s.catalog.provider("openrouter").unwrap();
+        assert_eq!(openrouter.base_url, "https://openrouter.ai/api/v1");
+        assert!(s.platform_keys.is_empty());
         assert!(!s.summary);
     }
 

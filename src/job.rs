@@ -3,6 +3,7 @@
 //! the same things with the same precise messages.
 
 use crate::budget::Kind;
+use crate::catalog::Catalog;
 use crate::chat::{ToolCall, ToolSpec};
 use crate::route::{Route, RouteError, RouteSpec};
 use serde::{Deserialize, Serialize};
@@ -74,15 +75,15 @@ fn is_id(s: &str) -> bool {
 
 impl RunRequest {
     /// Parse and validate a JSON body.
-    pub fn from_json(bytes: &[u8]) -> Result<RunRequest, InvalidRequest> {
+    pub fn from_json(bytes: &[u8], catalog: &Catalog) -> Result<RunRequest, InvalidRequest> {
         let req: RunRequest =
             serde_json::from_slice(bytes).map_err(|e| invalid("body", e.to_string()))?;
-        req.validate()?;
+        req.validate(catalog)?;
         Ok(req)
     }
 
-    /// Check every field; returns the resolved chain.
-    pub fn validate(&self) -> Result<Vec<Route>, InvalidRequest> {
+    /// Check every field; returns the chain, resolved with `catalog`'s providers and pools.
+    pub fn validate(&self, catalog: &Catalog) -> Result<Vec<Route>, InvalidRequest> {
         if !is_id(&self.user_id) {
             return Err(invalid("user_id", "must match [A-Za-z0-9_.:-]{1,128}"));
         }
@@ -124,7 +125,7 @@ impl RunRequest {
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                Route::resolve(r)
+                Route::resolve(r, catalog)
                     .map_err(|e: RouteError| invalid(format!("routes[{i}]"), e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -227,25 +228,33 @@ impl RunJob {
     }
 
     /// Parse a job from the queue; anything wrong makes it a poison job (`invalid_job`).
-    pub fn from_json(bytes: &[u8]) -> Result<(RunJob, Vec<Route>), InvalidRequest> {
-        RunJob::checked(serde_json::from_slice(bytes))
+    pub fn from_json(
+        bytes: &[u8],
+        catalog: &Catalog,
+    ) -> Result<(RunJob, Vec<Route>), InvalidRequest> {
+        RunJob::checked(serde_json::from_slice(bytes), catalog)
     }
 
     /// [`RunJob::from_json`] for a payload the queue's codec has already decoded.
-    pub fn from_value(value: serde_json::Value) -> Result<(RunJob, Vec<Route>), InvalidRequest> {
-        RunJob::checked(serde_json::from_value(value))
+    pub fn from_value(
+        value: serde_json::Value,
+        catalog: &Catalog,
+    ) -> Result<(RunJob, Vec<Route>), InvalidRequest> {
+        RunJob::checked(serde_json::from_value(value), catalog)
     }
 
     fn checked(
         parsed: Result<RunJob, serde_json::Error>,
+        catalog: &Catalog,
     ) -> Result<(RunJob, Vec<Route>), InvalidRequest> {
         let job = parsed.map_err(|e| invalid("job", e.to_string()))?;
-        let routes = job.check()?;
+        let routes = job.check(catalog)?;
         Ok((job, routes))
     }
 
-    /// Validate a job (its version, its request, its ids); returns the resolved chain.
-    pub fn check(&self) -> Result<Vec<Route>, InvalidRequest> {
+    /// Validate a job (its version, its request, its ids); returns the chain, resolved with
+    /// `catalog`'s providers and pools.
+    pub fn check(&self, catalog: &Catalog) -> Result<Vec<Route>, InvalidRequest> {
         if self.v != JOB_VERSION {
             return Err(invalid(
                 "v",
@@ -264,7 +273,7 @@ impl RunJob {
                 "must match [A-Za-z0-9_.:-]{1,128}",
             ));
         }
-        self.request.validate()
+        self.request.validate(catalog)
     }
 
     pub fn is_continuation(&self) -> bool {
@@ -283,36 +292,66 @@ mod tests {
 
     #[test]
     fn a_minimal_request_is_valid() {
-        let r = RunRequest::from_json(&body("")).unwrap();
+        let r = RunRequest::from_json(&body(""), &Catalog::builtin()).unwrap();
         assert_eq!(r.kind, Kind::Chat);
         assert_eq!(r.on_rest, OnRest::Refuse);
     }
 
     #[test]
     fn errors_name_the_field() {
-        let e =
-            RunRequest::from_json(br#"{"user_id":"bad id","input":"x","routes":[{"model":"m"}]}"#)
-                .unwrap_err();
+        let e = RunRequest::from_json(
+            br#"{"user_id":"bad id","input":"x","routes":[{"model":"m"}]}"#,
+            &Catalog::builtin(),
+        )
+        .unwrap_err();
         assert_eq!(e.field, "user_id");
-        let e = RunRequest::from_json(br#"{"user_id":"u","routes":[{"model":"m"}]}"#).unwrap_err();
+        let e = RunRequest::from_json(
+            br#"{"user_id":"u","routes":[{"model":"m"}]}"#,
+            &Catalog::builtin(),
+        )
+        .unwrap_err();
         assert_eq!(e.field, "input");
-        let e = RunRequest::from_json(br#"{"user_id":"u","input":"x","routes":[]}"#).unwrap_err();
+        let e = RunRequest::from_json(
+            br#"{"user_id":"u","input":"x","routes":[]}"#,
+            &Catalog::builtin(),
+        )
+        .unwrap_err();
         assert_eq!(e.field, "routes");
-        let e = RunRequest::from_json(&body(r#","deadline_s":0"#)).unwrap_err();
+        let e =
+            RunRequest::from_json(&body(r#","deadline_s":0"#), &Catalog::builtin()).unwrap_err();
         assert_eq!(e.field, "deadline_s");
-        let e = RunRequest::from_json(&body(r#","colour":"red""#)).unwrap_err();
+        let e =
+            RunRequest::from_json(&body(r#","colour":"red""#), &Catalog::builtin()).unwrap_err();
         assert_eq!(e.field, "body");
     }
 
     #[test]
     fn a_job_of_another_version_is_rejected() {
-        let mut job = RunJob::new(RunRequest::from_json(&body("")).unwrap(), 1_000);
+        let mut job = RunJob::new(
+            RunRequest::from_json(&body(""), &Catalog::builtin()).unwrap(),
+            1_000,
+        );
         assert_eq!(job.deadline_ms, 1_000 + DEFAULT_DEADLINE_S * 1000);
         job.v = 2;
         let bytes = serde_json::to_vec(&job).unwrap();
-        assert_eq!(RunJob::from_json(&bytes).unwrap_err().field, "v");
-        assert_eq!(RunJob::from_json(b"{not json").unwrap_err().field, "job");
+        assert_eq!(
+            RunJob::from_json(&bytes, &Catalog::builtin())
+                .unwrap_err()
+                .field,
+            "v"
+        );
+        assert_eq!(
+            RunJob::from_json(b"{not json", &Catalog::builtin())
+                .unwrap_err()
+                .field,
+            "job"
+        );
         let wrong_shape = serde_json::json!({"v": 1, "run_id": 7});
-        assert_eq!(RunJob::from_value(wrong_shape).unwrap_err().field, "job");
+        assert_eq!(
+            RunJob::from_value(wrong_shape, &Catalog::builtin())
+                .unwrap_err()
+                .field,
+            "job"
+        );
     }
 }

@@ -8,11 +8,14 @@
 //! `producer` crates wire it to the queue and the web.
 
 pub mod budget;
+pub mod catalog;
 pub mod chat;
 pub mod classify;
 pub mod clock;
 pub mod config;
 pub mod connect;
+pub mod day;
+pub mod dialect;
 pub mod engine;
 pub mod events;
 pub mod fleet;

@@ -82,10 +82,10 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::RouteSpec;
+    use crate::catalog::Catalog;
 
     fn route(s: &str) -> Route {
-        Route::resolve(&RouteSpec::parse_cli(s)).expect("a valid route")
+        Route::parse(s, &Catalog::builtin()).expect("a valid route")
     }
 
     fn closed(kind: RestKind, remaining_ms: u64) -> Option<Closure> {

@@ -1,29 +1,20 @@
 //! Routes, connections and pools: who is called, with whose key, and which quota it spends.
 //!
-//! A route is (provider, model, connection). Routes that spend one shared quota belong to a pool;
-//! the default pool `openrouter-free` is every `:free` model (and `openrouter/free`) called on
-//! OpenRouter with the platform key. Everything else is *off-quota* and stays usable while a pool
-//! rests.
+//! A route is (provider, model, connection). Routes that spend one shared quota belong to a pool
+//! instance, which the [`Catalog`] places them in (without a configuration file, the pool
+//! `openrouter-free`: every `:free` model and `openrouter/free` called on OpenRouter with the
+//! platform key). Everything else is *off-quota* and stays usable while a pool rests.
 //!
 //! A route's identity is what rests, circuits and evidence are keyed by, so two routes that spend
 //! different keys must never share one: the platform's routes are keyed `platform:{provider}/…`
 //! and a user's `conn:{id}/…`, and no connection id can pass for the platform or a provider.
 
+use crate::catalog::{Catalog, OPENROUTER};
+use crate::dialect::{DayClock, Dialect};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The provider name used when a route does not name one.
-pub const DEFAULT_PROVIDER: &str = "openrouter";
-/// The pool of OpenRouter's shared free quota.
-pub const OPENROUTER_FREE_POOL: &str = "openrouter-free";
-/// The providers a route may name. A name outside this list is refused at enqueue: a route to a
-/// provider freeway cannot call would only ever fail, and its failures must not rest anything.
-pub const PROVIDERS: &[&str] = &[DEFAULT_PROVIDER];
-
-/// Whether `name` is a provider a route may name.
-pub fn is_provider(name: &str) -> bool {
-    PROVIDERS.contains(&name)
-}
+pub use crate::catalog::OPENROUTER_FREE_POOL;
 
 /// Whose key a call uses.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -43,12 +34,6 @@ impl Connection {
             Connection::User(id) => id,
         }
     }
-}
-
-/// Whether `id` may not name a user's connection: `platform`, and every provider's name (a
-/// connection called `openrouter` would read, in logs and on the board, as the platform's).
-pub fn is_reserved_connection_id(id: &str) -> bool {
-    id == "platform" || is_provider(id)
 }
 
 impl From<Connection> for String {
@@ -88,8 +73,10 @@ pub enum RouteError {
     BadModel(String),
     #[error("provider must be 1-64 characters of [a-z0-9_-], got {0:?}")]
     BadProvider(String),
-    #[error("unknown provider {0:?} (known: {known})", known = PROVIDERS.join(", "))]
-    UnknownProvider(String),
+    /// A route to a provider freeway cannot call would only ever fail, and its failures must
+    /// not rest anything: it is refused at enqueue.
+    #[error("unknown provider {name:?} (configured: {known})")]
+    UnknownProvider { name: String, known: String },
 }
 
 /// A route as a job names it: `{model, connection?, provider?}`.
@@ -104,41 +91,52 @@ pub struct RouteSpec {
 }
 
 impl RouteSpec {
-    /// `MODEL[@CONNECTION]`, the command-line form.
-    pub fn parse_cli(s: &str) -> RouteSpec {
-        match s.rsplit_once('@') {
-            Some((model, conn)) => RouteSpec {
-                model: model.to_string(),
-                connection: Some(conn.to_string()),
-                provider: None,
-            },
-            None => RouteSpec {
-                model: s.to_string(),
-                connection: None,
-                provider: None,
-            },
+    /// `[PROVIDER:]MODEL[@CONNECTION]`, the command-line form. `PROVIDER:` is a provider only
+    /// when `catalog` configures one of that name, so `deepseek/deepseek-r1:free` stays a model.
+    pub fn parse_cli(s: &str, catalog: &Catalog) -> RouteSpec {
+        let (rest, connection) = match s.rsplit_once('@') {
+            Some((rest, conn)) => (rest, Some(conn.to_string())),
+            None => (s, None),
+        };
+        let (provider, model) = match rest.split_once(':') {
+            Some((p, model)) if catalog.provider(p).is_some() => (Some(p.to_string()), model),
+            _ => (None, rest),
+        };
+        RouteSpec {
+            model: model.to_string(),
+            connection,
+            provider,
         }
     }
 }
 
-/// A resolved route: validated, with its pool (if it spends a shared quota).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A resolved route: validated, with its provider's dialect and the pool instance it spends.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Route {
     pub provider: String,
     pub model: String,
     pub connection: Connection,
-    /// The pool this route spends, `None` for an off-quota route.
+    /// The pool instance this route spends, `None` for an off-quota route.
     pub pool: Option<String>,
+    /// How the route's provider speaks about limits.
+    pub dialect: Dialect,
+    /// When the route's spent day comes back (its pool's `day_reset`, or the dialect's day).
+    pub day: DayClock,
 }
 
 impl Route {
-    /// Validate a spec and place it in its pool.
-    pub fn resolve(spec: &RouteSpec) -> Result<Route, RouteError> {
+    /// A route from its command-line form, `[PROVIDER:]MODEL[@CONNECTION]`.
+    pub fn parse(s: &str, catalog: &Catalog) -> Result<Route, RouteError> {
+        Route::resolve(&RouteSpec::parse_cli(s, catalog), catalog)
+    }
+
+    /// Validate a spec, and place it with the provider and pool `catalog` configures.
+    pub fn resolve(spec: &RouteSpec, catalog: &Catalog) -> Result<Route, RouteError> {
         let model = spec.model.as_str();
         if model.is_empty() || model.len() > 200 || !model.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(RouteError::BadModel(model.to_string()));
         }
-        let provider = spec.provider.as_deref().unwrap_or(DEFAULT_PROVIDER);
+        let provider = spec.provider.as_deref().unwrap_or(OPENROUTER);
         let provider_ok = !provider.is_empty()
             && provider.len() <= 64
             && provider
@@ -147,16 +145,20 @@ impl Route {
         if !provider_ok {
             return Err(RouteError::BadProvider(provider.to_string()));
         }
-        if !is_provider(provider) {
-            return Err(RouteError::UnknownProvider(provider.to_string()));
-        }
         let connection = Connection::parse(spec.connection.as_deref().unwrap_or(""))?;
-        let pool = default_pool(provider, model, &connection).map(str::to_string);
+        let placed = catalog.place(provider, model, &connection).ok_or_else(|| {
+            RouteError::UnknownProvider {
+                name: provider.to_string(),
+                known: catalog.provider_names(),
+            }
+        })?;
         Ok(Route {
             provider: provider.to_string(),
             model: model.to_string(),
             connection,
-            pool,
+            pool: placed.pool,
+            dialect: placed.dialect,
+            day: placed.day,
         })
     }
 
@@ -196,7 +198,7 @@ impl Route {
                 Connection::Platform => None,
                 Connection::User(id) => Some(id.clone()),
             },
-            provider: (self.provider != DEFAULT_PROVIDER).then(|| self.provider.clone()),
+            provider: (self.provider != OPENROUTER).then(|| self.provider.clone()),
         }
     }
 }
@@ -207,20 +209,12 @@ impl fmt::Display for Route {
     }
 }
 
-/// The pool rule of docs/design.md §1: platform key, OpenRouter, a `:free` model or
-/// `openrouter/free`.
-fn default_pool(provider: &str, model: &str, connection: &Connection) -> Option<&'static str> {
-    let free_model = model.ends_with(":free") || model == "openrouter/free";
-    (provider == DEFAULT_PROVIDER && *connection == Connection::Platform && free_model)
-        .then_some(OPENROUTER_FREE_POOL)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn route(s: &str) -> Route {
-        Route::resolve(&RouteSpec::parse_cli(s)).unwrap()
+        Route::parse(s, &Catalog::builtin()).unwrap()
     }
 
     #[test]
@@ -261,15 +255,38 @@ mod tests {
             provider: Some("nosuch".into()),
         };
         assert_eq!(
-            Route::resolve(&spec),
-            Err(RouteError::UnknownProvider("nosuch".into()))
+            Route::resolve(&spec, &Catalog::builtin()),
+            Err(RouteError::UnknownProvider {
+                name: "nosuch".into(),
+                known: "openrouter".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_provider_prefix_is_read_only_when_it_names_a_configured_provider() {
+        let catalog = Catalog::builtin();
+        let spec = RouteSpec::parse_cli("openrouter:x/y:free@conn_1", &catalog);
+        assert_eq!(
+            (
+                spec.provider.as_deref(),
+                spec.model.as_str(),
+                spec.connection.as_deref()
+            ),
+            (Some("openrouter"), "x/y:free", Some("conn_1"))
+        );
+        let spec = RouteSpec::parse_cli("deepseek/deepseek-r1:free", &catalog);
+        assert_eq!(
+            (spec.provider, spec.model.as_str()),
+            (None, "deepseek/deepseek-r1:free")
         );
     }
 
     #[test]
     fn bad_parts_are_rejected() {
-        assert!(Route::resolve(&RouteSpec::parse_cli("")).is_err());
-        assert!(Route::resolve(&RouteSpec::parse_cli("a b")).is_err());
-        assert!(Route::resolve(&RouteSpec::parse_cli("m@bad conn")).is_err());
+        let catalog = Catalog::builtin();
+        for bad in ["", "a b", "m@bad conn"] {
+            assert!(Route::parse(bad, &catalog).is_err());
+        }
     }
 }

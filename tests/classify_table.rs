@@ -4,13 +4,14 @@
 //! Bodies are the notes' reconstructions, verbatim (placeholders included): the classifier must
 //! read exactly what OpenRouter, Groq and OpenAI send.
 
+use freeway::catalog::Catalog;
 use freeway::classify::{
     CIRCUIT_MS, Classification, DEFAULT_REST_MS, MIN_REST_MS, POOL_REST_CAP_MS, ROUTE_REST_CAP_MS,
     RestLength, RestScope, Verdict, classify, classify_response, rest_ms,
 };
 use freeway::headers::Headers;
 use freeway::provider::{CallError, InBandError, TransportError};
-use freeway::route::{Route, RouteSpec};
+use freeway::route::Route;
 
 const LLAMA_FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
 const OPENROUTER_FREE: &str = "openrouter/free";
@@ -23,7 +24,7 @@ const NOW_A: u64 = 1_785_056_670_000;
 const RESET_A: u64 = 1_785_056_700_000;
 
 fn route(s: &str) -> Route {
-    Route::resolve(&RouteSpec::parse_cli(s)).expect("test routes are valid")
+    Route::parse(s, &Catalog::builtin()).expect("test routes are valid")
 }
 
 /// Groq's route, built by hand: the classifier must read any provider's answer, whichever
@@ -34,6 +35,8 @@ fn groq_route() -> Route {
         model: "llama-3.3-70b-versatile".into(),
         connection: freeway::route::Connection::Platform,
         pool: None,
+        dialect: freeway::dialect::Dialect::Groq,
+        day: freeway::dialect::DayClock::Rolling,
     }
 }
 
@@ -1024,20 +1027,39 @@ fn echoed_headers_with_numeric_values_count() {
 #[test]
 fn rest_lengths_clamp_to_their_caps() {
     assert_eq!(
-        rest_ms(RestLength::For(600_000), POOL_REST_CAP_MS, NOW_A),
+        rest_ms(
+            RestLength::For(600_000),
+            &RestScope::Pool("p".into()),
+            NOW_A
+        ),
         300_000
     );
-    assert_eq!(rest_ms(RestLength::For(0), POOL_REST_CAP_MS, NOW_A), 1_000);
     assert_eq!(
-        rest_ms(RestLength::Until(NOW_A - 1), POOL_REST_CAP_MS, NOW_A),
+        rest_ms(RestLength::For(0), &RestScope::Pool("p".into()), NOW_A),
         1_000
     );
     assert_eq!(
-        rest_ms(RestLength::Until(NOW_A + 12_345), POOL_REST_CAP_MS, NOW_A),
+        rest_ms(
+            RestLength::Until(NOW_A - 1),
+            &RestScope::Pool("p".into()),
+            NOW_A
+        ),
+        1_000
+    );
+    assert_eq!(
+        rest_ms(
+            RestLength::Until(NOW_A + 12_345),
+            &RestScope::Pool("p".into()),
+            NOW_A
+        ),
         12_345
     );
     assert_eq!(
-        rest_ms(RestLength::For(7_200_000), CIRCUIT_MS, NOW_A),
+        rest_ms(
+            RestLength::For(7_200_000),
+            &RestScope::Connection("c".into()),
+            NOW_A
+        ),
         3_600_000
     );
     // A reset just over the cap away is a far reset: the pool rests exactly the cap.
@@ -1052,4 +1074,108 @@ fn rest_lengths_clamp_to_their_caps() {
     let c = run(429, &[("Retry-After", "900")], A_2026, LLAMA_FREE, NOW_A);
     assert_eq!(c.length, Some(RestLength::For(900_000)));
     assert_eq!(c.rest_ms(NOW_A), 300_000);
+}
+
+// ---- dialects ----
+
+/// Groq's `x-ratelimit-*` describe one model on one key; OpenRouter's describe the account.
+/// The same 429 with no other signal is `account` on OpenRouter's pool (rule 1) and only
+/// `ambiguous` on a Groq pool, whatever headers of Groq's shape it carries.
+#[test]
+fn rate_limit_headers_close_a_pool_only_where_the_dialect_makes_them_pool_wide() {
+    let catalog = Catalog::from_toml(
+        r#"
+[providers.groq]
+base_url = "https://api.groq.com/openai/v1"
+dialect = "groq"
+[pools.groq-llama]
+provider = "groq"
+models = ["llama-*"]
+connection = "each"
+"#,
+    )
+    .expect("config");
+    let groq = Route::parse("groq:llama-3.3-70b-versatile", &catalog).expect("route");
+    assert_eq!(groq.pool.as_deref(), Some("groq-llama@platform"));
+    let openrouter = route(LLAMA_FREE);
+    let bare = r#"{"error":{"code":429,"message":"Too many requests"}}"#;
+    for hs in [
+        &[
+            ("x-ratelimit-limit-requests", "30"),
+            ("x-ratelimit-remaining-requests", "0"),
+        ][..],
+        &[("X-RateLimit-Limit", "20"), ("X-RateLimit-Remaining", "0")][..],
+    ] {
+        let on_groq = classify_response(429, &headers(hs), bare.as_bytes(), &groq, NOW_A);
+        assert_eq!(
+            (on_groq.verdict, on_groq.rule),
+            (Verdict::Ambiguous, "4:ambiguous"),
+            "{hs:?}"
+        );
+        let on_or = classify_response(429, &headers(hs), bare.as_bytes(), &openrouter, NOW_A);
+        assert_eq!(
+            (on_or.verdict, on_or.rule, on_or.scope),
+            (
+                Verdict::Account,
+                "1:x-ratelimit",
+                RestScope::Pool("openrouter-free".into())
+            ),
+            "{hs:?}"
+        );
+    }
+    // Groq's own refusal names itself: its pool instance rests, for the Retry-After.
+    let typed = r#"{"error":{"message":"Rate limit reached for model `llama-3.3-70b-versatile` in organization `org_x` service tier `on_demand` on requests per minute (RPM): Limit 30, Used 30, Requested 1. Please try again in 2s.","type":"requests","code":"rate_limit_exceeded"}}"#;
+    let c = classify_response(
+        429,
+        &headers(&[("retry-after", "2")]),
+        typed.as_bytes(),
+        &groq,
+        NOW_A,
+    );
+    assert_eq!(c.scope, RestScope::Pool("groq-llama@platform".into()));
+    assert_eq!(c.rest_ms(NOW_A), 2_000);
+}
+
+/// A day refusal on a fixed day clock rests until that zone's next midnight, whatever shorter
+/// hint came with it; on a rolling day (Groq's) its hint wins, past the 300 s cap.
+#[test]
+fn day_refusals_rest_by_the_routes_day_clock() {
+    let catalog = Catalog::from_toml(
+        r#"
+[providers.groq]
+base_url = "https://api.groq.com/openai/v1"
+dialect = "groq"
+[pools.groq-llama]
+provider = "groq"
+models = ["llama-*"]
+[providers.gemini]
+base_url = "https://generativelanguage.googleapis.com/v1beta/openai"
+dialect = "gemini"
+[pools.gemini-flash]
+provider = "gemini"
+models = ["gemini-*"]
+"#,
+    )
+    .expect("config");
+    let gemini = Route::parse("gemini:gemini-2.5-flash", &catalog).expect("route");
+    let day = r#"[{"error":{"code":429,"message":"You exceeded your current quota","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"36s"}]}}]"#;
+    let c = classify_response(429, &Headers::new(), day.as_bytes(), &gemini, NOW_A);
+    assert_eq!(c.scope, RestScope::Pool("gemini-flash".into()));
+    let midnight = freeway::day::next_midnight_ms(chrono_tz::America::Los_Angeles, NOW_A);
+    assert_eq!(c.rest_ms(NOW_A), midnight - NOW_A);
+    // The same body naming the minute is an ordinary pool rest.
+    let minute = day.replace("PerDay", "PerMinute");
+    let c = classify_response(429, &Headers::new(), minute.as_bytes(), &gemini, NOW_A);
+    assert!(c.rest_ms(NOW_A) <= 300_000, "{c:?}");
+
+    let groq = Route::parse("groq:llama-3.3-70b-versatile", &catalog).expect("route");
+    let tpd = r#"{"error":{"message":"Rate limit reached for model `llama-3.3-70b-versatile` in organization `org_x` service tier `on_demand` on tokens per day (TPD): Limit 100000, Used 99800, Requested 950. Please try again in 9m38.016s.","type":"tokens","code":"rate_limit_exceeded"}}"#;
+    let c = classify_response(
+        429,
+        &headers(&[("retry-after", "578")]),
+        tpd.as_bytes(),
+        &groq,
+        NOW_A,
+    );
+    assert_eq!(c.rest_ms(NOW_A), 578_000, "{c:?}");
 }

@@ -7,6 +7,7 @@ mod support;
 
 use async_trait::async_trait;
 use freeway::budget::{Budget, Kind};
+use freeway::catalog::Catalog;
 use freeway::chat::{ToolCall, ToolSpec};
 use freeway::classify::CIRCUIT_MS;
 use freeway::clock::InstantClock;
@@ -231,7 +232,10 @@ async fn check_case(
             provider: None,
         })
         .collect();
-    let chain: Vec<Route> = specs.iter().map(|s| Route::resolve(s).unwrap()).collect();
+    let chain: Vec<Route> = specs
+        .iter()
+        .map(|s| Route::resolve(s, &Catalog::builtin()).unwrap())
+        .collect();
     // The rests keep their own time, so a test can let every rest expire without moving the
     // run's deadline.
     let rest_clock = Arc::new(InstantClock::default());
@@ -289,7 +293,7 @@ async fn check_case(
             .await
             .unwrap();
     }
-    let routes = job.check().unwrap();
+    let routes = job.check(&Catalog::builtin()).unwrap();
     let mut outcome = None;
     for _ in 0..12 {
         let o = h

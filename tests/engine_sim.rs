@@ -7,6 +7,7 @@ mod support;
 
 use async_trait::async_trait;
 use freeway::budget::Kind;
+use freeway::catalog::Catalog;
 use freeway::chat::{Approval, ToolCall, ToolSpec};
 use freeway::classify::{RestLength, RestScope, Verdict};
 use freeway::engine::{Outcome, WhenResting};
@@ -69,7 +70,10 @@ fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
         conversation_id: None,
         kind: Kind::Chat,
         input: Some(input.into()),
-        routes: models.iter().map(|m| RouteSpec::parse_cli(m)).collect(),
+        routes: models
+            .iter()
+            .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+            .collect(),
         tools: vec![tool("lookup", Approval::None)],
         system: None,
         deadline_s: None,
@@ -95,7 +99,7 @@ async fn run(h: &Harness, req: RunRequest, when: WhenResting) -> (RunJob, Outcom
 }
 
 async fn execute(h: &Harness, job: &RunJob, when: WhenResting) -> Outcome {
-    let routes = job.check().unwrap();
+    let routes = job.check(&Catalog::builtin()).unwrap();
     h.engine.execute(job, &routes, when).await.unwrap()
 }
 
@@ -115,7 +119,7 @@ fn pool_scope() -> RestScope {
 }
 
 fn route_scope(model: &str) -> RestScope {
-    let route = Route::resolve(&RouteSpec::parse_cli(model)).unwrap();
+    let route = Route::parse(model, &Catalog::builtin()).unwrap();
     RestScope::Route {
         pool: route.pool.clone(),
         route_key: route.key(),
@@ -897,7 +901,7 @@ async fn an_auth_failure_opens_the_platform_circuit_for_every_platform_route() {
     );
     let closures =
         s.h.rests
-            .closures(&[Route::resolve(&RouteSpec::parse_cli(PAID)).unwrap()])
+            .closures(&[Route::parse(PAID, &Catalog::builtin()).unwrap()])
             .await
             .unwrap();
     assert_eq!(
@@ -995,7 +999,7 @@ async fn keys_that_cannot_be_read_spend_none_of_the_budget() {
     let mut req = request("u1", "hello", &[PAID]);
     req.kind = Kind::Complete;
     let job = RunJob::new(req, freeway::clock::epoch_ms());
-    let routes = job.check().unwrap();
+    let routes = job.check(&Catalog::builtin()).unwrap();
 
     let err = s.h.engine.execute(&job, &routes, WhenResting::Snooze).await;
     assert!(err.is_err(), "an infrastructure fault ends the delivery");
@@ -1091,7 +1095,7 @@ async fn a_run_that_crashes_inside_its_tool_loop_resumes_within_its_budget() {
         request("u1", "hi [[tools:1]] [[answer:all done]]", &[PAID]),
         freeway::clock::epoch_ms(),
     );
-    let routes = job.check().unwrap();
+    let routes = job.check(&Catalog::builtin()).unwrap();
     let engine = s.h.engine.clone();
     let (first, crashed_job, crashed_routes) = (engine, job.clone(), routes.clone());
     let died = tokio::spawn(async move {
@@ -1167,7 +1171,7 @@ async fn keys_that_cannot_be_read_for_the_summary_keep_the_answer() {
         request("u1", "hi [[answer:kept]]", &[PAID]),
         freeway::clock::epoch_ms(),
     );
-    let routes = job.check().unwrap();
+    let routes = job.check(&Catalog::builtin()).unwrap();
     let err = s.h.engine.execute(&job, &routes, WhenResting::Snooze).await;
     assert!(err.is_err(), "the summary's keys could not be read");
     let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
@@ -1228,10 +1232,11 @@ async fn a_route_without_a_key_is_skipped_unclassified_and_rests_nothing() {
 #[tokio::test]
 async fn a_missing_platform_key_circuits_nothing() {
     let mut s = setup().await;
-    s.h.engine = s.h.engine_with(Arc::new(freeway::provider::EnvTargets {
-        openrouter_base_url: s.sim.base_url(),
-        platform_key: None,
-    }));
+    s.h.engine =
+        s.h.engine_with(Arc::new(freeway::provider::EnvTargets::openrouter(
+            &s.sim.base_url(),
+            None,
+        )));
     let (_, outcome) = run(
         &s.h,
         request("u1", "hi", &[FREE_A, PAID]),

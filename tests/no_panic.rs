@@ -3,10 +3,11 @@
 //! rules read (`error`, `metadata.headers`, `details`, nested JSON in `message`) filled with
 //! hostile values. The rule under test is only "answers, never panics"; 10,000 cases.
 
+use freeway::catalog::Catalog;
 use freeway::classify::{classify, classify_response};
 use freeway::headers::Headers;
 use freeway::provider::{CallError, InBandError};
-use freeway::route::{Route, RouteSpec};
+use freeway::route::Route;
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
@@ -19,7 +20,7 @@ fn routes() -> Vec<Route> {
         "x:free@conn_1",
     ]
     .into_iter()
-    .map(|r| Route::resolve(&RouteSpec::parse_cli(r)).expect("a valid route"))
+    .map(|r| Route::parse(r, &Catalog::builtin()).expect("a valid route"))
     .collect()
 }
 

@@ -5,6 +5,7 @@
 
 mod support;
 
+use freeway::catalog::Catalog;
 use freeway::classify::{
     EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS, RestLength, RestScope, classify_response,
 };
@@ -12,7 +13,7 @@ use freeway::clock::{Clock, InstantClock};
 use freeway::headers::Headers;
 use freeway::lease::{LEASE_TTL, Lease, Leases, MemoryLeases, RedisLeases};
 use freeway::rest::{ActiveRest, MemoryRests, RedisRests, RestKind, Rests};
-use freeway::route::{Route, RouteSpec};
+use freeway::route::Route;
 use redis::aio::ConnectionManager;
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,7 +191,7 @@ fn pool() -> RestScope {
 }
 
 fn route(s: &str) -> Route {
-    Route::resolve(&RouteSpec::parse_cli(s)).expect("test routes are valid")
+    Route::parse(s, &Catalog::builtin()).expect("test routes are valid")
 }
 
 fn route_scope(s: &str) -> RestScope {

@@ -20,6 +20,7 @@
 
 use crate::RedisFault;
 use crate::schedule::{IDEMPOTENCY_TTL, Queue, QueueError};
+use freeway::catalog::Catalog;
 use freeway::chat::ToolCall;
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::fleet::FleetError;
@@ -114,6 +115,7 @@ pub struct Enqueuer {
     events: RedisEvents,
     store: Arc<dyn Store>,
     leases: RedisLeases,
+    catalog: Arc<Catalog>,
     conn: ConnectionManager,
     ns: String,
 }
@@ -126,9 +128,22 @@ impl Enqueuer {
             events: RedisEvents::new(conn.clone(), ns),
             store,
             leases: RedisLeases::new(conn.clone(), ns),
+            catalog: Arc::new(Catalog::builtin()),
             conn,
             ns: ns.to_string(),
         }
+    }
+
+    /// Validate routes against `catalog`'s providers and pools instead of the built-in ones
+    /// (OpenRouter and its free pool); give it the catalog the workers have.
+    pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> Enqueuer {
+        self.catalog = catalog;
+        self
+    }
+
+    /// The providers and pools runs are validated against.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
     }
 
     pub fn queue(&self) -> &Queue {
@@ -161,7 +176,7 @@ impl Enqueuer {
     /// refuse while every route rests (`on_rest: refuse`), else record it (queued), publish
     /// `queued` and push it.
     pub async fn enqueue(&self, request: RunRequest) -> Result<Outcome, EnqueueError> {
-        let routes = request.validate()?;
+        let routes = request.validate(&self.catalog)?;
         if let Some(conversation) = &request.conversation_id {
             let owner = self.store.conversation_owner(conversation).await?;
             if owner.is_some_and(|owner| owner != request.user_id) {
@@ -254,7 +269,7 @@ impl Enqueuer {
             tool_call: call.clone(),
             result: result.clone(),
         });
-        job.check()?;
+        job.check(&self.catalog)?;
         let claim = format!("{}:approval:{run_id}:{}", self.ns, call.id);
         if !self.claim(&claim, &job.run_id).await? {
             return Err(already_answered(run_id, &call));
@@ -293,7 +308,7 @@ impl Enqueuer {
         let bytes: Option<Vec<u8>> = conn.get(self.job_key(run_id)).await?;
         match bytes {
             None => Ok(None),
-            Some(b) => match RunJob::from_json(&b) {
+            Some(b) => match RunJob::from_json(&b, &self.catalog) {
                 Ok((job, _)) => Ok(Some(job)),
                 Err(error) => Err(EnqueueError::CorruptJob {
                     run_id: run_id.to_string(),
@@ -366,13 +381,15 @@ impl Enqueuer {
             .unsettled_jobs(before, RECONCILE_BATCH)
             .await?
             .iter()
-            .filter_map(|text| match RunJob::from_json(text.as_bytes()) {
-                Ok((job, _)) => Some(job),
-                Err(error) => {
-                    tracing::warn!(%error, "a stored job does not read back; not reconciled");
-                    None
-                }
-            })
+            .filter_map(
+                |text| match RunJob::from_json(text.as_bytes(), &self.catalog) {
+                    Ok((job, _)) => Some(job),
+                    Err(error) => {
+                        tracing::warn!(%error, "a stored job does not read back; not reconciled");
+                        None
+                    }
+                },
+            )
             .collect();
         if jobs.is_empty() {
             return Ok(Some(0));

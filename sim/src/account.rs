@@ -6,10 +6,12 @@
 //! are not counted.
 //! Groq: requests and tokens per (key, model) per window, refused requests not counted (the
 //! captured message reports `Used` equal to `Limit`, docs/providers.md §4.2).
+//! Gemini: requests per (key, model) per minute and per Pacific day, refused requests not
+//! counted (docs/providers.md §5).
 
 use std::collections::HashMap;
 
-use crate::clock::{DAY_MS, next_midnight, window_start};
+use crate::clock::{DAY_MS, next_midnight, pacific_day, window_start};
 use crate::config::SimConfig;
 
 /// Tokens-per-minute limit reported by Groq mode; token use is reported, never enforced.
@@ -67,17 +69,77 @@ struct GroqCounters {
     tokens: u64,
 }
 
+/// Why Gemini refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GeminiRefusal {
+    /// The day's quota is spent (else the minute's).
+    pub per_day: bool,
+    pub limit: u32,
+    /// What Gemini's `RetryInfo` says: the seconds to the minute's end, even when the day is
+    /// spent (the real service understates a spent day's wait the same way).
+    pub retry_in_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct GeminiCounters {
+    minute_start_ms: u64,
+    in_minute: u32,
+    day: i64,
+    in_day: u32,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Accounts {
     free: HashMap<String, FreeCounters>,
     // Keyed by API key, then model.
     groq: HashMap<String, HashMap<String, GroqCounters>>,
+    gemini: HashMap<String, HashMap<String, GeminiCounters>>,
 }
 
 impl Accounts {
     pub(crate) fn clear(&mut self) {
         self.free.clear();
         self.groq.clear();
+        self.gemini.clear();
+    }
+
+    /// Counts one Gemini request unless the (key, model) minute or Pacific day is full.
+    pub(crate) fn count_gemini(
+        &mut self,
+        key: &str,
+        model: &str,
+        now_ms: u64,
+        cfg: &SimConfig,
+    ) -> Option<GeminiRefusal> {
+        let c = entry(entry(&mut self.gemini, key), model);
+        let minute = window_start(now_ms, 60_000);
+        if c.minute_start_ms != minute {
+            c.minute_start_ms = minute;
+            c.in_minute = 0;
+        }
+        let (day, _) = pacific_day(now_ms);
+        if c.day != day {
+            c.day = day;
+            c.in_day = 0;
+        }
+        let retry_in_ms = minute + 60_000 - now_ms;
+        if c.in_day >= cfg.gemini_rpd {
+            return Some(GeminiRefusal {
+                per_day: true,
+                limit: cfg.gemini_rpd,
+                retry_in_ms,
+            });
+        }
+        if c.in_minute >= cfg.gemini_rpm {
+            return Some(GeminiRefusal {
+                per_day: false,
+                limit: cfg.gemini_rpm,
+                retry_in_ms,
+            });
+        }
+        c.in_minute += 1;
+        c.in_day += 1;
+        None
     }
 
     /// Counts one free-model request and says whether the account refuses it.
@@ -128,7 +190,8 @@ impl Accounts {
         }
     }
 
-    /// Counts one Groq request of `tokens` tokens unless the (key, model) window is full.
+    /// Counts one Groq request of `tokens` tokens unless the (key, model) window of `rpm`
+    /// requests is full.
     pub(crate) fn count_groq(
         &mut self,
         key: &str,
@@ -136,6 +199,7 @@ impl Accounts {
         tokens: u64,
         now_ms: u64,
         cfg: &SimConfig,
+        rpm: u32,
     ) -> GroqVerdict {
         let per_key = entry(&mut self.groq, key);
         let c = entry(per_key, model);
@@ -147,14 +211,14 @@ impl Accounts {
                 ..GroqCounters::default()
             };
         }
-        let refused = c.requests >= cfg.rpm;
+        let refused = c.requests >= rpm;
         if !refused {
             c.requests += 1;
             c.tokens = c.tokens.saturating_add(tokens);
         }
         GroqVerdict {
             refused,
-            limit_requests: cfg.rpm,
+            limit_requests: rpm,
             used_requests: c.requests,
             remaining_tokens: GROQ_TPM.saturating_sub(c.tokens),
             reset_in_ms: win + window_ms - now_ms,

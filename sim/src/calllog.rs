@@ -7,6 +7,8 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Provider;
+
 /// One chat request as the simulator served it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallRecord {
@@ -16,9 +18,11 @@ pub struct CallRecord {
     pub model: String,
     /// The bearer key as sent (empty when missing).
     pub key: String,
+    /// The provider the request was addressed to (its path prefix).
+    pub provider: Provider,
     pub status: u16,
     /// What was served: `ok`, `free_per_min`, `free_per_day`, `free_per_day_high_balance`,
-    /// `groq_rpm`, a fault kind, `missing_auth` (401) or `invalid_request` (400).
+    /// `groq_rpm`, `gemini_per_minute`, `gemini_per_day`, a fault kind, `missing_auth` (401) or `invalid_request` (400).
     pub variant: String,
     pub stream: bool,
 }
@@ -28,9 +32,20 @@ struct Entry {
     t_ms: u64,
     model: String,
     key: String,
+    provider: Provider,
     status: u16,
     variant: &'static str,
     stream: bool,
+}
+
+/// One request as the server hands it to the log.
+pub(crate) struct Logged<'a> {
+    pub model: &'a str,
+    pub key: &'a str,
+    pub provider: Provider,
+    pub status: u16,
+    pub variant: &'static str,
+    pub stream: bool,
 }
 
 #[derive(Debug)]
@@ -47,15 +62,7 @@ impl CallLog {
         }
     }
 
-    pub(crate) fn push(
-        &mut self,
-        t_ms: u64,
-        model: &str,
-        key: &str,
-        status: u16,
-        variant: &'static str,
-        stream: bool,
-    ) {
+    pub(crate) fn push(&mut self, t_ms: u64, call: Logged<'_>) {
         if self.cap == 0 {
             return;
         }
@@ -64,11 +71,12 @@ impl CallLog {
         }
         self.entries.push_back(Entry {
             t_ms,
-            model: model.to_owned(),
-            key: key.to_owned(),
-            status,
-            variant,
-            stream,
+            model: call.model.to_owned(),
+            key: call.key.to_owned(),
+            provider: call.provider,
+            status: call.status,
+            variant: call.variant,
+            stream: call.stream,
         });
     }
 
@@ -81,6 +89,7 @@ impl CallLog {
                 t_ms: e.t_ms,
                 model: e.model.clone(),
                 key: e.key.clone(),
+                provider: e.provider,
                 status: e.status,
                 variant: e.variant.to_owned(),
                 stream: e.stream,
@@ -101,7 +110,15 @@ mod tests {
     fn oldest_records_are_dropped_at_capacity() {
         let mut log = CallLog::new(2);
         for t in 1..=3 {
-            log.push(t, "m", "k", 200, "ok", false);
+            let call = Logged {
+                model: "m",
+                key: "k",
+                provider: Provider::OpenRouter,
+                status: 200,
+                variant: "ok",
+                stream: false,
+            };
+            log.push(t, call);
         }
         let kept: Vec<u64> = log.since(0).iter().map(|r| r.t_ms).collect();
         assert_eq!(kept, [2, 3]);

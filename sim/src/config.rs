@@ -55,6 +55,16 @@ pub enum Mode {
     Groq,
 }
 
+impl Mode {
+    /// The provider the unprefixed paths play.
+    pub fn provider(self) -> Provider {
+        match self {
+            Mode::OpenRouter => Provider::OpenRouter,
+            Mode::Groq => Provider::Groq,
+        }
+    }
+}
+
 impl FromStr for Mode {
     type Err = String;
 
@@ -65,6 +75,32 @@ impl FromStr for Mode {
             other => Err(format!(
                 "unknown mode `{other}` (expected openrouter or groq)"
             )),
+        }
+    }
+}
+
+/// The provider a request is addressed to. One simulator plays several at once, each under its
+/// own path prefix, so a chain can fail over between free tiers of different shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// `/api/v1`: the shared free-model account.
+    OpenRouter,
+    /// `/groq/openai/v1`: per (key, model) requests per window, `x-ratelimit-*` on every answer.
+    Groq,
+    /// `/gemini/v1beta/openai`: per (key, model) requests per minute and per Pacific day.
+    Gemini,
+    /// `/generic/v1`: a paid OpenAI-compatible provider without quotas.
+    Generic,
+}
+
+impl Provider {
+    pub fn name(self) -> &'static str {
+        match self {
+            Provider::OpenRouter => "openrouter",
+            Provider::Groq => "groq",
+            Provider::Gemini => "gemini",
+            Provider::Generic => "generic",
         }
     }
 }
@@ -89,8 +125,14 @@ pub struct SimConfig {
     pub shape: Shape,
     /// The account bought ≥ 10 credits: daily limit 1000 and the `-high-balance` message.
     pub high_balance: bool,
-    /// Provider imitated.
+    /// Provider imitated on the unprefixed paths (`/v1`, `/openai/v1`).
     pub mode: Mode,
+    /// Groq (`/groq/…`): requests per window and per (key, model).
+    pub groq_rpm: u32,
+    /// Gemini (`/gemini/…`): requests per minute and per (key, model).
+    pub gemini_rpm: u32,
+    /// Gemini: requests per day (midnight Pacific) and per (key, model).
+    pub gemini_rpd: u32,
     /// `: OPENROUTER PROCESSING` comments sent before the first streamed chunk.
     pub keepalive_comments: u32,
     /// Capacity of the call log ring buffer; the oldest records are dropped beyond it.
@@ -108,6 +150,9 @@ impl Default for SimConfig {
             shape: Shape::Y2026,
             high_balance: false,
             mode: Mode::OpenRouter,
+            groq_rpm: 30,
+            gemini_rpm: 10,
+            gemini_rpd: 250,
             keepalive_comments: 2,
             log_cap: 1_000_000,
         }
@@ -152,6 +197,9 @@ pub struct ConfigPatch {
     pub shape: Option<Shape>,
     pub high_balance: Option<bool>,
     pub keepalive_comments: Option<u32>,
+    pub groq_rpm: Option<u32>,
+    pub gemini_rpm: Option<u32>,
+    pub gemini_rpd: Option<u32>,
 }
 
 impl ConfigPatch {
@@ -181,6 +229,15 @@ impl ConfigPatch {
         }
         if let Some(v) = self.keepalive_comments {
             next.keepalive_comments = v;
+        }
+        if let Some(v) = self.groq_rpm {
+            next.groq_rpm = v;
+        }
+        if let Some(v) = self.gemini_rpm {
+            next.gemini_rpm = v;
+        }
+        if let Some(v) = self.gemini_rpd {
+            next.gemini_rpd = v;
         }
         next.validate()?;
         Ok(next)

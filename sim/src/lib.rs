@@ -45,9 +45,9 @@ mod stream;
 mod wire;
 
 pub use calllog::CallRecord;
-pub use config::{ConfigPatch, HIGH_BALANCE_RPD, Mode, Shape, SimConfig};
+pub use config::{ConfigPatch, HIGH_BALANCE_RPD, Mode, Provider, Shape, SimConfig};
 pub use faults::{ErrorCode, FaultKind, FaultSpec, MAX_DELAY_MS, MAX_HUGE_BODY, MidstreamLayout};
-pub use server::{SimHandle, start};
+pub use server::{PATHS, SimHandle, start};
 
 /// The directives, quota rules, control API and fault kinds, as printed by `sim --help`.
 pub const USAGE: &str = include_str!("usage.txt");

@@ -49,7 +49,16 @@ struct Cli {
     /// The account bought ≥ 10 credits: 1000 free requests a day, the -high-balance 429
     #[arg(long, env = "SIM_HIGH_BALANCE")]
     high_balance: bool,
-    /// Provider imitated: openrouter or groq
+    /// Groq (/groq/openai/v1): requests per window, per key and model
+    #[arg(long, env = "SIM_GROQ_RPM", default_value_t = 30, value_name = "N")]
+    groq_rpm: u32,
+    /// Gemini (/gemini/v1beta/openai): requests per minute, per key and model
+    #[arg(long, env = "SIM_GEMINI_RPM", default_value_t = 10, value_name = "N")]
+    gemini_rpm: u32,
+    /// Gemini: requests per day (midnight Pacific), per key and model
+    #[arg(long, env = "SIM_GEMINI_RPD", default_value_t = 250, value_name = "N")]
+    gemini_rpd: u32,
+    /// Provider imitated on the unprefixed paths (/v1, /openai/v1): openrouter or groq
     #[arg(
         long,
         env = "SIM_MODE",
@@ -86,6 +95,9 @@ impl Cli {
             shape: self.shape,
             high_balance: self.high_balance,
             mode: self.mode,
+            groq_rpm: self.groq_rpm,
+            gemini_rpm: self.gemini_rpm,
+            gemini_rpd: self.gemini_rpd,
             keepalive_comments: self.keepalive_comments,
             log_cap: self.log_cap,
         }

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::account::is_free_model;
 use crate::calllog::CallRecord;
-use crate::config::SimConfig;
+use crate::config::{Provider, SimConfig};
 use crate::control;
 use crate::faults::{DEFAULT_HUGE_BODY, FaultKind, FaultSpec, MidstreamLayout};
 use crate::ids;
@@ -35,11 +35,25 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 const EVENT_STREAM: HeaderValue = HeaderValue::from_static("text/event-stream");
 const HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");
 
+/// Where each provider is served: the path its real base URL ends with, under a prefix of its
+/// own so one simulator plays them all at once.
+pub const PATHS: [(Provider, &str); 4] = [
+    (Provider::OpenRouter, "/api/v1"),
+    (Provider::Groq, "/groq/openai/v1"),
+    (Provider::Gemini, "/gemini/v1beta/openai"),
+    (Provider::Generic, "/generic/v1"),
+];
+
 fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/api/v1/chat/completions", post(chat))
-        .route("/openai/v1/chat/completions", post(chat))
-        .route("/v1/chat/completions", post(chat))
+    let mut router = Router::new()
+        // The unprefixed paths play the configured mode (`--mode`).
+        .route("/openai/v1/chat/completions", post(chat_in_mode))
+        .route("/v1/chat/completions", post(chat_in_mode));
+    for (provider, base) in PATHS {
+        let chat = move |sim, headers, body| chat(sim, headers, body, Some(provider));
+        router = router.route(&format!("{base}/chat/completions"), post(chat));
+    }
+    router
         .route("/api/v1/key", get(key_info))
         .route("/api/v1/auth/key", get(key_info))
         .merge(control::routes())
@@ -69,26 +83,36 @@ async fn key_info(State(sim): State<Arc<Shared>>, headers: HeaderMap) -> Respons
     wire::key_info(key, used, limit, high_balance)
 }
 
-async fn chat(State(sim): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn chat_in_mode(sim: State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    chat(sim, headers, body, None).await
+}
+
+async fn chat(
+    State(sim): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+    provider: Option<Provider>,
+) -> Response {
     let Some(key) = bearer(&headers) else {
-        sim.log_rejected("", 401, "missing_auth");
+        sim.log_rejected(provider, "", 401, "missing_auth");
         return wire::no_auth_credentials().into_response();
     };
     let req = match model::parse(&body) {
         Ok(req) => req,
         Err(message) => {
-            sim.log_rejected(key, 400, "invalid_request");
+            sim.log_rejected(provider, key, 400, "invalid_request");
             return wire::invalid_request(message, key).into_response();
         }
     };
     let turn = model::respond(&req);
     let tokens = turn.prompt_tokens + turn.completion_tokens;
-    let adm = sim.admit(key, &req.model, req.stream, tokens);
+    let adm = sim.admit(provider, key, &req.model, req.stream, tokens);
     match adm.verdict {
         Verdict::FreeTier(refusal) => {
             wire::free_tier_429(refusal, adm.config.shape, key).into_response()
         }
         Verdict::GroqLimited(g) => wire::groq_429(&req.model, key, &g),
+        Verdict::GeminiLimited(r) => wire::gemini_429(&req.model, &r),
         Verdict::Serve(ref fault) => serve(&sim, &req, &turn, key, &adm, fault.as_ref()).await,
     }
 }
@@ -258,7 +282,16 @@ pub struct SimHandle {
 impl SimHandle {
     /// `http://ADDR/api/v1`, the OpenRouter base URL clients append `/chat/completions` to.
     pub fn base_url(&self) -> String {
-        format!("http://{}/api/v1", self.addr)
+        self.base_url_of(Provider::OpenRouter)
+    }
+
+    /// The base URL at which the simulator plays `provider`.
+    pub fn base_url_of(&self, provider: Provider) -> String {
+        let base = PATHS
+            .iter()
+            .find(|(p, _)| *p == provider)
+            .map_or("/api/v1", |(_, base)| base);
+        format!("http://{}{base}", self.addr)
     }
 
     /// Every logged chat request, oldest first.

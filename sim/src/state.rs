@@ -10,10 +10,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
-use crate::account::{Accounts, GroqVerdict, Refusal, is_free_model};
-use crate::calllog::{CallLog, CallRecord};
+use crate::account::{Accounts, GeminiRefusal, GroqVerdict, Refusal, is_free_model};
+use crate::calllog::{CallLog, CallRecord, Logged};
 use crate::clock::Clock;
-use crate::config::{ConfigPatch, Mode, SimConfig};
+use crate::config::{ConfigPatch, Provider, SimConfig};
 use crate::faults::{FaultQueue, FaultSpec, PendingFault};
 
 struct State {
@@ -37,6 +37,8 @@ pub(crate) enum Verdict {
     FreeTier(Refusal),
     /// Groq's per-model request limit refused it.
     GroqLimited(GroqVerdict),
+    /// Gemini's per-model minute or day refused it.
+    GeminiLimited(GeminiRefusal),
     /// Serve it, suffering the fault if any.
     Serve(Option<FaultSpec>),
 }
@@ -88,15 +90,30 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts a valid chat request and decides how to answer it.
-    pub(crate) fn admit(&self, key: &str, model: &str, stream: bool, tokens: u64) -> Admission {
+    /// Counts a valid chat request to `provider` (`None`: the unprefixed paths, which play the
+    /// configured mode) and decides how to answer it.
+    pub(crate) fn admit(
+        &self,
+        provider: Option<Provider>,
+        key: &str,
+        model: &str,
+        stream: bool,
+        tokens: u64,
+    ) -> Admission {
         let mut guard = self.lock();
         let st = &mut *guard;
         let now_ms = st.clock.now_ms();
         let config = st.config;
         let mut groq = None;
-        let verdict = match config.mode {
-            Mode::OpenRouter => {
+        // The unprefixed Groq mode keeps its original limit (`rpm`); the Groq prefix has its own.
+        let groq_rpm = if provider.is_some() {
+            config.groq_rpm
+        } else {
+            config.rpm
+        };
+        let provider = provider.unwrap_or(config.mode.provider());
+        let verdict = match provider {
+            Provider::OpenRouter => {
                 let refusal = if is_free_model(model) {
                     st.accounts.count_free(key, now_ms, &config)
                 } else {
@@ -107,8 +124,10 @@ impl Shared {
                     None => Verdict::Serve(st.faults.take(model, key)),
                 }
             }
-            Mode::Groq => {
-                let g = st.accounts.count_groq(key, model, tokens, now_ms, &config);
+            Provider::Groq => {
+                let g = st
+                    .accounts
+                    .count_groq(key, model, tokens, now_ms, &config, groq_rpm);
                 groq = Some(g);
                 if g.refused {
                     Verdict::GroqLimited(g)
@@ -116,6 +135,11 @@ impl Shared {
                     Verdict::Serve(st.faults.take(model, key))
                 }
             }
+            Provider::Gemini => match st.accounts.count_gemini(key, model, now_ms, &config) {
+                Some(refusal) => Verdict::GeminiLimited(refusal),
+                None => Verdict::Serve(st.faults.take(model, key)),
+            },
+            Provider::Generic => Verdict::Serve(st.faults.take(model, key)),
         };
         let (status, variant) = match &verdict {
             Verdict::FreeTier(Refusal::PerMinute { .. }) => (429, "free_per_min"),
@@ -127,10 +151,20 @@ impl Shared {
                 high_balance: true, ..
             }) => (429, "free_per_day_high_balance"),
             Verdict::GroqLimited(_) => (429, "groq_rpm"),
+            Verdict::GeminiLimited(r) if r.per_day => (429, "gemini_per_day"),
+            Verdict::GeminiLimited(_) => (429, "gemini_per_minute"),
             Verdict::Serve(None) => (200, "ok"),
             Verdict::Serve(Some(f)) => (f.kind.status(), f.kind.name()),
         };
-        st.log.push(now_ms, model, key, status, variant, stream);
+        let call = Logged {
+            model,
+            key,
+            provider,
+            status,
+            variant,
+            stream,
+        };
+        st.log.push(now_ms, call);
         Admission {
             now_ms,
             config,
@@ -140,10 +174,25 @@ impl Shared {
     }
 
     /// Logs a request refused before admission (no key, unreadable body).
-    pub(crate) fn log_rejected(&self, key: &str, status: u16, variant: &'static str) {
+    pub(crate) fn log_rejected(
+        &self,
+        provider: Option<Provider>,
+        key: &str,
+        status: u16,
+        variant: &'static str,
+    ) {
         let mut st = self.lock();
         let now_ms = st.clock.now_ms();
-        st.log.push(now_ms, "", key, status, variant, false);
+        let provider = provider.unwrap_or(st.config.mode.provider());
+        let call = Logged {
+            model: "",
+            key,
+            provider,
+            status,
+            variant,
+            stream: false,
+        };
+        st.log.push(now_ms, call);
     }
 
     /// `(used, limit, high_balance)` of the key's free-model day.

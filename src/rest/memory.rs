@@ -105,13 +105,12 @@ impl Rests for MemoryRests {
             return Ok(0);
         }
         let now = self.clock.now_ms();
-        let requested = match length {
-            RestLength::For(ms) => ms as i64,
-            RestLength::Until(at_ms) => at_ms as i64 - now as i64,
+        let requested = match length.mode() {
+            ("for", ms) => ms as i64,
+            (_, at_ms) => at_ms as i64 - now as i64,
         };
-        Ok(self
-            .lock()
-            .extend(scope, requested, scope.cap_ms(), reason, now))
+        let cap_ms = length.cap_ms(scope);
+        Ok(self.lock().extend(scope, requested, cap_ms, reason, now))
     }
 
     async fn record_evidence(

@@ -37,7 +37,7 @@ use super::{
     scopes_closing, sort_listing,
 };
 use crate::classify::{
-    CIRCUIT_MS, EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS,
+    DAY_REST_CAP_MS, EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS,
     EVIDENCE_WINDOW_MS, MIN_REST_MS, POOL_REST_CAP_MS, RestLength, RestScope,
 };
 use crate::route::Route;
@@ -63,7 +63,7 @@ static EVIDENCE: LazyLock<Script> = LazyLock::new(|| {
 /// The evidence ZSET outlives its window so a quiet pool's evidence disappears on its own.
 const EVIDENCE_TTL_MS: u64 = 2 * EVIDENCE_WINDOW_MS;
 /// The index outlives the longest rest it can list.
-const INDEX_TTL_MS: u64 = CIRCUIT_MS + 60_000;
+const INDEX_TTL_MS: u64 = DAY_REST_CAP_MS + 60_000;
 
 /// The fleet's rests, in one Redis namespace.
 #[derive(Clone)]
@@ -166,17 +166,14 @@ impl Rests for RedisRests {
         let Some(key) = self.key_for(scope) else {
             return Ok(0);
         };
-        let (mode, ms) = match length {
-            RestLength::For(ms) => ("for", ms),
-            RestLength::Until(at_ms) => ("until", at_ms),
-        };
+        let (mode, ms) = length.mode();
         let mut conn = self.conn.clone();
         let (remaining, now): (i64, i64) = WRITE
             .key(&key)
             .arg(mode)
             .arg(ms)
             .arg(MIN_REST_MS)
-            .arg(scope.cap_ms())
+            .arg(length.cap_ms(scope))
             .arg(reason)
             .invoke_async(&mut conn)
             .await?;

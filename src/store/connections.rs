@@ -15,10 +15,9 @@
 
 use super::StoreError;
 use super::sql::{Columns, SqlStore, db_error, now_ms, on_db};
+use crate::catalog::Catalog;
 use crate::provider::{ApiKey, EnvTargets, Target, TargetError, Targets};
-use crate::route::{
-    Connection, DEFAULT_PROVIDER, PROVIDERS, Route, is_provider, is_reserved_connection_id,
-};
+use crate::route::{Connection, Route};
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -167,10 +166,10 @@ pub struct ConnectionInfo {
 }
 
 impl NewConnection {
-    fn validate(&self) -> Result<(), StoreError> {
+    fn validate(&self, catalog: &Catalog) -> Result<(), StoreError> {
         let invalid = |m: &str| Err(StoreError::Invalid(m.to_string()));
         if !matches!(Connection::parse(&self.id), Ok(Connection::User(_)))
-            || is_reserved_connection_id(&self.id)
+            || catalog.is_reserved_connection_id(&self.id)
         {
             return invalid(
                 "connection id must be 1-128 characters of [A-Za-z0-9_.:-], and neither \"platform\" nor a provider's name",
@@ -179,10 +178,10 @@ impl NewConnection {
         if !is_id(&self.user_id) {
             return invalid("user_id must match [A-Za-z0-9_.:-]{1,128}");
         }
-        if !is_provider(&self.provider) {
+        if catalog.provider(&self.provider).is_none() {
             return invalid(&format!(
-                "provider must be a known provider ({})",
-                PROVIDERS.join(", ")
+                "provider must be a configured provider ({})",
+                catalog.provider_names()
             ));
         }
         let key = self.api_key.expose();
@@ -213,18 +212,20 @@ fn info_from(row: &impl Columns) -> Result<ConnectionInfo, StoreError> {
 }
 
 impl SqlStore {
-    /// Store (or replace) a user's connection, its key sealed with `secret`. An id that belongs to
-    /// another user is a [`StoreError::Conflict`].
+    /// Store (or replace) a user's connection, its key sealed with `secret`; its provider must be
+    /// one `catalog` configures. An id that belongs to another user is a
+    /// [`StoreError::Conflict`].
     pub async fn put_connection(
         &self,
         secret: &SecretKey,
         c: &NewConnection,
+        catalog: &Catalog,
     ) -> Result<(), StoreError> {
         const SQL: &str = "INSERT INTO connections (id, user_id, provider, sealed_key, created_ms, updated_ms) \
              VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (id) DO UPDATE SET provider = excluded.provider, \
              sealed_key = excluded.sealed_key, updated_ms = excluded.updated_ms \
              WHERE connections.user_id = excluded.user_id";
-        c.validate()?;
+        c.validate(catalog)?;
         let sealed = seal(secret, &c.api_key, &aad(&c.id, &c.user_id, &c.provider))?;
         let now = now_ms()?;
         let written = on_db!(self, |pool| {
@@ -360,10 +361,6 @@ impl StoreTargets {
     pub fn new(env: EnvTargets, store: SqlStore, keys: Option<SecretKeys>) -> StoreTargets {
         StoreTargets { env, store, keys }
     }
-
-    fn base_url(&self, provider: &str) -> Option<String> {
-        (provider == DEFAULT_PROVIDER).then(|| self.env.openrouter_base_url.clone())
-    }
 }
 
 #[async_trait]
@@ -373,6 +370,7 @@ impl Targets for StoreTargets {
             return self.env.target(route, user_id).await;
         };
         let base_url = self
+            .env
             .base_url(&route.provider)
             .ok_or_else(|| TargetError::UnknownProvider(route.provider.clone()))?;
         let unknown = || TargetError::UnknownConnection(id.clone());

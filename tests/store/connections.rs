@@ -2,6 +2,7 @@
 //! it rotates), and the secret key itself never printed.
 
 use crate::{SECRET_HEX, contains, fresh, only, unique};
+use freeway::catalog::Catalog;
 use freeway::provider::ApiKey;
 use freeway::store::{Backend, NewConnection, SecretKey, SecretKeys, Store, StoreError};
 
@@ -18,7 +19,9 @@ async fn an_encrypted_key_round_trips_and_the_raw_key_is_not_in_the_database() {
             provider: "openrouter".into(),
             api_key: ApiKey::new(raw.clone()),
         };
-        s.put_connection(&secret, &c).await.unwrap();
+        s.put_connection(&secret, &c, &Catalog::builtin())
+            .await
+            .unwrap();
         let (info, key) = s
             .connection_key(&keys, "conn_rt")
             .await
@@ -40,7 +43,7 @@ async fn an_encrypted_key_round_trips_and_the_raw_key_is_not_in_the_database() {
         };
         assert!(
             matches!(
-                s.put_connection(&secret, &theft).await,
+                s.put_connection(&secret, &theft, &Catalog::builtin()).await,
                 Err(StoreError::Conflict(_))
             ),
             "{}",
@@ -50,7 +53,9 @@ async fn an_encrypted_key_round_trips_and_the_raw_key_is_not_in_the_database() {
             api_key: ApiKey::new(format!("{raw}-2")),
             ..c.clone()
         };
-        s.put_connection(&secret, &rotated).await.unwrap();
+        s.put_connection(&secret, &rotated, &Catalog::builtin())
+            .await
+            .unwrap();
         assert_eq!(
             s.connection_key(&keys, "conn_rt")
                 .await
@@ -71,7 +76,7 @@ async fn an_encrypted_key_round_trips_and_the_raw_key_is_not_in_the_database() {
             ..c.clone()
         };
         assert!(matches!(
-            s.put_connection(&secret, &bad).await,
+            s.put_connection(&secret, &bad, &Catalog::builtin()).await,
             Err(StoreError::Invalid(_))
         ));
         // The raw key is nowhere in the database.
@@ -128,7 +133,11 @@ async fn a_rotated_secret_key_opens_old_keys_until_they_are_resealed() {
                 api_key: ApiKey::new(format!("sk-{id}")),
             };
             let key = key.clone();
-            async move { s.put_connection(&key, &c).await.unwrap() }
+            async move {
+                s.put_connection(&key, &c, &Catalog::builtin())
+                    .await
+                    .unwrap()
+            }
         };
         put("conn_old", &old).await;
         put("conn_new", &new).await;

@@ -4,6 +4,7 @@
 use crate::{SECRET_HEX, call, contains, fresh, only, support, unique};
 use async_trait::async_trait;
 use freeway::budget::Kind;
+use freeway::catalog::Catalog;
 use freeway::chat::{Message, ToolSpec};
 use freeway::classify::{RestLength, RestScope, Verdict};
 use freeway::clock::{InstantClock, epoch_ms};
@@ -122,10 +123,10 @@ fn rig(
 fn engine_on(store: &SqlStore, provider: Arc<dyn ChatProvider>) -> Rig {
     let events = Arc::new(MemoryEvents::default());
     let rests = Arc::new(MemoryRests::default());
-    let targets = Arc::new(EnvTargets {
-        openrouter_base_url: "http://127.0.0.1:9".into(),
-        platform_key: Some(ApiKey::new("sk-platform")),
-    });
+    let targets = Arc::new(EnvTargets::openrouter(
+        "http://127.0.0.1:9",
+        Some(ApiKey::new("sk-platform")),
+    ));
     let fleet = Fleet {
         rests: rests.clone(),
         events: events.clone(),
@@ -150,7 +151,10 @@ fn job(
         conversation_id: Some(conversation_id.into()),
         kind: Kind::Chat,
         input: input.map(str::to_string),
-        routes: models.iter().map(|m| RouteSpec::parse_cli(m)).collect(),
+        routes: models
+            .iter()
+            .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+            .collect(),
         tools: vec![ToolSpec {
             name: "lookup".into(),
             description: String::new(),
@@ -164,7 +168,7 @@ fn job(
         idempotency_key: None,
     };
     let job = RunJob::new(request, epoch_ms());
-    let routes = job.check().expect("a valid job");
+    let routes = job.check(&Catalog::builtin()).expect("a valid job");
     (job, routes)
 }
 
@@ -562,7 +566,10 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
             provider: "openrouter".into(),
             api_key: ApiKey::new(raw.clone()),
         };
-        db.store.put_connection(&secret, &c).await.unwrap();
+        db.store
+            .put_connection(&secret, &c, &Catalog::builtin())
+            .await
+            .unwrap();
 
         let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
             .await
@@ -575,10 +582,7 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
             total: Duration::from_secs(10),
         };
         let provider = Arc::new(HttpProvider::new(timeouts).unwrap());
-        let env = EnvTargets {
-            openrouter_base_url: sim.base_url(),
-            platform_key: Some(ApiKey::new("sk-platform")),
-        };
+        let env = EnvTargets::openrouter(&sim.base_url(), Some(ApiKey::new("sk-platform")));
         let targets = Arc::new(StoreTargets::new(
             env,
             db.store.clone(),
@@ -656,26 +660,20 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
         // Without FREEWAY_SECRET_KEY the keys cannot be opened: an infrastructure fault, not the
         // connection's.
         let no_secret = StoreTargets::new(
-            EnvTargets {
-                openrouter_base_url: "http://127.0.0.1:9".into(),
-                platform_key: None,
-            },
+            EnvTargets::openrouter("http://127.0.0.1:9", None),
             db.store.clone(),
             None,
         );
-        let route = Route::resolve(&RouteSpec::parse_cli(&first)).unwrap();
+        let route = Route::parse(&first, &Catalog::builtin()).unwrap();
         let err = no_secret.target(&route, "u1").await.unwrap_err();
         assert!(matches!(err, TargetError::Unavailable(_)), "{err:?}");
         assert!(
             err.to_string().contains("FREEWAY_SECRET_KEY"),
             "says why: {err}"
         );
-        let missing = Route::resolve(&RouteSpec::parse_cli("m@conn_missing")).unwrap();
+        let missing = Route::parse("m@conn_missing", &Catalog::builtin()).unwrap();
         let with_secret = StoreTargets::new(
-            EnvTargets {
-                openrouter_base_url: "http://127.0.0.1:9".into(),
-                platform_key: None,
-            },
+            EnvTargets::openrouter("http://127.0.0.1:9", None),
             db.store.clone(),
             Some(only(&secret)),
         );

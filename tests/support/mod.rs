@@ -59,10 +59,10 @@ pub fn harness_with(
     clock: Arc<InstantClock>,
     rests: Arc<MemoryRests>,
 ) -> Harness {
-    let targets: Arc<dyn Targets> = Arc::new(EnvTargets {
-        openrouter_base_url: base_url.to_string(),
-        platform_key: Some(ApiKey::new(PLATFORM_KEY)),
-    });
+    let targets: Arc<dyn Targets> = Arc::new(EnvTargets::openrouter(
+        base_url,
+        Some(ApiKey::new(PLATFORM_KEY)),
+    ));
     let leases = Arc::new(MemoryLeases::new(clock.clone()));
     let parts = Parts {
         provider,

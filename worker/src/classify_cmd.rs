@@ -5,9 +5,10 @@
 //! and which rule decided. This reads a raw HTTP response (status line, headers, blank line, body),
 //! classifies it for one route with the very functions the engine uses, and prints one JSON line.
 
+use freeway::catalog::Catalog;
 use freeway::classify::{Classification, classify_response};
 use freeway::headers::Headers;
-use freeway::route::{Route, RouteSpec};
+use freeway::route::Route;
 use std::fmt;
 
 /// Why the input could not be classified.
@@ -47,8 +48,8 @@ struct RawResponse<'a> {
 
 /// Classify the raw response `raw` for `--route route_arg` at `now_ms`; one JSON line, or a
 /// one-line message saying what is wrong with the input.
-pub fn run(route_arg: &str, raw: &[u8], now_ms: u64) -> Result<String, String> {
-    let route = Route::resolve(&RouteSpec::parse_cli(route_arg))
+pub fn run(route_arg: &str, raw: &[u8], catalog: &Catalog, now_ms: u64) -> Result<String, String> {
+    let route = Route::parse(route_arg, catalog)
         .map_err(|e| InputError::BadRoute(e.to_string()).to_string())?;
     let response = parse(raw).map_err(|e| e.to_string())?;
     let c = classify_response(
@@ -191,7 +192,7 @@ mod tests {
 
     #[test]
     fn prints_one_json_line_in_the_spec_shape() {
-        let line = run(LLAMA_FREE, A.as_bytes(), NOW).expect("classified");
+        let line = run(LLAMA_FREE, A.as_bytes(), &Catalog::builtin(), NOW).expect("classified");
         assert_eq!(
             line,
             r#"{"verdict":"account","scope":"pool:openrouter-free","rest_s":30,"rule":"0:limit_source"}"#
@@ -201,7 +202,8 @@ mod tests {
     #[test]
     fn reads_http2_lf_lines_and_lowercase_headers() {
         let raw = "HTTP/2 429\nx-ratelimit-reset: 1785056700000\n\n{\"error\":{\"code\":429}}";
-        let v = json(&run(LLAMA_FREE, raw.as_bytes(), NOW).expect("classified"));
+        let v =
+            json(&run(LLAMA_FREE, raw.as_bytes(), &Catalog::builtin(), NOW).expect("classified"));
         assert_eq!(
             (v["verdict"].as_str(), v["rule"].as_str()),
             (Some("account"), Some("1:x-ratelimit"))
@@ -211,7 +213,7 @@ mod tests {
     #[test]
     fn ambiguous_says_so_and_off_quota_routes_name_their_key() {
         let raw = b"HTTP/1.1 429 Too Many Requests\n\n{\"error\":{\"code\":429,\"message\":\"Rate limit exceeded\"}}";
-        let v = json(&run(LLAMA_FREE, raw, NOW).expect("classified"));
+        let v = json(&run(LLAMA_FREE, raw, &Catalog::builtin(), NOW).expect("classified"));
         assert_eq!(v["verdict"], "ambiguous");
         assert_eq!(v["evidence"], true);
         assert_eq!(v["rest_s"], 60);
@@ -219,7 +221,7 @@ mod tests {
             v["scope"],
             "route:platform:openrouter/meta-llama/llama-3.3-70b-instruct:free"
         );
-        let v = json(&run("x:free@conn_1", raw, NOW).expect("classified"));
+        let v = json(&run("x:free@conn_1", raw, &Catalog::builtin(), NOW).expect("classified"));
         assert_eq!(
             (v["verdict"].as_str(), v["scope"].as_str()),
             (Some("route"), Some("route:conn:conn_1/x:free"))
@@ -230,7 +232,13 @@ mod tests {
     #[test]
     fn server_errors_rest_nothing() {
         let v = json(
-            &run(LLAMA_FREE, b"HTTP/1.1 503 Service Unavailable\r\n\r\n", NOW).expect("classified"),
+            &run(
+                LLAMA_FREE,
+                b"HTTP/1.1 503 Service Unavailable\r\n\r\n",
+                &Catalog::builtin(),
+                NOW,
+            )
+            .expect("classified"),
         );
         assert_eq!(
             (
@@ -246,17 +254,26 @@ mod tests {
     fn skips_interim_responses_and_tolerates_a_missing_blank_line() {
         let raw = format!("HTTP/1.1 100 Continue\r\n\r\n{A}");
         assert_eq!(
-            run(LLAMA_FREE, raw.as_bytes(), NOW),
-            run(LLAMA_FREE, A.as_bytes(), NOW)
+            run(LLAMA_FREE, raw.as_bytes(), &Catalog::builtin(), NOW),
+            run(LLAMA_FREE, A.as_bytes(), &Catalog::builtin(), NOW)
         );
         let raw = "HTTP/1.1 402 Payment Required\nContent-Type: application/json\n{\"error\":{\"code\":402,\"metadata\":{\"limit_source\":\"openrouter_credits\"}}}";
-        let v = json(&run(LLAMA_FREE, raw.as_bytes(), NOW).expect("classified"));
+        let v =
+            json(&run(LLAMA_FREE, raw.as_bytes(), &Catalog::builtin(), NOW).expect("classified"));
         assert_eq!(
             (v["verdict"].as_str(), v["rest_s"].as_u64()),
             (Some("billing"), Some(3600))
         );
         let headers_only = "HTTP/1.1 401 Unauthorized\r\nX-Folded: a\r\n  b\r\n";
-        let v = json(&run(LLAMA_FREE, headers_only.as_bytes(), NOW).expect("classified"));
+        let v = json(
+            &run(
+                LLAMA_FREE,
+                headers_only.as_bytes(),
+                &Catalog::builtin(),
+                NOW,
+            )
+            .expect("classified"),
+        );
         assert_eq!(
             (v["verdict"].as_str(), v["scope"].as_str()),
             (Some("auth"), Some("connection:platform:openrouter"))
@@ -277,7 +294,7 @@ mod tests {
             ("bad model", A),
             ("m@bad conn", A),
         ] {
-            let e = run(route, raw.as_bytes(), NOW).expect_err("bad input");
+            let e = run(route, raw.as_bytes(), &Catalog::builtin(), NOW).expect_err("bad input");
             assert!(!e.contains('\n') && !e.is_empty(), "{e}");
         }
     }
@@ -299,7 +316,7 @@ mod tests {
                 .to_string();
             let expected = name.split('-').next().expect("a verdict prefix");
             let raw = std::fs::read(&path).expect("readable fixture");
-            let v = json(&run(LLAMA_FREE, &raw, NOW).expect("classified"));
+            let v = json(&run(LLAMA_FREE, &raw, &Catalog::builtin(), NOW).expect("classified"));
             assert_eq!(v["verdict"].as_str(), Some(expected), "{name}: {v}");
             seen += 1;
         }

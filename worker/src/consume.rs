@@ -50,7 +50,7 @@ async fn handle(
         warn!(task = %id, %reason, "dead-lettering an undecodable job");
         return Err(AbortError::new(InvalidJob(reason.to_string())).into());
     }
-    let (job, routes) = match RunJob::from_value(payload) {
+    let (job, routes) = match RunJob::from_value(payload, app.enqueuer.catalog()) {
         Ok(parsed) => parsed,
         Err(e) => {
             warn!(task = %id, reason = %e, "dead-lettering an invalid job");

@@ -1,8 +1,10 @@
 //! `worker`: executes runs. Without a command it takes runs from the queue (docs/design.md §4.3);
 //! `worker run-one JOB.json` runs one job without the queue; `worker classify` shows how a
-//! provider's answer is read (docs/design.md §3, §5.2); `worker prune` deletes old finished runs.
+//! provider's answer is read (docs/design.md §3, §5.2); `worker prune` deletes old finished runs;
+//! `worker config check` shows the providers and pools in force.
 
 mod classify_cmd;
+mod config_cmd;
 mod consume;
 mod exit;
 mod payload;
@@ -21,8 +23,8 @@ use std::process::ExitCode;
     name = "worker",
     version,
     about = "freeway worker: takes LLM runs from Redis and executes them",
-    after_help = "Environment: REDIS_URL, DATABASE_URL, FREEWAY_NAMESPACE, OPENROUTER_API_KEY, \
-                  OPENROUTER_BASE_URL, FREEWAY_TOOL_URL, FREEWAY_SUMMARY, FREEWAY_SECRET_KEY, RUST_LOG, \
+    after_help = "Environment: REDIS_URL, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_CONFIG, \
+                  OPENROUTER_API_KEY, OPENROUTER_BASE_URL, FREEWAY_TOOL_URL, FREEWAY_SUMMARY, FREEWAY_SECRET_KEY, RUST_LOG, \
                   FREEWAY_LOG_FORMAT"
 )]
 struct Cli {
@@ -55,7 +57,7 @@ enum Command {
     /// Classify a raw HTTP response read on stdin (status line, headers, blank line, body) and
     /// print the verdict as one JSON line.
     Classify {
-        /// The route that answered: `MODEL[@CONNECTION]`.
+        /// The route that answered: `[PROVIDER:]MODEL[@CONNECTION]`.
         #[arg(long)]
         route: String,
     },
@@ -71,6 +73,18 @@ enum Command {
     /// with FREEWAY_SECRET_KEY. Prints what it did as one JSON line; exit 1 when some key opens
     /// with neither.
     ResealKeys,
+    /// The providers and pools configuration (FREEWAY_CONFIG over the built-in defaults).
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigAction {
+    /// Check the configuration and print the effective providers and pools as JSON (which key
+    /// variables are set, never a key). Exit 2, with one line naming the key, when it is bad.
+    Check,
 }
 
 fn main() -> ExitCode {
@@ -86,6 +100,9 @@ fn main() -> ExitCode {
         Some(Command::RunOne { job }) => run_one::main(&job),
         Some(Command::Prune { older_than_days }) => prune::main(older_than_days),
         Some(Command::ResealKeys) => reseal::main(),
+        Some(Command::Config {
+            action: ConfigAction::Check,
+        }) => config_cmd::check(),
     }
 }
 
@@ -97,7 +114,15 @@ fn classify(route: &str) -> ExitCode {
         eprintln!("worker classify: cannot read stdin: {e}");
         return ExitCode::from(2);
     }
-    match classify_cmd::run(route, &raw, freeway::clock::epoch_ms()) {
+    let vars = std::env::vars().collect();
+    let catalog = match freeway::catalog::load(&vars) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("worker classify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match classify_cmd::run(route, &raw, &catalog, freeway::clock::epoch_ms()) {
         Ok(line) => {
             println!("{line}");
             ExitCode::SUCCESS
@@ -153,7 +178,8 @@ fn serve(
             wired.conn.clone(),
             &settings.namespace,
             wired.engine.store().clone(),
-        );
+        )
+        .with_catalog(settings.catalog.clone());
         let app = std::sync::Arc::new(consume::App {
             engine: wired.engine,
             queue,

@@ -44,7 +44,7 @@ pub fn main(path: &str) -> ExitCode {
         Ok(b) => b,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("cannot read {path}: {e}")),
     };
-    let request = match RunRequest::from_json(&bytes) {
+    let request = match RunRequest::from_json(&bytes, &settings.catalog) {
         Ok(r) => r,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("invalid job: {e}")),
     };
@@ -68,7 +68,7 @@ async fn run(settings: Settings, request: RunRequest) -> ExitCode {
         Err(e) => return crate::exit::start_failed(&e),
     };
     let job = RunJob::new(request, SystemClock.now_ms());
-    let routes = match job.check() {
+    let routes = match job.check(&settings.catalog) {
         Ok(r) => r,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("invalid job: {e}")),
     };

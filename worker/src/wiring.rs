@@ -5,7 +5,7 @@ use freeway::config::Settings;
 use freeway::engine::Engine;
 use freeway::events::EventSink;
 use freeway::fleet::Fleet;
-use freeway::provider::{EnvTargets, HttpProvider, Timeouts};
+use freeway::provider::{HttpProvider, Timeouts};
 use freeway::store::{SqlStore, StoreTargets};
 use freeway::tools::ToolRunner;
 use redis::aio::ConnectionManager;
@@ -48,6 +48,10 @@ pub async fn engine(
     worker: String,
     events: impl FnOnce(ConnectionManager) -> Arc<dyn EventSink>,
 ) -> Result<Wired, StartError> {
+    settings.require_platform_keys().map_err(|e| StartError {
+        message: e.to_string(),
+        bad_config: true,
+    })?;
     let store = store(&settings.database_url).await?;
     let conn = freeway::connect::redis(&settings.redis_url)
         .await
@@ -57,10 +61,7 @@ pub async fn engine(
     let tools = ToolRunner::new(settings.tool_url.clone())
         .map_err(|e| StartError::unavailable(e.to_string()))?;
     let targets = StoreTargets::new(
-        EnvTargets {
-            openrouter_base_url: settings.openrouter_base_url.clone(),
-            platform_key: settings.openrouter_api_key.clone(),
-        },
+        settings.env_targets(),
         store.clone(),
         settings.secret_keys(),
     );

@@ -4,6 +4,7 @@
 
 mod support;
 
+use freeway::catalog::Catalog;
 use freeway::chat::ToolCall;
 use freeway::classify::{RestLength, RestScope};
 use freeway::job::Continuation;
@@ -351,7 +352,7 @@ async fn a_backlog_of_20000_runs_drains_once_workers_start() {
 async fn thousands_of_snoozed_runs_waking_at_once_do_not_stall_the_queue() {
     let mut c = Cluster::start("wake", sim::SimConfig::default()).await;
     // The paid route rests for 10 s: the runs snooze until about the same moment.
-    let paid = freeway::route::Route::resolve(&freeway::route::RouteSpec::parse_cli(PAID)).unwrap();
+    let paid = freeway::route::Route::parse(PAID, &Catalog::builtin()).unwrap();
     let scope = RestScope::Route {
         pool: None,
         route_key: paid.key(),

@@ -175,7 +175,10 @@ fn run_one_opens_the_stored_connection_at_call_time_and_its_key_leaks_nowhere() 
             provider: "openrouter".into(),
             api_key: ApiKey::new(raw.clone()),
         };
-        store.put_connection(&secret, &c).await.expect("put");
+        store
+            .put_connection(&secret, &c, &freeway::catalog::Catalog::builtin())
+            .await
+            .expect("put");
         store.close().await;
     });
     let (base_url, seen) = refusing_provider();
@@ -251,7 +254,10 @@ fn reseal_keys_moves_every_connection_key_to_the_new_secret() {
             provider: "openrouter".into(),
             api_key: ApiKey::new(raw.clone()),
         };
-        store.put_connection(&old, &c).await.expect("put");
+        store
+            .put_connection(&old, &c, &freeway::catalog::Catalog::builtin())
+            .await
+            .expect("put");
         store.close().await;
     });
 

@@ -36,7 +36,11 @@ pub async fn put(
         provider: body.provider,
         api_key: ApiKey::new(body.api_key),
     };
-    state.store.put_connection(secret, &connection).await?;
+    let catalog = state.enqueuer.catalog();
+    state
+        .store
+        .put_connection(secret, &connection, catalog)
+        .await?;
     tracing::info!(connection = %connection.id, user_id = %connection.user_id, provider = %connection.provider, "connection stored");
     Ok(StatusCode::NO_CONTENT)
 }

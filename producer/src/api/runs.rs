@@ -19,8 +19,8 @@ pub async fn create(
     State(state): State<Arc<AppState>>,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
-    let request =
-        RunRequest::from_json(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    let request = RunRequest::from_json(&body, state.enqueuer.catalog())
+        .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     match state.enqueuer.enqueue(request).await? {
         Outcome::Enqueued { run_id } => {
             tracing::info!(%run_id, "run enqueued");

@@ -6,6 +6,7 @@
 use super::{
     EXIT_BAD_INPUT, EXIT_FAILED, EXIT_REFUSED, connect_redis, fail, open_store, redis_client,
 };
+use freeway::catalog::Catalog;
 use freeway::config::Settings;
 use freeway::events::Event;
 use freeway::job::RunRequest;
@@ -45,11 +46,11 @@ pub struct Args {
 
 impl Args {
     /// The request, validated exactly as `POST /v1/runs` validates its body.
-    fn request(&self) -> Result<RunRequest, String> {
+    fn request(&self, catalog: &Catalog) -> Result<RunRequest, String> {
         let routes: Vec<RouteSpec> = self
             .routes
             .iter()
-            .map(|r| RouteSpec::parse_cli(r))
+            .map(|r| RouteSpec::parse_cli(r, catalog))
             .collect();
         let body = serde_json::json!({
             "user_id": self.user,
@@ -59,12 +60,12 @@ impl Args {
             "routes": routes,
             "on_rest": self.on_rest,
         });
-        RunRequest::from_json(body.to_string().as_bytes()).map_err(|e| e.to_string())
+        RunRequest::from_json(body.to_string().as_bytes(), catalog).map_err(|e| e.to_string())
     }
 }
 
 pub async fn run(settings: Settings, args: Args) -> ExitCode {
-    let request = match args.request() {
+    let request = match args.request(&settings.catalog) {
         Ok(r) => r,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("invalid request: {e}")),
     };
@@ -76,7 +77,8 @@ pub async fn run(settings: Settings, args: Args) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store));
+    let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store))
+        .with_catalog(settings.catalog.clone());
     let run_id = match enqueuer.enqueue(request).await {
         Ok(Outcome::Enqueued { run_id } | Outcome::Duplicate { run_id }) => run_id,
         Ok(Outcome::Refused {

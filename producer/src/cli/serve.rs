@@ -29,7 +29,8 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         (Err(code), _) | (_, Err(code)) => return code,
     };
     let (shutdown_tx, shutdown) = watch::channel(false);
-    let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store.clone()));
+    let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store.clone()))
+        .with_catalog(settings.catalog.clone());
     let state = Arc::new(AppState {
         hub: Hub::new(redis, enqueuer.connection(), settings.max_streams),
         stream_slots: Arc::new(Semaphore::new(settings.max_streams)),

@@ -8,7 +8,7 @@
 //! One file per kind of response, so a change to one provider's shape touches one file:
 //! successes (`completion`, `chunk`), the error envelope every refusal shares (`error`), then the
 //! refusals by who refused (`rate_limit`, `billing`, `fault` for the rest of the injected
-//! faults), Groq (`groq`) and the key endpoint (`key`).
+//! faults), Groq (`groq`), Gemini (`gemini`) and the key endpoint (`key`).
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -20,6 +20,7 @@ mod chunk;
 mod completion;
 mod error;
 mod fault;
+mod gemini;
 mod groq;
 mod key;
 mod rate_limit;
@@ -30,6 +31,7 @@ pub(crate) use error::{
     ErrorObj, error_in_200, invalid_request, missing_auth_header, no_auth_credentials,
 };
 pub(crate) use fault::{FaultCtx, HTML_PAGE, fault_error, midstream_error};
+pub(crate) use gemini::gemini_429;
 pub(crate) use groq::{groq_429, groq_headers};
 pub(crate) use key::key_info;
 pub(crate) use rate_limit::free_tier_429;

@@ -7,6 +7,7 @@
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile};
 use crate::{Args, BoxError};
+use freeway::catalog::Catalog;
 use freeway::job::{MAX_DEADLINE_S, OnRest, RunJob, RunRequest};
 use freeway::route::RouteSpec;
 use freeway::run::{RunRecord, RunStatus};
@@ -275,7 +276,10 @@ fn request(user: u64, deadline_s: u64) -> RunRequest {
         conversation_id: None,
         kind: Default::default(),
         input: Some("Say something about shared quotas, please.".into()),
-        routes: vec![RouteSpec::parse_cli(FREE_A), RouteSpec::parse_cli(FREE_B)],
+        routes: vec![
+            RouteSpec::parse_cli(FREE_A, &Catalog::builtin()),
+            RouteSpec::parse_cli(FREE_B, &Catalog::builtin()),
+        ],
         tools: vec![],
         system: None,
         deadline_s: Some(deadline_s),

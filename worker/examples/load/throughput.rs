@@ -11,6 +11,7 @@ use crate::cluster::{Cluster, Sim, delete_namespace, fresh_namespace, with_clust
 use crate::measure::{Snapshot, quantile, thousands};
 use crate::{Args, BoxError};
 use apalis::prelude::*;
+use freeway::catalog::Catalog;
 use freeway::chat::Message;
 use freeway::job::{RunJob, RunRequest};
 use freeway::provider::{ApiKey, ChatProvider, ChatRequest, HttpProvider, Target, Timeouts};
@@ -375,7 +376,7 @@ pub fn request(i: u64) -> RunRequest {
         conversation_id: None,
         kind: Default::default(),
         input: Some("Say something about load testing, please.".into()),
-        routes: vec![RouteSpec::parse_cli(PAID)],
+        routes: vec![RouteSpec::parse_cli(PAID, &Catalog::builtin())],
         tools: vec![],
         system: None,
         deadline_s: None,

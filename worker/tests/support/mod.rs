@@ -2,6 +2,7 @@
 //! folder, the simulator in-process, and worker *processes* started from the built binary.
 #![allow(dead_code)]
 
+use freeway::catalog::Catalog;
 use freeway::events::stream_key;
 use freeway::job::{RunJob, RunRequest};
 use freeway::route::RouteSpec;
@@ -327,7 +328,10 @@ pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
         conversation_id: None,
         kind: Default::default(),
         input: Some(input.into()),
-        routes: models.iter().map(|m| RouteSpec::parse_cli(m)).collect(),
+        routes: models
+            .iter()
+            .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+            .collect(),
         tools: vec![],
         system: None,
         deadline_s: None,

@@ -1,0 +1,429 @@
+//! `FREEWAY_CONFIG`: the TOML file of providers and pools, merged over the built-in catalog.
+//!
+//! Every binary reads it at start-up, and anything wrong with it is one line naming the file,
+//! the key and the problem (the binaries exit 2): a configuration that is half understood would
+//! rest or spend the wrong quota, which is worse than not starting. A provider or pool with a
+//! built-in name keeps every built-in value the file does not set, so `[pools.openrouter-free]`
+//! with only `rpd = 1000` is a complete file.
+
+use super::{Catalog, DEFAULT_CANARY_EVERY_S, Glob, OPENROUTER, Pool, PoolKeys, Provider, Window};
+use crate::config::ConfigError;
+use crate::dialect::Dialect;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+
+const VAR: &str = "FREEWAY_CONFIG";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    providers: BTreeMap<String, ProviderEntry>,
+    #[serde(default)]
+    pools: BTreeMap<String, PoolEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderEntry {
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    dialect: Option<Dialect>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolEntry {
+    provider: Option<String>,
+    models: Option<Vec<String>>,
+    connection: Option<PoolKeys>,
+    rpm: Option<u32>,
+    rpd: Option<u32>,
+    tpm: Option<u32>,
+    tpd: Option<u32>,
+    window: Option<Window>,
+    window_s: Option<u32>,
+    day_reset: Option<String>,
+    canary_every: Option<String>,
+}
+
+/// The catalog the environment describes: `FREEWAY_CONFIG`'s file (if set) over the built-in
+/// one, with `OPENROUTER_BASE_URL` (if set) winning for OpenRouter.
+pub fn load(vars: &HashMap<String, String>) -> Result<Catalog, ConfigError> {
+    let get = |k: &str| vars.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let mut catalog = Catalog::builtin();
+    if let Some(path) = get(VAR) {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(VAR, format!("cannot read {path}: {e}")))?;
+        merge(&mut catalog, &text).map_err(|m| ConfigError::new(VAR, format!("{path}: {m}")))?;
+    }
+    if let Some(url) = get("OPENROUTER_BASE_URL") {
+        let url = http_url(url).map_err(|m| ConfigError::new("OPENROUTER_BASE_URL", m))?;
+        if let Some(p) = catalog.providers.get_mut(OPENROUTER) {
+            p.base_url = url;
+        }
+    }
+    Ok(catalog)
+}
+
+impl Catalog {
+    /// The built-in catalog with the TOML `text` merged over it, as `FREEWAY_CONFIG` would be;
+    /// the error names the key and the problem.
+    pub fn from_toml(text: &str) -> Result<Catalog, ConfigError> {
+        let mut catalog = Catalog::builtin();
+        merge(&mut catalog, text).map_err(|m| ConfigError::new(VAR, m))?;
+        Ok(catalog)
+    }
+
+    /// Every provider that a platform-keyed pool calls must have its key variable set: such a
+    /// pool would otherwise skip every call (`connection_missing`) while looking configured.
+    /// The built-in OpenRouter is exempt, as it always was: without a key freeway still serves
+    /// users' own connections and the simulator.
+    /// `keys` holds the providers whose platform key is set.
+    pub fn check_platform_keys<T>(&self, keys: &BTreeMap<String, T>) -> Result<(), ConfigError> {
+        for pool in self.pools.values().filter(|p| p.keys == PoolKeys::Platform) {
+            let Some(provider) = self.providers.get(&pool.provider) else {
+                continue;
+            };
+            if provider.name == OPENROUTER {
+                continue;
+            }
+            match &provider.api_key_env {
+                Some(_) if keys.contains_key(&provider.name) => {}
+                Some(var) => {
+                    return Err(ConfigError::new(
+                        VAR,
+                        format!(
+                            "providers.{}.api_key_env: {var} is not set, and pools.{} \
+                             (connection = \"platform\") needs it",
+                            provider.name, pool.name
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(ConfigError::new(
+                        VAR,
+                        format!(
+                            "providers.{}: no api_key_env, and pools.{} (connection = \
+                             \"platform\") needs the platform key",
+                            provider.name, pool.name
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Apply the file's text to `catalog`; the error is `key: problem` (or `line N: problem` when
+/// the TOML itself is wrong).
+fn merge(catalog: &mut Catalog, text: &str) -> Result<(), String> {
+    let file: File = toml::from_str(text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+        let message = e.message().replace('\n', " ");
+        match line {
+            Some(n) => format!("line {n}: {message}"),
+            None => message,
+        }
+    })?;
+    for (name, entry) in file.providers {
+        let key = format!("providers.{name}");
+        check_name(&key, &name)?;
+        let builtin = catalog.providers.remove(&name);
+        let base_url = match (entry.base_url, &builtin) {
+            (Some(url), _) => http_url(&url).map_err(|m| format!("{key}.base_url: {m}"))?,
+            (None, Some(b)) => b.base_url.clone(),
+            (None, None) => return Err(format!("{key}.base_url: missing")),
+        };
+        if let Some(var) = &entry.api_key_env
+            && !is_env_name(var)
+        {
+            return Err(format!("{key}.api_key_env: {var:?} is not a variable name"));
+        }
+        let provider = Provider {
+            base_url,
+            api_key_env: entry
+                .api_key_env
+                .or_else(|| builtin.as_ref().and_then(|b| b.api_key_env.clone())),
+            dialect: entry
+                .dialect
+                .or(builtin.as_ref().map(|b| b.dialect))
+                .unwrap_or(Dialect::Generic),
+            name: name.clone(),
+        };
+        catalog.providers.insert(name, provider);
+    }
+    for (name, entry) in file.pools {
+        let key = format!("pools.{name}");
+        check_name(&key, &name)?;
+        let builtin = catalog.pools.remove(&name);
+        let pool = pool(&key, name.clone(), entry, builtin)?;
+        if !catalog.providers.contains_key(&pool.provider) {
+            return Err(format!(
+                "{key}.provider: {:?} is not a configured provider (configured: {})",
+                pool.provider,
+                catalog.provider_names()
+            ));
+        }
+        catalog.pools.insert(name, pool);
+    }
+    claimed_once(catalog)
+}
+
+fn pool(key: &str, name: String, e: PoolEntry, builtin: Option<Pool>) -> Result<Pool, String> {
+    let provider = match (e.provider, &builtin) {
+        (Some(p), _) => p,
+        (None, Some(b)) => b.provider.clone(),
+        (None, None) => return Err(format!("{key}.provider: missing")),
+    };
+    let models = match (e.models, &builtin) {
+        (Some(globs), _) if globs.is_empty() => return Err(format!("{key}.models: empty")),
+        (Some(globs), _) => globs
+            .iter()
+            .map(|g| Glob::parse(g).map_err(|m| format!("{key}.models: bad glob {g:?}: {m}")))
+            .collect::<Result<Vec<_>, _>>()?,
+        (None, Some(b)) => b.models.clone(),
+        (None, None) => return Err(format!("{key}.models: missing")),
+    };
+    let day_reset = match (e.day_reset, &builtin) {
+        (Some(zone), _) => Some(
+            zone.parse::<chrono_tz::Tz>()
+                .map_err(|_| format!("{key}.day_reset: unknown time zone {zone:?}"))?,
+        ),
+        (None, b) => b.as_ref().and_then(|b| b.day_reset),
+    };
+    let canary_every_s = match (e.canary_every, &builtin) {
+        (Some(every), _) => parse_every(&every).map_err(|m| format!("{key}.canary_every: {m}"))?,
+        (None, Some(b)) => b.canary_every_s,
+        (None, None) => Some(DEFAULT_CANARY_EVERY_S),
+    };
+    let window_s = e
+        .window_s
+        .or(builtin.as_ref().map(|b| b.window_s))
+        .unwrap_or(60);
+    if window_s == 0 {
+        return Err(format!("{key}.window_s: must be at least 1"));
+    }
+    let limit = |file: Option<u32>, field: &str, of: fn(&Pool) -> Option<u32>| match file {
+        Some(0) => Err(format!("{key}.{field}: must be at least 1")),
+        Some(n) => Ok(Some(n)),
+        None => Ok(builtin.as_ref().and_then(of)),
+    };
+    Ok(Pool {
+        rpm: limit(e.rpm, "rpm", |b| b.rpm)?,
+        rpd: limit(e.rpd, "rpd", |b| b.rpd)?,
+        tpm: limit(e.tpm, "tpm", |b| b.tpm)?,
+        tpd: limit(e.tpd, "tpd", |b| b.tpd)?,
+        keys: e
+            .connection
+            .or(builtin.as_ref().map(|b| b.keys))
+            .unwrap_or(PoolKeys::Platform),
+        window: e
+            .window
+            .or(builtin.as_ref().map(|b| b.window))
+            .unwrap_or(Window::Fixed),
+        name,
+        provider,
+        models,
+        window_s,
+        day_reset,
+        canary_every_s,
+    })
+}
+
+/// A route belongs to at most one pool: two pools of one provider whose globs can both match a
+/// model would split one quota's count, so the file is refused.
+fn claimed_once(catalog: &Catalog) -> Result<(), String> {
+    let pools: Vec<&Pool> = catalog.pools.values().collect();
+    for (i, a) in pools.iter().enumerate() {
+        for b in &pools[i + 1..] {
+            if a.provider != b.provider {
+                continue;
+            }
+            for ga in &a.models {
+                if let Some(gb) = b.models.iter().find(|gb| ga.overlaps(gb)) {
+                    return Err(format!(
+                        "pools.{} and pools.{} both claim models on {}: {:?} and {:?} can \
+                         match the same model",
+                        a.name,
+                        b.name,
+                        a.provider,
+                        ga.as_str(),
+                        gb.as_str()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Names end up inside Redis keys and their hash tags (`{pool}`), and in `{pool}@{connection}`.
+fn check_name(key: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'))
+        && !["route", "conn", "platform"].contains(&name);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{key}: a name is 1-64 characters of [a-z0-9_-], and not route, conn or platform"
+        ))
+    }
+}
+
+fn is_env_name(var: &str) -> bool {
+    !var.is_empty()
+        && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !var.as_bytes()[0].is_ascii_digit()
+}
+
+/// An `http(s)://` URL without a trailing slash.
+pub(crate) fn http_url(value: &str) -> Result<String, String> {
+    if !(value.starts_with("http://") || value.starts_with("https://")) {
+        return Err(format!("must be an http:// or https:// URL, got {value:?}"));
+    }
+    Ok(value.trim_end_matches('/').to_string())
+}
+
+/// `off`, or a number with a unit: `90s`, `30m`, `12h`, `7d`.
+fn parse_every(text: &str) -> Result<Option<u64>, String> {
+    if text == "off" {
+        return Ok(None);
+    }
+    let bad = || format!("{text:?} is not off or a duration such as 12h or 7d");
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = text.split_at(split);
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(scale) {
+        Some(0) | None => Err(bad()),
+        Some(s) => Ok(Some(s)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::Connection;
+
+    fn merged(text: &str) -> Result<Catalog, String> {
+        let mut c = Catalog::builtin();
+        merge(&mut c, text).map(|()| c)
+    }
+
+    const GROQ: &str = r#"
+[providers.groq]
+base_url = "https://api.groq.com/openai/v1"
+api_key_env = "GROQ_API_KEY"
+dialect = "groq"
+
+[pools.groq-llama-70b]
+provider = "groq"
+models = ["llama-3.3-70b-versatile"]
+connection = "each"
+rpm = 30
+rpd = 1000
+tpm = 12000
+tpd = 100000
+window = "rolling"
+"#;
+
+    #[test]
+    fn a_file_adds_providers_and_pools_and_a_builtin_pool_keeps_what_it_does_not_set() {
+        let c = merged(&format!("{GROQ}\n[pools.openrouter-free]\nrpd = 1000\n")).unwrap();
+        let free = c.pools.get("openrouter-free").unwrap();
+        assert_eq!(
+            (free.rpm, free.rpd, free.window_s),
+            (Some(20), Some(1000), 60)
+        );
+        let groq = c.provider("groq").unwrap();
+        assert_eq!(groq.dialect, Dialect::Groq);
+        let mine = Connection::User("conn_x".into());
+        let placed = c.place("groq", "llama-3.3-70b-versatile", &mine).unwrap();
+        assert_eq!(placed.pool.as_deref(), Some("groq-llama-70b@conn_x"));
+        let platform = c
+            .place("groq", "llama-3.3-70b-versatile", &Connection::Platform)
+            .unwrap();
+        assert_eq!(platform.pool.as_deref(), Some("groq-llama-70b@platform"));
+        assert_eq!(c.place("groq", "other-model", &mine).unwrap().pool, None);
+    }
+
+    #[test]
+    fn every_bad_file_is_one_line_naming_the_key() {
+        let cases = [
+            ("[pools.openrouter-free]\nrpx = 3\n", "unknown field `rpx`"),
+            (
+                "[pools.p]\nprovider = \"openrouter\"\nmodels = [\"a[b\"]\n",
+                "pools.p.models: bad glob",
+            ),
+            (
+                "[pools.p]\nprovider = \"openrouter\"\nmodels = [\"x/*:free\"]\n",
+                "pools.openrouter-free and pools.p both claim",
+            ),
+            (
+                "[providers.x]\nbase_url = \"http://h\"\ndialect = \"klingon\"\n",
+                "unknown variant `klingon`",
+            ),
+            (
+                "[pools.openrouter-free]\nday_reset = \"Mars/Olympus\"\n",
+                "pools.openrouter-free.day_reset: unknown time zone",
+            ),
+            (
+                "[providers.x]\ndialect = \"groq\"\n",
+                "providers.x.base_url: missing",
+            ),
+            (
+                "[pools.p]\nprovider = \"nobody\"\nmodels = [\"m\"]\n",
+                "pools.p.provider",
+            ),
+            (
+                "[pools.openrouter-free]\nrpm = 0\n",
+                "pools.openrouter-free.rpm",
+            ),
+            (
+                "[pools.openrouter-free]\ncanary_every = \"soon\"\n",
+                "canary_every",
+            ),
+            ("not toml at all", "line 1"),
+        ];
+        for (text, want) in cases {
+            let e = merged(text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn a_platform_pool_needs_its_providers_key() {
+        let c = merged(&GROQ.replace("\"each\"", "\"platform\"")).unwrap();
+        let none = BTreeMap::<String, ()>::new();
+        let e = c.check_platform_keys(&none).unwrap_err();
+        assert!(e.message.contains("GROQ_API_KEY is not set"), "{e}");
+        let set = BTreeMap::from([("groq".to_string(), ())]);
+        assert!(c.check_platform_keys(&set).is_ok());
+        assert!(Catalog::builtin().check_platform_keys(&none).is_ok());
+    }
+
+    #[test]
+    fn durations_read_as_seconds() {
+        assert_eq!(parse_every("7d"), Ok(Some(604_800)));
+        assert_eq!(parse_every("90s"), Ok(Some(90)));
+        assert_eq!(parse_every("off"), Ok(None));
+        for bad in ["", "d", "0h", "5w", "-1d", "99999999999999999999d"] {
+            assert!(parse_every(bad).is_err(), "{bad:?}");
+        }
+    }
+}

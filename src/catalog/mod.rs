@@ -1,0 +1,227 @@
+//! The providers and pools freeway knows (docs/configuration.md): where each provider is, how it
+//! speaks about limits, and which routes spend one shared quota.
+//!
+//! Free tiers are quotas with shapes: OpenRouter's free models share one per-account minute and
+//! day; Groq limits each model on each key; Gemini's day ends at midnight Pacific. A [`Catalog`]
+//! holds those shapes, from the built-in defaults merged with `FREEWAY_CONFIG` ([`file`]), and
+//! answers the two questions everything else asks: which provider does a route call, and which
+//! pool instance (if any) does it spend.
+
+mod file;
+mod glob;
+
+pub(crate) use file::http_url;
+pub use file::load;
+pub use glob::Glob;
+
+use crate::dialect::{DayClock, Dialect};
+use crate::route::Connection;
+use chrono_tz::Tz;
+use serde::{Serialize, Serializer};
+use std::collections::BTreeMap;
+
+/// The built-in provider, and the one a route names when it names none.
+pub const OPENROUTER: &str = "openrouter";
+/// The built-in pool of OpenRouter's shared free quota.
+pub const OPENROUTER_FREE_POOL: &str = "openrouter-free";
+/// OpenRouter's API, unless `OPENROUTER_BASE_URL` or the file says otherwise.
+pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
+/// How often a provider's canary runs unless its pools say otherwise: once a week.
+pub const DEFAULT_CANARY_EVERY_S: u64 = 7 * 24 * 3600;
+
+/// An OpenAI-compatible API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Provider {
+    pub name: String,
+    pub base_url: String,
+    /// The variable holding the platform key; `None`: only users' own connections call it.
+    pub api_key_env: Option<String>,
+    pub dialect: Dialect,
+}
+
+/// Which keys one pool's quota belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolKeys {
+    /// The operator's key only: one account-wide pool.
+    Platform,
+    /// Every key, each its own instance (`{pool}@{connection}`): a user's own key has its own
+    /// limits.
+    Each,
+}
+
+/// How a pool's window is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Window {
+    /// Aligned to the epoch, as OpenRouter's minute.
+    Fixed,
+    /// Continuously refilling, as Groq's.
+    Rolling,
+}
+
+/// A quota several routes spend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pool {
+    pub name: String,
+    pub provider: String,
+    pub models: Vec<Glob>,
+    #[serde(rename = "connection")]
+    pub keys: PoolKeys,
+    pub rpm: Option<u32>,
+    pub rpd: Option<u32>,
+    pub tpm: Option<u32>,
+    pub tpd: Option<u32>,
+    pub window: Window,
+    pub window_s: u32,
+    /// The zone whose midnight ends the pool's day; `None`: the provider's dialect decides.
+    #[serde(serialize_with = "zone_name")]
+    pub day_reset: Option<Tz>,
+    /// Seconds between canaries of this pool's provider; `None`: off.
+    pub canary_every_s: Option<u64>,
+}
+
+fn zone_name<S: Serializer>(zone: &Option<Tz>, s: S) -> Result<S::Ok, S::Error> {
+    match zone {
+        Some(z) => s.serialize_str(z.name()),
+        None => s.serialize_none(),
+    }
+}
+
+/// The providers and pools in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Catalog {
+    providers: BTreeMap<String, Provider>,
+    pools: BTreeMap<String, Pool>,
+}
+
+/// What a route spends, as resolution finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub dialect: Dialect,
+    /// The pool instance: the pool's name, or `{pool}@{connection}` for a per-key pool.
+    pub pool: Option<String>,
+    /// When the route's spent day comes back.
+    pub day: DayClock,
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Catalog::builtin()
+    }
+}
+
+impl Catalog {
+    /// freeway without a configuration file: OpenRouter and its free pool.
+    pub fn builtin() -> Catalog {
+        let openrouter = Provider {
+            name: OPENROUTER.into(),
+            base_url: OPENROUTER_BASE_URL.into(),
+            api_key_env: Some("OPENROUTER_API_KEY".into()),
+            dialect: Dialect::Openrouter,
+        };
+        let free = Pool {
+            name: OPENROUTER_FREE_POOL.into(),
+            provider: OPENROUTER.into(),
+            models: ["*:free", "openrouter/free"]
+                .iter()
+                .filter_map(|p| Glob::parse(p).ok())
+                .collect(),
+            keys: PoolKeys::Platform,
+            rpm: Some(20),
+            rpd: None,
+            tpm: None,
+            tpd: None,
+            window: Window::Fixed,
+            window_s: 60,
+            day_reset: Some(chrono_tz::UTC),
+            canary_every_s: Some(DEFAULT_CANARY_EVERY_S),
+        };
+        Catalog {
+            providers: BTreeMap::from([(openrouter.name.clone(), openrouter)]),
+            pools: BTreeMap::from([(free.name.clone(), free)]),
+        }
+    }
+
+    pub fn provider(&self, name: &str) -> Option<&Provider> {
+        self.providers.get(name)
+    }
+
+    pub fn providers(&self) -> impl Iterator<Item = &Provider> {
+        self.providers.values()
+    }
+
+    pub fn pools(&self) -> impl Iterator<Item = &Pool> {
+        self.pools.values()
+    }
+
+    /// The configured provider names, for error messages.
+    pub fn provider_names(&self) -> String {
+        self.providers
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Where a call of `model` on `provider` with `connection`'s key goes and what it spends;
+    /// `None` when the provider is not configured.
+    pub fn place(&self, provider: &str, model: &str, connection: &Connection) -> Option<Placement> {
+        let p = self.providers.get(provider)?;
+        let pool = self.pools.values().find(|pool| {
+            pool.provider == provider
+                && (pool.keys == PoolKeys::Each || *connection == Connection::Platform)
+                && pool.models.iter().any(|g| g.matches(model))
+        });
+        Some(Placement {
+            dialect: p.dialect,
+            day: match pool.and_then(|pool| pool.day_reset) {
+                Some(zone) => DayClock::Fixed(zone),
+                None => p.dialect.day(),
+            },
+            pool: pool.map(|pool| match pool.keys {
+                PoolKeys::Platform => pool.name.clone(),
+                PoolKeys::Each => format!("{}@{}", pool.name, connection.id()),
+            }),
+        })
+    }
+
+    /// Whether `id` may not name a user's connection: `platform`, and every provider's name (a
+    /// connection called `groq` would read, in logs and on the board, as the platform's).
+    pub fn is_reserved_connection_id(&self, id: &str) -> bool {
+        id == "platform" || self.providers.contains_key(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builtin_catalog_places_free_models_in_the_free_pool_on_the_platform_key_only() {
+        let c = Catalog::builtin();
+        let free = c
+            .place(
+                OPENROUTER,
+                "meta-llama/llama-3.3-70b-instruct:free",
+                &Connection::Platform,
+            )
+            .unwrap();
+        assert_eq!(free.pool.as_deref(), Some(OPENROUTER_FREE_POOL));
+        assert_eq!(
+            (free.dialect, free.day),
+            (Dialect::Openrouter, DayClock::Fixed(chrono_tz::UTC))
+        );
+        let router = c
+            .place(OPENROUTER, "openrouter/free", &Connection::Platform)
+            .unwrap();
+        assert_eq!(router.pool.as_deref(), Some(OPENROUTER_FREE_POOL));
+        let paid = c
+            .place(OPENROUTER, "openai/gpt-4o-mini", &Connection::Platform)
+            .unwrap();
+        assert_eq!(paid.pool, None);
+        let own = Connection::User("conn_1".into());
+        assert_eq!(c.place(OPENROUTER, "x/y:free", &own).unwrap().pool, None);
+        assert_eq!(c.place("groq", "llama", &Connection::Platform), None);
+    }
+}

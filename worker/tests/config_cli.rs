@@ -1,0 +1,207 @@
+//! `FREEWAY_CONFIG` as an operator meets it: every binary refuses a bad file with one line that
+//! names the key and exit 2, and `worker config check` prints what is in force, without a key.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Output;
+
+const GROQ: &str = r#"
+[providers.groq]
+base_url = "https://api.groq.com/openai/v1"
+api_key_env = "GROQ_API_KEY"
+dialect = "groq"
+
+[pools.groq-llama-70b]
+provider = "groq"
+models = ["llama-3.3-70b-versatile"]
+connection = "each"
+rpm = 30
+rpd = 1000
+window = "rolling"
+
+[providers.gemini]
+base_url = "https://generativelanguage.googleapis.com/v1beta/openai"
+api_key_env = "GEMINI_API_KEY"
+dialect = "gemini"
+
+[pools.gemini-flash]
+provider = "gemini"
+models = ["gemini-2.5-flash"]
+connection = "platform"
+rpm = 10
+rpd = 250
+day_reset = "America/Los_Angeles"
+
+[pools.openrouter-free]
+rpd = 1000
+"#;
+
+/// `text` in a file of its own; the path.
+fn config_file(text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("freeway-config-{}", ulid::Ulid::generate()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("freeway.toml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+fn check(config: &str, env: &[(&str, &str)]) -> Output {
+    let path = config_file(config);
+    let path = path.to_str().expect("utf-8 path");
+    let mut env = env.to_vec();
+    env.push(("FREEWAY_CONFIG", path));
+    support::run_worker(&["config", "check"], &env, b"")
+}
+
+/// Exit 2 and one line on stderr that contains `want`.
+fn assert_refused(out: &Output, want: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("FREEWAY_CONFIG"), "names the variable: {err}");
+    assert!(err.contains(want), "{want:?} in {err}");
+}
+
+#[test]
+fn config_check_prints_the_effective_providers_and_pools_and_no_key() {
+    let out = check(GROQ, &[("GEMINI_API_KEY", "AIza-secret-gemini")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("AIza-secret"), "no key in {text}");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("one JSON document");
+    let provider = |name: &str| {
+        v["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {v}"))
+    };
+    assert_eq!(provider("groq")["dialect"], "groq");
+    assert_eq!(provider("gemini")["platform_key"], true);
+    assert_eq!(provider("groq")["platform_key"], false);
+    assert_eq!(
+        provider("openrouter")["base_url"],
+        "https://openrouter.ai/api/v1"
+    );
+    let pool = |name: &str| {
+        v["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {v}"))
+    };
+    let free = pool("openrouter-free");
+    assert_eq!(
+        (free["rpm"].as_u64(), free["rpd"].as_u64()),
+        (Some(20), Some(1000))
+    );
+    assert_eq!(
+        free["models"],
+        serde_json::json!(["*:free", "openrouter/free"])
+    );
+    assert_eq!(pool("groq-llama-70b")["connection"], "each");
+    assert_eq!(pool("groq-llama-70b")["window"], "rolling");
+    assert_eq!(pool("gemini-flash")["day_reset"], "America/Los_Angeles");
+}
+
+#[test]
+fn without_a_file_the_builtin_catalog_is_in_force() {
+    let out = support::run_worker(&["config", "check"], &[], b"");
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["providers"].as_array().map(Vec::len), Some(1));
+    assert_eq!(v["pools"][0]["name"], "openrouter-free");
+}
+
+#[test]
+fn a_missing_file_is_refused() {
+    let out = support::run_worker(
+        &["config", "check"],
+        &[("FREEWAY_CONFIG", "/nonexistent/freeway.toml")],
+        b"",
+    );
+    assert_refused(&out, "cannot read /nonexistent/freeway.toml");
+}
+
+#[test]
+fn an_unknown_key_is_refused() {
+    assert_refused(
+        &check("[pools.openrouter-free]\nrpx = 3\n", &[]),
+        "unknown field `rpx`",
+    );
+    assert_refused(&check("[pool.x]\n", &[]), "unknown field `pool`");
+}
+
+#[test]
+fn a_bad_glob_is_refused() {
+    let text = "[pools.p]\nprovider = \"openrouter\"\nmodels = [\"llama[23]\"]\n";
+    assert_refused(&check(text, &[]), "pools.p.models: bad glob \"llama[23]\"");
+}
+
+#[test]
+fn a_route_claimed_by_two_pools_is_refused() {
+    let text = "[pools.p]\nprovider = \"openrouter\"\nmodels = [\"meta-llama/*\"]\n";
+    assert_refused(
+        &check(text, &[]),
+        "pools.openrouter-free and pools.p both claim",
+    );
+}
+
+#[test]
+fn an_unknown_dialect_is_refused() {
+    let text = "[providers.x]\nbase_url = \"https://x.example\"\ndialect = \"klingon\"\n";
+    assert_refused(&check(text, &[]), "unknown variant `klingon`");
+}
+
+#[test]
+fn an_unknown_zone_is_refused() {
+    let text = "[pools.openrouter-free]\nday_reset = \"Mars/Olympus_Mons\"\n";
+    assert_refused(
+        &check(text, &[]),
+        "pools.openrouter-free.day_reset: unknown time zone",
+    );
+}
+
+#[test]
+fn a_provider_without_a_base_url_is_refused() {
+    assert_refused(
+        &check("[providers.x]\ndialect = \"openai\"\n", &[]),
+        "providers.x.base_url: missing",
+    );
+}
+
+#[test]
+fn a_platform_pool_whose_key_variable_is_unset_is_refused() {
+    assert_refused(&check(GROQ, &[]), "GEMINI_API_KEY is not set");
+}
+
+#[test]
+fn every_binary_refuses_a_bad_file_before_doing_anything() {
+    let path = config_file("[pools.openrouter-free]\nrpx = 3\n");
+    let path = path.to_str().expect("utf-8 path");
+    // `worker prune` touches only the store; it still reads the configuration first.
+    let out = support::run_worker(
+        &["prune", "--older-than-days", "30"],
+        &[
+            ("FREEWAY_CONFIG", path),
+            ("DATABASE_URL", "sqlite::memory:"),
+        ],
+        b"",
+    );
+    assert_refused(&out, "unknown field `rpx`");
+    let classify = std::process::Command::new(env!("CARGO_BIN_EXE_worker"))
+        .args(["classify", "--route", "x/y:free"])
+        .env("FREEWAY_CONFIG", path)
+        .output()
+        .expect("worker runs");
+    assert_refused(&classify, "unknown field `rpx`");
+}
