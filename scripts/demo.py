@@ -1,8 +1,10 @@
 """The demo's scenario, run by scripts/demo.sh against the services it started.
 
-Enqueues a batch of runs from several users over mixed routes (free, free-then-paid, a user's own
-connection, one that needs an approval), shows progress while the shared free quota rests, refuses
-an all-free run at enqueue during the rest, approves the pending tool call, then prints a summary.
+Enqueues a batch of runs from several users over mixed routes (free, free-then-paid, a chain of
+free tiers of different shapes — OpenRouter's shared minute, then Groq's per-model pool, then a
+paid provider —, a user's own connection, one that needs an approval), shows progress while the
+free pools rest, refuses an all-free run at enqueue during the rest, approves the pending tool
+call, then prints a summary that says which pool served which runs.
 Standard library only, so a fresh machine needs nothing but python3.
 """
 
@@ -21,6 +23,8 @@ SIM = os.environ.get("DEMO_SIM_URL")
 FREE_A = "meta-llama/llama-3.3-70b-instruct:free"
 FREE_B = "qwen/qwen3-coder:free"
 PAID = "openai/gpt-4o-mini"
+# The chain of shapes: a per-minute account pool, a per-model pool, credits.
+SHAPES = [{"model": FREE_A}, {"model": "llama-3.3-70b-versatile", "provider": "groq"}, {"model": "gpt-4o-mini", "provider": "paid"}]
 TERMINAL = {"succeeded", "failed", "refused"}
 TIMEOUT_S = 150
 
@@ -81,6 +85,29 @@ def batch():
     return runs
 
 
+def shape_runs():
+    """Runs over the chain of shapes, enqueued once OpenRouter's pool rests: Groq's pool takes
+    the overflow until it is spent too, then the paid provider."""
+    users = ["alice", "bob", "carol", "dave"]
+    return [run_request(users[i % 4], f"by shape {i}", SHAPES) for i in range(4 if SHORT else 8)]
+
+
+def served_by(view):
+    """The pool (or off-quota provider) whose call answered the run, from its attempt log."""
+    ok = [a for a in view.get("attempts", []) if a.get("verdict") is None and a.get("http_status") == 200]
+    if not ok:
+        return "-"
+    route = ok[-1]["route"]
+    if route.startswith("conn:"):
+        return "own key"
+    provider, model = route.removeprefix("platform:").split("/", 1)
+    if provider == "openrouter" and (model.endswith(":free") or model == "openrouter/free"):
+        return "openrouter-free"
+    if provider == "groq":
+        return "groq-llama-70b"
+    return f"{provider} (off-quota)"
+
+
 def rests():
     status, _, body = call("GET", "/v1/rests")
     return body.get("rests", []) if status == 200 and isinstance(body, dict) else []
@@ -115,6 +142,7 @@ def main():
     print(f"enqueued {len(tracked)} runs from 4 users")
 
     seen_rests, refused_at_enqueue, approved, delayed_seen = {}, [], set(), set()
+    shapes_sent = False
     start = time.time()
     last_line = ""
     while True:
@@ -122,6 +150,14 @@ def main():
         for r in rests():
             seen_rests[f"{r['scope']}:{r['key']}"] = r.get("reason", "")
         pool_rest = next((r for r in rests() if r["scope"] == "pool"), None)
+        if pool_rest and not shapes_sent and MODE == "sim":
+            shapes_sent = True
+            for body in shape_runs():
+                status, _, payload = call("POST", "/v1/runs", body)
+                if status != 202:
+                    sys.exit(f"demo: enqueue failed: {status} {payload}")
+                tracked[payload["run_id"]] = "shapes"
+            print(f"  OpenRouter's free pool rests: {len(shape_runs())} runs over OpenRouter free → Groq free → paid")
         if pool_rest and not refused_at_enqueue and MODE == "sim":
             status, headers, payload = call("POST", "/v1/runs", run_request("dave", "can I go now?", [{"model": FREE_A}, {"model": FREE_B}], on_rest="refuse"))
             retry = headers.get("Retry-After") or headers.get("retry-after")
@@ -156,15 +192,17 @@ def main():
         time.sleep(0.5)
 
     print()
-    print(f"{'run':32} {'kind':12} {'user':6} {'status':18} {'code':18} calls  delayed")
-    rows, calls = [], []
+    print(f"{'run':32} {'kind':12} {'user':6} {'status':18} {'code':18} calls  delayed  served by")
+    rows, calls, served = [], [], {}
     for rid, label in tracked.items():
         v = call("GET", f"/v1/runs/{rid}")[2]
         kinds = events_of(rid)
         delayed = "delayed" in kinds or rid in delayed_seen
         rows.append((v, delayed))
         calls.append(v["calls"])
-        print(f"{rid:32} {label:12} {v['user_id']:6} {v['status']:18} {str(v.get('code') or ''):18} {v['calls']:5}  {'yes' if delayed else ''}")
+        by = served_by(v)
+        served.setdefault(by, []).append(label)
+        print(f"{rid:32} {label:12} {v['user_id']:6} {v['status']:18} {str(v.get('code') or ''):18} {v['calls']:5}  {'yes' if delayed else '   '}      {by}")
     succeeded = sum(1 for v, _ in rows if v["status"] == "succeeded")
     delayed_done = sum(1 for v, d in rows if d and v["status"] == "succeeded")
     failed = [v for v, _ in rows if v["status"] in ("failed", "refused")]
@@ -174,6 +212,11 @@ def main():
     print(f"  refused at enqueue while the pool rested: {len(refused_at_enqueue)}")
     print(f"  calls per run: mean {sum(calls) / max(len(calls), 1):.2f}, max {max(calls or [0])}")
     print(f"  rests seen: {', '.join(sorted(seen_rests)) or 'none'}")
+    print("  served by: " + "; ".join(f"{pool} {len(labels)} ({', '.join(sorted(set(labels)))})" for pool, labels in sorted(served.items())))
+    pools = call("GET", "/v1/pools")[2]
+    if isinstance(pools, dict):
+        shapes = [f"{p['name']} ({p['provider']}, {p.get('rpm') or '?'} per {p['window_s']} s {p['window']}, {p['connection']})" for p in pools.get("pools", [])]
+        print(f"  pools: {'; '.join(shapes)}")
     if SIM:
         log = call("GET", "/_sim/calls", base=SIM)[2]
         print(f"  provider calls: {len(log)}, of which 429: {sum(1 for c in log if c['status'] == 429)}")
@@ -183,6 +226,8 @@ def main():
         sys.exit(f"demo: {len(failed)} runs failed: {[(v['run_id'], v.get('code')) for v in failed]}")
     if MODE == "sim" and (not seen_rests or delayed_done == 0 or not refused_at_enqueue or refused_at_enqueue[0][0] != 429):
         sys.exit("demo: the scenario did not show a rest, a delayed run and a refusal")
+    if MODE == "sim" and not ({"groq-llama-70b", "paid (off-quota)"} <= set(served)):
+        sys.exit(f"demo: the chain of shapes did not fail over to Groq and to the paid provider: {served}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The demo: a local Redis (unless REDIS_URL is set), the simulator with a small shared quota
-# (unless OPENROUTER_API_KEY is set, then the real OpenRouter with a small batch), two worker
-# replicas and the web API; a batch of runs that shows a rest, delayed runs and their
-# completion; then a summary and the board URL.
+# The demo: a local Redis (unless REDIS_URL is set), the simulator playing OpenRouter (a small
+# shared free quota), Groq (a small per-model pool) and a paid provider, configured through
+# FREEWAY_CONFIG (unless OPENROUTER_API_KEY is set, then the real OpenRouter with a small batch),
+# two worker replicas and the web API; a batch of runs that shows rests, delayed runs, failover
+# between free tiers of different shapes and completion; then a summary and the board URL.
 #
 #   scripts/demo.sh            the demo (release build)
 #   scripts/demo.sh --short    a smaller batch (CI runs this, with --debug to reuse the test build)
@@ -49,12 +50,34 @@ export RUST_LOG=${RUST_LOG:-info}
 
 if [ -z "${OPENROUTER_API_KEY:-}" ]; then
     sim_port=$(free_port)
-    # 4 free requests per 10 s window: the shared quota runs out within seconds.
-    "$bin/sim" --addr "127.0.0.1:$sim_port" --rpm 4 --window-s 10 --latency-ms 150 --token-rate 200 \
-        >"$DEMO_DIR/sim.out" 2>"$DEMO_DIR/sim.log" &
+    # 4 free OpenRouter requests and 2 Groq requests per 10 s window: both free tiers run out
+    # within seconds, each in its own shape.
+    "$bin/sim" --addr "127.0.0.1:$sim_port" --rpm 4 --groq-rpm 2 --window-s 10 --latency-ms 150 \
+        --token-rate 200 >"$DEMO_DIR/sim.out" 2>"$DEMO_DIR/sim.log" &
     pids+=($!)
     export OPENROUTER_BASE_URL="http://127.0.0.1:$sim_port/api/v1"
     export OPENROUTER_API_KEY="sk-or-v1-demo-platform-key"
+    export GROQ_API_KEY="gsk_demo_platform_key" PAID_API_KEY="sk-demo-paid-key"
+    cat >"$DEMO_DIR/freeway.toml" <<TOML
+[providers.groq]
+base_url = "http://127.0.0.1:$sim_port/groq/openai/v1"
+api_key_env = "GROQ_API_KEY"
+dialect = "groq"
+
+[pools.groq-llama-70b]
+provider = "groq"
+models = ["llama-3.3-70b-versatile"]
+connection = "each"
+rpm = 2
+window = "rolling"
+window_s = 10
+
+[providers.paid]
+base_url = "http://127.0.0.1:$sim_port/generic/v1"
+api_key_env = "PAID_API_KEY"
+dialect = "generic"
+TOML
+    export FREEWAY_CONFIG="$DEMO_DIR/freeway.toml"
     export DEMO_SIM_URL="http://127.0.0.1:$sim_port"
     mode=sim
 else

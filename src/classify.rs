@@ -22,9 +22,10 @@
 //!   not an `auth` circuit that would close every route of the connection for an hour.
 //! - `X-RateLimit-Reset` is epoch milliseconds on OpenRouter; a value too small to be one (epoch
 //!   seconds or a delta from another API) is ignored rather than read as a moment in 1970.
-//! - `Retry-After` is read as delta-seconds (integer or decimal); an HTTP-date is ignored.
+//! - `Retry-After` is read as delta-seconds (integer or decimal) or an HTTP-date (RFC 9110), the
+//!   latter as the time from `now_ms` to that moment.
 
-use crate::day::next_midnight_ms;
+use crate::day::{next_midnight_ms, parse_http_date_ms};
 use crate::dialect::{DayClock, Dialect};
 use crate::headers::Headers;
 use crate::provider::CallError;
@@ -260,7 +261,7 @@ pub fn classify_response(
     route: &Route,
     now_ms: u64,
 ) -> Classification {
-    let signals = Signals::read(headers, body);
+    let signals = Signals::read(headers, body, now_ms);
     let decision = match status {
         402 | 429 => match &route.pool {
             Some(pool) => shared_rule(&signals, route, pool, now_ms),
@@ -423,6 +424,8 @@ struct Signals {
     content_block: bool,
     /// `metadata.retry_after_seconds`, in ms.
     retry_after_seconds_ms: Option<u64>,
+    /// `Retry-After`, delta-seconds or an HTTP-date, as ms from now.
+    retry_after_ms: Option<u64>,
     /// The refusal names a per-day quota (message or a Google `quotaId`).
     says_per_day: bool,
     /// Google's `status: RESOURCE_EXHAUSTED`.
@@ -430,11 +433,14 @@ struct Signals {
 }
 
 impl Signals {
-    fn read(headers: &Headers, body: &[u8]) -> Signals {
+    fn read(headers: &Headers, body: &[u8], now_ms: u64) -> Signals {
         let mut signals = Signals {
             headers: headers.clone(),
             ..Signals::default()
         };
+        signals.retry_after_ms = signals.headers.get("retry-after").and_then(|v| {
+            parse_seconds_ms(v).or_else(|| Some(parse_http_date_ms(v)?.saturating_sub(now_ms)))
+        });
         let Ok(root) = serde_json::from_slice::<Value>(body) else {
             return signals;
         };
@@ -496,7 +502,7 @@ impl Signals {
     }
 
     fn retry_after_ms(&self) -> Option<u64> {
-        self.headers.get("retry-after").and_then(parse_seconds_ms)
+        self.retry_after_ms
     }
 
     fn retry_hint_ms(&self) -> Option<u64> {

@@ -1179,3 +1179,20 @@ models = ["gemini-*"]
     );
     assert_eq!(c.rest_ms(NOW_A), 578_000, "{c:?}");
 }
+
+/// `Retry-After` may be an HTTP-date (RFC 9110 §10.2.3): it is the wait until that moment.
+#[test]
+fn an_http_date_retry_after_is_the_time_until_that_moment() {
+    let body = r#"{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"busy","provider_name":"Venice"}}}"#;
+    // NOW_A is 2026-07-26T09:04:30Z; the header names 09:05:00 of that day.
+    let hs = [("Retry-After", "Sun, 26 Jul 2026 09:05:00 GMT")];
+    let c = run(429, &hs, body, LLAMA_FREE, NOW_A);
+    assert_eq!(
+        (c.verdict, c.retry_hint_ms),
+        (Verdict::Provider, Some(30_000))
+    );
+    assert_eq!(c.rest_ms(NOW_A), 30_000);
+    // A date in the past is a hint of nothing left to wait: the shortest rest.
+    let hs = [("Retry-After", "Sun, 26 Jul 2026 09:00:00 GMT")];
+    assert_eq!(run(429, &hs, body, LLAMA_FREE, NOW_A).rest_ms(NOW_A), 1_000);
+}

@@ -407,3 +407,33 @@ async fn a_stream_cap_that_is_not_a_positive_number_is_bad_configuration() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_bad_configuration_file_stops_every_command_with_one_line() {
+    let env = Env::new();
+    let dir = temp_dir("cli-config");
+    let path = dir.join("freeway.toml");
+    std::fs::write(
+        &path,
+        "[pools.p]\nprovider = \"openrouter\"\nmodels = [\"a{b,c}\"]\n",
+    )
+    .expect("write");
+    for args in [
+        &["serve", "--addr", "127.0.0.1:0"][..],
+        &["enqueue", "--user", "u1", "--input", "hi", "--route", "x/y"][..],
+    ] {
+        let mut cmd = env.command(args);
+        cmd.env("FREEWAY_CONFIG", &path);
+        let out = tokio::time::timeout(BOUND, cmd.output())
+            .await
+            .expect("the command ends")
+            .expect("the command runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("FREEWAY_CONFIG") && err.contains("pools.p.models"),
+            "{err}"
+        );
+    }
+}

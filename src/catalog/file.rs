@@ -418,6 +418,17 @@ window = "rolling"
     }
 
     #[test]
+    fn the_documented_example_is_a_valid_file() {
+        let c = merged(include_str!("../../docs/freeway.example.toml")).unwrap();
+        assert_eq!(c.pools().count(), 3);
+        assert_eq!(c.providers().count(), 4);
+        assert_eq!(
+            c.pools.get("openrouter-free").and_then(|p| p.rpd),
+            Some(1000)
+        );
+    }
+
+    #[test]
     fn durations_read_as_seconds() {
         assert_eq!(parse_every("7d"), Ok(Some(604_800)));
         assert_eq!(parse_every("90s"), Ok(Some(90)));

@@ -205,3 +205,32 @@ fn every_binary_refuses_a_bad_file_before_doing_anything() {
         .expect("worker runs");
     assert_refused(&classify, "unknown field `rpx`");
 }
+
+#[test]
+fn classify_reads_a_route_of_a_configured_provider_by_its_dialect() {
+    let path = config_file(
+        "[providers.gemini]\nbase_url = \"https://g.example/v1beta/openai\"\ndialect = \"gemini\"\n\
+         [pools.gemini-flash]\nprovider = \"gemini\"\nmodels = [\"gemini-*\"]\n",
+    );
+    let raw = "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\r\n\
+        [{\"error\":{\"code\":429,\"message\":\"You exceeded your current quota\",\"status\":\"RESOURCE_EXHAUSTED\",\
+        \"details\":[{\"@type\":\"type.googleapis.com/google.rpc.QuotaFailure\",\"violations\":[{\"quotaId\":\"GenerateRequestsPerDayPerProjectPerModel-FreeTier\"}]},\
+        {\"@type\":\"type.googleapis.com/google.rpc.RetryInfo\",\"retryDelay\":\"36s\"}]}}]";
+    let out = support::run_worker(
+        &["classify", "--route", "gemini:gemini-2.5-flash"],
+        &[("FREEWAY_CONFIG", path.to_str().expect("utf-8 path"))],
+        raw.as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!(v["verdict"], "account");
+    assert_eq!(v["scope"], "pool:gemini-flash");
+    assert_eq!(v["day"], true);
+    // Until the next midnight Pacific: more than the RetryInfo's 36 s, at most a day.
+    let rest_s = v["rest_s"].as_u64().expect("rest_s");
+    assert!(rest_s > 36 && rest_s <= 25 * 3600, "{v}");
+}

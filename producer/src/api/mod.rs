@@ -24,6 +24,7 @@ pub mod health;
 pub mod json_only;
 pub mod metrics;
 pub mod origin;
+pub mod pools;
 pub mod rests;
 pub mod runs;
 pub mod user;
@@ -82,6 +83,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             put(connections::put).delete(connections::delete),
         )
         .route("/rests", get(rests::list))
+        .route("/pools", get(pools::pools))
+        .route("/providers", get(pools::providers))
         .route("/rests/{scope}/{*key}", delete(rests::clear))
         .route("/board/overview", get(board::overview))
         .route("/board/runs", get(board::runs))

@@ -44,6 +44,8 @@ pub struct Fleet {
     pub base: String,
     pub http: reqwest::Client,
     logging: Logging,
+    /// More variables for every process (a configuration file, providers' keys).
+    env: Vec<(String, String)>,
     children: Vec<(String, Child)>,
 }
 
@@ -81,6 +83,18 @@ impl Fleet {
         workers: usize,
         logging: Logging,
     ) -> Fleet {
+        Fleet::start_with(name, sim_config, workers, logging, |_| Vec::new()).await
+    }
+
+    /// [`Fleet::start`], every process also getting the variables `env` makes from the
+    /// simulator (its base URLs, for a configuration file).
+    pub async fn start_with(
+        name: &str,
+        sim_config: sim::SimConfig,
+        workers: usize,
+        logging: Logging,
+        env: impl FnOnce(&sim::SimHandle) -> Vec<(String, String)>,
+    ) -> Fleet {
         freeway::provider::install_crypto();
         let ns = unique(&format!("fleet-{name}"));
         let dir = std::env::temp_dir().join(&ns);
@@ -96,6 +110,7 @@ impl Fleet {
             .await
             .expect("the simulator starts");
         let port = free_port();
+        let env = env(&sim);
         let mut fleet = Fleet {
             ns,
             dir,
@@ -104,6 +119,7 @@ impl Fleet {
             base: format!("http://127.0.0.1:{port}"),
             http: reqwest::Client::new(),
             logging,
+            env,
             children: Vec::new(),
         };
         let addr = format!("127.0.0.1:{port}");
@@ -140,6 +156,7 @@ impl Fleet {
                 "FREEWAY_LOG_FORMAT",
                 if self.logging.json { "json" } else { "pretty" },
             )
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env_remove("RUST_BACKTRACE")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,138 @@
+//! Pairing free tiers by shape, as processes: `producer serve` and a worker read one
+//! `FREEWAY_CONFIG` naming OpenRouter, Groq and a paid provider, all played by one simulator.
+//! A chain free OpenRouter → free Groq → paid answers from Groq while OpenRouter's minute is
+//! spent; `/v1/pools` and `/v1/providers` show the shapes and the rest.
+
+mod common;
+
+use common::fleet::{Fleet, Logging};
+use serde_json::{Value, json};
+use sim::Provider;
+use std::time::Duration;
+
+const FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
+
+fn config(sim: &sim::SimHandle, dir: &std::path::Path) -> Vec<(String, String)> {
+    let text = format!(
+        r#"
+[providers.groq]
+base_url = "{groq}"
+api_key_env = "GROQ_API_KEY"
+dialect = "groq"
+
+[pools.groq-llama-70b]
+provider = "groq"
+models = ["llama-3.3-70b-versatile"]
+connection = "each"
+rpm = 30
+window = "rolling"
+
+[providers.paid]
+base_url = "{paid}"
+api_key_env = "PAID_API_KEY"
+dialect = "generic"
+"#,
+        groq = sim.base_url_of(Provider::Groq),
+        paid = sim.base_url_of(Provider::Generic),
+    );
+    std::fs::create_dir_all(dir).expect("a temp dir");
+    let path = dir.join("freeway.toml");
+    std::fs::write(&path, text).expect("the configuration file");
+    vec![
+        ("FREEWAY_CONFIG".into(), path.display().to_string()),
+        ("GROQ_API_KEY".into(), "gsk_fleet".into()),
+        ("PAID_API_KEY".into(), "sk-paid-fleet".into()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_chain_fails_over_from_openrouter_to_groq_and_the_api_shows_the_pools() {
+    let dir = std::env::temp_dir().join(format!("freeway-shapes-{}", ulid::Ulid::generate()));
+    let sim_config = sim::SimConfig {
+        rpm: 0,
+        ..sim::SimConfig::default()
+    };
+    let fleet = Fleet::start_with("shapes", sim_config, 1, Logging::default(), |sim| {
+        config(sim, &dir)
+    })
+    .await;
+    let body = json!({
+        "user_id": "u1",
+        "input": "hello",
+        "routes": [
+            {"model": FREE},
+            {"model": "llama-3.3-70b-versatile", "provider": "groq"},
+            {"model": "gpt-4o-mini", "provider": "paid"},
+        ],
+    });
+    let id = fleet.enqueue(body).await;
+    let run = fleet.settled(&id, Duration::from_secs(40)).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let calls: Vec<(Provider, String, u16)> = fleet
+        .sim
+        .calls()
+        .into_iter()
+        .map(|c| (c.provider, c.key, c.status))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (
+                Provider::OpenRouter,
+                common::fleet::PLATFORM_KEY.to_string(),
+                429
+            ),
+            (Provider::Groq, "gsk_fleet".to_string(), 200),
+        ]
+    );
+
+    // A provider the file does not name is refused at enqueue, and nothing is written.
+    let (status, error) = fleet
+        .call(
+            "POST",
+            "/v1/runs",
+            Some(&json!({"user_id": "u1", "input": "x", "routes": [{"model": "m", "provider": "mistral"}]})),
+        )
+        .await;
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("groq")),
+        "{error}"
+    );
+
+    let pools = fleet.json("/v1/pools").await;
+    let pool = |name: &str| -> Value {
+        pools["pools"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {pools}"))
+    };
+    let free = pool("openrouter-free");
+    assert_eq!(free["rpm"], 20);
+    assert_eq!(free["rests"][0]["instance"], "openrouter-free", "{free}");
+    assert!(
+        free["rests"][0]["remaining_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 0)
+    );
+    let groq = pool("groq-llama-70b");
+    assert_eq!(
+        (&groq["connection"], &groq["window"]),
+        (&json!("each"), &json!("rolling"))
+    );
+    assert_eq!(groq["rests"], json!([]));
+
+    let providers = fleet.json("/v1/providers").await;
+    let names: Vec<&str> = providers["providers"]
+        .as_array()
+        .map(|p| p.iter().filter_map(|p| p["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["groq", "openrouter", "paid"]);
+    assert!(
+        !providers.to_string().contains("gsk_fleet"),
+        "no key: {providers}"
+    );
+}
