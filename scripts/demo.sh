@@ -53,30 +53,15 @@ if [ -z "${OPENROUTER_API_KEY:-}" ]; then
     # 4 free OpenRouter requests and 2 Groq requests per 10 s window: both free tiers run out
     # within seconds, each in its own shape.
     "$bin/sim" --addr "127.0.0.1:$sim_port" --rpm 4 --groq-rpm 2 --window-s 10 --latency-ms 150 \
-        --token-rate 200 >"$DEMO_DIR/sim.out" 2>"$DEMO_DIR/sim.log" &
+        --token-rate 200 --freeway-config "$DEMO_DIR/freeway.toml" \
+        >"$DEMO_DIR/sim.out" 2>"$DEMO_DIR/sim.log" &
     pids+=($!)
     export OPENROUTER_BASE_URL="http://127.0.0.1:$sim_port/api/v1"
     export OPENROUTER_API_KEY="sk-or-v1-demo-platform-key"
     export GROQ_API_KEY="gsk_demo_platform_key" PAID_API_KEY="sk-demo-paid-key"
-    cat >"$DEMO_DIR/freeway.toml" <<TOML
-[providers.groq]
-base_url = "http://127.0.0.1:$sim_port/groq/openai/v1"
-api_key_env = "GROQ_API_KEY"
-dialect = "groq"
-
-[pools.groq-llama-70b]
-provider = "groq"
-models = ["llama-3.3-70b-versatile"]
-connection = "each"
-rpm = 2
-window = "rolling"
-window_s = 10
-
-[providers.paid]
-base_url = "http://127.0.0.1:$sim_port/generic/v1"
-api_key_env = "PAID_API_KEY"
-dialect = "generic"
-TOML
+    # The simulator writes the configuration that names its Groq, Gemini and paid provider.
+    for _ in $(seq 100); do [ -s "$DEMO_DIR/freeway.toml" ] && break; sleep 0.1; done
+    [ -s "$DEMO_DIR/freeway.toml" ] || { echo "demo: the simulator did not start" >&2; exit 1; }
     export FREEWAY_CONFIG="$DEMO_DIR/freeway.toml"
     export DEMO_SIM_URL="http://127.0.0.1:$sim_port"
     mode=sim

@@ -19,52 +19,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const OR_FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
-const GROQ_MODEL: &str = "llama-3.3-70b-versatile";
-const GEMINI_MODEL: &str = "gemini-2.5-flash";
 const GROQ_POOL: &str = "groq-llama-70b";
 
-/// The configuration an operator would write for this simulator.
+/// The configuration that points freeway at this simulator's providers.
 fn catalog(sim: &sim::SimHandle) -> Catalog {
-    let text = format!(
-        r#"
-[providers.openrouter]
-base_url = "{openrouter}"
-
-[providers.groq]
-base_url = "{groq}"
-api_key_env = "GROQ_API_KEY"
-dialect = "groq"
-
-[pools.{GROQ_POOL}]
-provider = "groq"
-models = ["{GROQ_MODEL}"]
-connection = "each"
-rpm = 30
-window = "rolling"
-
-[providers.gemini]
-base_url = "{gemini}"
-api_key_env = "GEMINI_API_KEY"
-dialect = "gemini"
-
-[pools.gemini-flash]
-provider = "gemini"
-models = ["{GEMINI_MODEL}"]
-connection = "platform"
-rpm = 10
-rpd = 250
-
-[providers.paid]
-base_url = "{generic}"
-api_key_env = "PAID_API_KEY"
-dialect = "generic"
-"#,
-        openrouter = sim.base_url_of(Provider::OpenRouter),
-        groq = sim.base_url_of(Provider::Groq),
-        gemini = sim.base_url_of(Provider::Gemini),
-        generic = sim.base_url_of(Provider::Generic),
+    let openrouter = format!(
+        "[providers.openrouter]\nbase_url = \"{}\"\n",
+        sim.base_url()
     );
-    Catalog::from_toml(&text).expect("a valid configuration")
+    Catalog::from_toml(&(openrouter + &sim.freeway_config())).expect("a valid configuration")
 }
 
 /// The platform key of each provider: the call log shows which one every call spent.
@@ -256,7 +219,7 @@ async fn a_spent_gemini_day_rests_its_pool_until_midnight_pacific() {
     let now = freeway::clock::epoch_ms();
     let midnight = freeway::day::next_midnight_ms(chrono_tz::America::Los_Angeles, now);
     let rest = s
-        .pool_rest_ms("gemini-flash")
+        .pool_rest_ms("gemini-flash@platform")
         .await
         .expect("the pool rests");
     // Gemini's RetryInfo said under a minute; a spent day is worth nothing before midnight.

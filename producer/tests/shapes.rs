@@ -1,5 +1,6 @@
 //! Pairing free tiers by shape, as processes: `producer serve` and a worker read one
-//! `FREEWAY_CONFIG` naming OpenRouter, Groq and a paid provider, all played by one simulator.
+//! `FREEWAY_CONFIG` naming Groq, Gemini and a paid provider, all played by one simulator with
+//! OpenRouter.
 //! A chain free OpenRouter → free Groq → paid answers from Groq while OpenRouter's minute is
 //! spent; `/v1/pools` and `/v1/providers` show the shapes and the rest.
 
@@ -13,31 +14,9 @@ use std::time::Duration;
 const FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
 
 fn config(sim: &sim::SimHandle, dir: &std::path::Path) -> Vec<(String, String)> {
-    let text = format!(
-        r#"
-[providers.groq]
-base_url = "{groq}"
-api_key_env = "GROQ_API_KEY"
-dialect = "groq"
-
-[pools.groq-llama-70b]
-provider = "groq"
-models = ["llama-3.3-70b-versatile"]
-connection = "each"
-rpm = 30
-window = "rolling"
-
-[providers.paid]
-base_url = "{paid}"
-api_key_env = "PAID_API_KEY"
-dialect = "generic"
-"#,
-        groq = sim.base_url_of(Provider::Groq),
-        paid = sim.base_url_of(Provider::Generic),
-    );
     std::fs::create_dir_all(dir).expect("a temp dir");
     let path = dir.join("freeway.toml");
-    std::fs::write(&path, text).expect("the configuration file");
+    std::fs::write(&path, sim.freeway_config()).expect("the configuration file");
     vec![
         ("FREEWAY_CONFIG".into(), path.display().to_string()),
         ("GROQ_API_KEY".into(), "gsk_fleet".into()),
@@ -130,7 +109,7 @@ async fn a_configured_chain_fails_over_from_openrouter_to_groq_and_the_api_shows
         .as_array()
         .map(|p| p.iter().filter_map(|p| p["name"].as_str()).collect())
         .unwrap_or_default();
-    assert_eq!(names, ["groq", "openrouter", "paid"]);
+    assert_eq!(names, ["gemini", "groq", "openrouter", "paid"]);
     assert!(
         !providers.to_string().contains("gsk_fleet"),
         "no key: {providers}"

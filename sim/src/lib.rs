@@ -37,6 +37,7 @@ mod clock;
 mod config;
 mod control;
 mod faults;
+mod freeway_config;
 mod ids;
 mod model;
 mod server;

@@ -74,6 +74,9 @@ struct Cli {
         value_name = "N"
     )]
     keepalive_comments: u32,
+    /// Write a FREEWAY_CONFIG naming this simulator's providers to FILE once it listens
+    #[arg(long, value_name = "FILE")]
+    freeway_config: Option<std::path::PathBuf>,
     /// Call-log capacity (oldest records dropped beyond it)
     #[arg(
         long,
@@ -145,10 +148,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(cli.addr, config))
+    runtime.block_on(run(cli.addr, config, cli.freeway_config))
 }
 
-async fn run(addr: SocketAddr, config: SimConfig) -> ExitCode {
+async fn run(
+    addr: SocketAddr,
+    config: SimConfig,
+    freeway_config: Option<std::path::PathBuf>,
+) -> ExitCode {
     let handle = match sim::start(config, addr).await {
         Ok(h) => h,
         Err(e) => {
@@ -156,6 +163,12 @@ async fn run(addr: SocketAddr, config: SimConfig) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(path) = freeway_config
+        && let Err(e) = std::fs::write(&path, handle.freeway_config())
+    {
+        eprintln!("error: cannot write {}: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
     println!("sim listening on http://{}", handle.addr);
     shutdown_signal().await;
     tracing::info!("shutting down");

@@ -294,6 +294,12 @@ impl SimHandle {
         format!("http://{}{base}", self.addr)
     }
 
+    /// A `FREEWAY_CONFIG` naming this simulator's Groq, Gemini and paid provider, with pools at
+    /// the limits it plays (the limits in force when it started).
+    pub fn freeway_config(&self) -> String {
+        crate::freeway_config::render(&self.shared.config(), |p| self.base_url_of(p))
+    }
+
     /// Every logged chat request, oldest first.
     pub fn calls(&self) -> Vec<CallRecord> {
         self.shared.calls(0)
