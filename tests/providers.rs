@@ -282,3 +282,24 @@ async fn a_users_own_groq_key_spends_its_own_pool_instance() {
     );
     assert_eq!(s.pool_rest_ms(&format!("{GROQ_POOL}@platform")).await, None);
 }
+
+#[tokio::test]
+async fn a_spent_groq_day_rests_that_models_pool_for_its_hint_uncapped() {
+    let s = setup(sim::SimConfig {
+        groq_rpd: 0,
+        ..sim::SimConfig::default()
+    })
+    .await;
+    let groq = "groq:llama-3.3-70b-versatile";
+    assert_eq!(s.run("u1", &[groq, "paid:gpt-4o-mini"]).await, succeeded());
+    assert_eq!(s.calls()[0], (Provider::Groq, "gsk_platform".into(), 429));
+    // Groq's day is rolling: its retry-after (the simulator's wait to the refill) is the rest.
+    let rest = s
+        .pool_rest_ms("groq-llama-70b@platform")
+        .await
+        .expect("the pool rests");
+    assert!(
+        rest > 300_000,
+        "a day refusal is not capped at 300 s: {rest}"
+    );
+}

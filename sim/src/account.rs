@@ -46,6 +46,8 @@ pub(crate) struct GroqVerdict {
     pub remaining_tokens: u64,
     /// Milliseconds until the window ends.
     pub reset_in_ms: u64,
+    /// Refused because the (key, model) day is spent: the limit, and the ms until it refills.
+    pub day_spent: Option<(u32, u64)>,
 }
 
 impl GroqVerdict {
@@ -67,6 +69,8 @@ struct GroqCounters {
     window_start_ms: u64,
     requests: u32,
     tokens: u64,
+    day_start_ms: u64,
+    in_day: u32,
 }
 
 /// Why Gemini refused a request.
@@ -206,14 +210,21 @@ impl Accounts {
         let window_ms = cfg.window_s * 1000;
         let win = window_start(now_ms, window_ms);
         if c.window_start_ms != win {
-            *c = GroqCounters {
-                window_start_ms: win,
-                ..GroqCounters::default()
-            };
+            c.window_start_ms = win;
+            c.requests = 0;
+            c.tokens = 0;
         }
-        let refused = c.requests >= rpm;
+        let day = window_start(now_ms, DAY_MS);
+        if c.day_start_ms != day {
+            c.day_start_ms = day;
+            c.in_day = 0;
+        }
+        let day_spent =
+            (c.in_day >= cfg.groq_rpd).then(|| (cfg.groq_rpd, next_midnight(now_ms) - now_ms));
+        let refused = day_spent.is_some() || c.requests >= rpm;
         if !refused {
             c.requests += 1;
+            c.in_day += 1;
             c.tokens = c.tokens.saturating_add(tokens);
         }
         GroqVerdict {
@@ -222,6 +233,7 @@ impl Accounts {
             used_requests: c.requests,
             remaining_tokens: GROQ_TPM.saturating_sub(c.tokens),
             reset_in_ms: win + window_ms - now_ms,
+            day_spent,
         }
     }
 }

@@ -129,6 +129,8 @@ pub struct SimConfig {
     pub mode: Mode,
     /// Groq (`/groq/…`): requests per window and per (key, model).
     pub groq_rpm: u32,
+    /// Groq: requests per UTC day and per (key, model).
+    pub groq_rpd: u32,
     /// Gemini (`/gemini/…`): requests per minute and per (key, model).
     pub gemini_rpm: u32,
     /// Gemini: requests per day (midnight Pacific) and per (key, model).
@@ -151,6 +153,7 @@ impl Default for SimConfig {
             high_balance: false,
             mode: Mode::OpenRouter,
             groq_rpm: 30,
+            groq_rpd: 1000,
             gemini_rpm: 10,
             gemini_rpd: 250,
             keepalive_comments: 2,
@@ -198,6 +201,7 @@ pub struct ConfigPatch {
     pub high_balance: Option<bool>,
     pub keepalive_comments: Option<u32>,
     pub groq_rpm: Option<u32>,
+    pub groq_rpd: Option<u32>,
     pub gemini_rpm: Option<u32>,
     pub gemini_rpd: Option<u32>,
 }
@@ -232,6 +236,9 @@ impl ConfigPatch {
         }
         if let Some(v) = self.groq_rpm {
             next.groq_rpm = v;
+        }
+        if let Some(v) = self.groq_rpd {
+            next.groq_rpd = v;
         }
         if let Some(v) = self.gemini_rpm {
             next.gemini_rpm = v;

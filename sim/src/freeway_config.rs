@@ -22,6 +22,7 @@ provider = "groq"
 models = ["llama-3.3-70b-versatile"]
 connection = "each"
 rpm = {groq_rpm}
+rpd = {groq_rpd}
 window = "rolling"
 window_s = {window_s}
 
@@ -47,6 +48,7 @@ dialect = "generic"
         gemini = base_url_of(Provider::Gemini),
         paid = base_url_of(Provider::Generic),
         groq_rpm = config.groq_rpm.max(1),
+        groq_rpd = config.groq_rpd.max(1),
         window_s = config.window_s,
         gemini_rpm = config.gemini_rpm.max(1),
         gemini_rpd = config.gemini_rpd.max(1),

@@ -52,6 +52,9 @@ struct Cli {
     /// Groq (/groq/openai/v1): requests per window, per key and model
     #[arg(long, env = "SIM_GROQ_RPM", default_value_t = 30, value_name = "N")]
     groq_rpm: u32,
+    /// Groq: requests per UTC day, per key and model
+    #[arg(long, env = "SIM_GROQ_RPD", default_value_t = 1000, value_name = "N")]
+    groq_rpd: u32,
     /// Gemini (/gemini/v1beta/openai): requests per minute, per key and model
     #[arg(long, env = "SIM_GEMINI_RPM", default_value_t = 10, value_name = "N")]
     gemini_rpm: u32,
@@ -99,6 +102,7 @@ impl Cli {
             high_balance: self.high_balance,
             mode: self.mode,
             groq_rpm: self.groq_rpm,
+            groq_rpd: self.groq_rpd,
             gemini_rpm: self.gemini_rpm,
             gemini_rpd: self.gemini_rpd,
             keepalive_comments: self.keepalive_comments,

@@ -150,6 +150,7 @@ impl Shared {
             Verdict::FreeTier(Refusal::PerDay {
                 high_balance: true, ..
             }) => (429, "free_per_day_high_balance"),
+            Verdict::GroqLimited(g) if g.day_spent.is_some() => (429, "groq_rpd"),
             Verdict::GroqLimited(_) => (429, "groq_rpm"),
             Verdict::GeminiLimited(r) if r.per_day => (429, "gemini_per_day"),
             Verdict::GeminiLimited(_) => (429, "gemini_per_minute"),

@@ -100,7 +100,7 @@ async fn quotas_and_shape_change_at_runtime() {
     assert_eq!(
         v,
         json!({"rpm": 20, "rpd": 50, "window_s": 60, "latency_ms": 0, "token_rate": 0, "shape": "2026",
-               "high_balance": false, "mode": "openrouter", "groq_rpm": 30, "gemini_rpm": 10,
+               "high_balance": false, "mode": "openrouter", "groq_rpm": 30, "groq_rpd": 1000, "gemini_rpm": 10,
                "gemini_rpd": 250, "keepalive_comments": 2, "log_cap": 1_000_000})
     );
 

@@ -84,6 +84,42 @@ async fn every_provider_counts_its_own_quota_and_the_log_names_it() {
 }
 
 #[tokio::test]
+async fn groq_refuses_a_spent_day_naming_rpd_with_the_wait_to_the_refill() {
+    let sim = start(SimConfig {
+        groq_rpd: 2,
+        ..SimConfig::default()
+    })
+    .await;
+    fresh_day(&sim);
+    let c = client();
+    let model = "llama-3.3-70b-versatile";
+    for _ in 0..2 {
+        assert_eq!(send(&c, &sim, Provider::Groq, "gsk", model).await.0, 200);
+    }
+    // The next minute still finds the day spent.
+    sim.advance_clock(60_000);
+    let (status, headers, body) = send(&c, &sim, Provider::Groq, "gsk", model).await;
+    assert_eq!(status, 429);
+    let message = parse(&body)["error"]["message"]
+        .as_str()
+        .map(str::to_string);
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("requests per day (RPD): Limit 2, Used 2")),
+        "{message:?}"
+    );
+    let retry: u64 = header(&headers, "retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("retry-after");
+    assert!(retry > 300 && retry <= 86_400, "{retry}");
+    assert_eq!(
+        sim.calls().last().map(|r| r.variant.clone()).as_deref(),
+        Some("groq_rpd")
+    );
+}
+
+#[tokio::test]
 async fn gemini_refuses_a_spent_minute_and_a_spent_day_as_google_does() {
     let sim = start(SimConfig {
         gemini_rpm: 2,

@@ -52,14 +52,21 @@ struct GroqError<'a> {
     code: &'static str,
 }
 
-/// Groq's RPM 429 (docs/providers.md §4.2) with `retry-after` and the six headers.
+/// Groq's RPM or RPD 429 (docs/providers.md §4.2) with `retry-after` and the six headers.
 pub(crate) fn groq_429(model: &str, key: &str, v: &GroqVerdict) -> Response {
+    let (per, limit, used, wait_ms) = match v.day_spent {
+        Some((limit, wait_ms)) => ("requests per day (RPD)", limit, limit, wait_ms),
+        None => (
+            "requests per minute (RPM)",
+            v.limit_requests,
+            v.used_requests,
+            v.reset_in_ms,
+        ),
+    };
     let message = format!(
-        "Rate limit reached for model `{model}` in organization `{}` service tier `on_demand` on requests per minute (RPM): Limit {}, Used {}, Requested 1. Please try again in {}. Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing",
+        "Rate limit reached for model `{model}` in organization `{}` service tier `on_demand` on {per}: Limit {limit}, Used {used}, Requested 1. Please try again in {}. Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing",
         ids::org_id(key),
-        v.limit_requests,
-        v.used_requests,
-        go_duration(v.reset_in_ms),
+        go_duration(wait_ms),
     );
     let body = to_json(&json!({ "error": GroqError {
         message: &message,
@@ -69,7 +76,7 @@ pub(crate) fn groq_429(model: &str, key: &str, v: &GroqVerdict) -> Response {
     let mut headers = groq_headers(v);
     headers.insert(
         header::RETRY_AFTER,
-        HeaderValue::from(v.reset_in_ms.div_ceil(1000).max(1)),
+        HeaderValue::from(wait_ms.div_ceil(1000).max(1)),
     );
     json_response(StatusCode::TOO_MANY_REQUESTS, headers, body)
 }
