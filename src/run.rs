@@ -88,12 +88,14 @@ impl Code {
     /// The code a failure ends a run with, by its verdict (docs/design.md §2.3).
     pub fn for_verdict(verdict: Verdict) -> Code {
         match verdict {
-            Verdict::Account | Verdict::Route | Verdict::Provider | Verdict::Ambiguous => {
-                Code::RateLimited
-            }
+            Verdict::Account
+            | Verdict::Route
+            | Verdict::Provider
+            | Verdict::Ambiguous
+            | Verdict::BillingWait => Code::RateLimited,
             Verdict::Billing => Code::PaymentRequired,
             Verdict::Auth => Code::AuthFailed,
-            Verdict::Client => Code::UpstreamRejected,
+            Verdict::Client | Verdict::Gone => Code::UpstreamRejected,
             Verdict::Server => Code::UpstreamError,
         }
     }

@@ -6,8 +6,8 @@
 
 use freeway::catalog::Catalog;
 use freeway::classify::{
-    CIRCUIT_MS, Classification, DEFAULT_REST_MS, MIN_REST_MS, POOL_REST_CAP_MS, ROUTE_REST_CAP_MS,
-    RestLength, RestScope, Verdict, classify, classify_response, rest_ms,
+    CIRCUIT_MS, Classification, DEFAULT_REST_MS, MIN_REST_MS, RestLength, RestScope, Verdict,
+    classify, classify_response, rest_ms,
 };
 use freeway::headers::Headers;
 use freeway::provider::{CallError, InBandError, TransportError};
@@ -282,8 +282,10 @@ const C_2026: &str = r#"{
 
 const NOW_C: u64 = 1_790_985_600_000 - 3 * 3_600_000;
 
+/// OpenRouter's day is a fixed UTC clock: a spent day rests the pool until UTC midnight, not the
+/// 300 s cap of a minute's rest (docs/design.md §3.4).
 #[test]
-fn b_and_c_daily_limits_rest_the_pool_for_the_cap() {
+fn b_and_c_daily_limits_rest_the_pool_until_utc_midnight() {
     for r in SHARED {
         for (body, now, rule) in [
             (B_2026, NOW_B, "0:limit_source"),
@@ -292,18 +294,20 @@ fn b_and_c_daily_limits_rest_the_pool_for_the_cap() {
         ] {
             let c = run(429, &[], body, r, now);
             expect(&c, r, Verdict::Account, Scope::Pool, rule);
-            assert_eq!(c.length, Some(RestLength::For(POOL_REST_CAP_MS)));
-            assert_eq!(c.rest_ms(now), 300_000);
+            let midnight = freeway::day::next_midnight_ms(chrono_tz::UTC, now);
+            assert_eq!(c.length, Some(RestLength::Long(midnight)));
+            assert!(c.day);
+            assert_eq!(c.rest_ms(now), midnight - now);
         }
     }
 }
 
 #[test]
-fn a_daily_limit_on_a_user_connection_rests_that_route_up_to_the_cap() {
+fn a_daily_limit_on_a_user_connection_rests_that_route_until_utc_midnight() {
     let c = run(429, &[], B_2026, USER_FREE, NOW_B);
     expect(&c, USER_FREE, Verdict::Route, Scope::ThisRoute, "off_quota");
-    assert_eq!(c.length, Some(RestLength::Until(1_779_321_600_000)));
-    assert_eq!(c.rest_ms(NOW_B), 300_000);
+    assert_eq!(c.length, Some(RestLength::Long(1_779_321_600_000)));
+    assert_eq!(c.rest_ms(NOW_B), 1_779_321_600_000 - NOW_B);
 }
 
 // ---- §2.3 D: per-model "high demand" cap (#4, #5) ----
@@ -359,7 +363,9 @@ fn d_per_day_model_cap_rests_the_route_not_the_pool() {
         Scope::ThisRoute,
         "0:high_demand",
     );
-    assert_eq!(c.rest_ms(now), 300_000);
+    // A per-day cap is a spent day: it rests until OpenRouter's day ends (UTC midnight).
+    assert!(c.day);
+    assert_eq!(c.rest_ms(now), 10 * 3_600_000);
     assert_eq!(c.provider_name.as_deref(), Some("Google AI Studio"));
 }
 
@@ -681,7 +687,7 @@ fn credits_402s_open_the_platform_circuit() {
                 r,
                 Verdict::Billing,
                 Scope::Connection("platform:openrouter"),
-                "0:limit_source",
+                "3.1:billing",
             );
             assert_eq!(c.length, Some(RestLength::For(CIRCUIT_MS)));
             assert_eq!(c.rest_ms(NOW_A), 3_600_000);
@@ -689,38 +695,74 @@ fn credits_402s_open_the_platform_circuit() {
     }
 }
 
+/// A transient spend window is `billing_wait`: the connection rests for the hint, not an hour.
 #[test]
-fn in_flight_402_rests_the_pool_for_retry_after() {
-    for r in SHARED {
+fn in_flight_402_is_a_short_connection_rest_for_retry_after() {
+    for r in [LLAMA_FREE, OPENROUTER_FREE, PAID] {
         let c = run(402, &[("Retry-After", "4")], P15, r, NOW_A);
-        expect(&c, r, Verdict::Account, Scope::Pool, "0:limit_source");
-        assert_eq!(c.length, Some(RestLength::For(4_000)));
-    }
-}
-
-/// The shared-route table applies to a 402 too, so a 402 with no signal is ambiguous there.
-#[test]
-fn a_402_without_a_signal_is_ambiguous_on_shared_routes() {
-    for r in SHARED {
-        for body in [P12_2025, P17, ""] {
-            let c = run(402, &[], body, r, NOW_A);
-            expect(&c, r, Verdict::Ambiguous, Scope::ThisRoute, "4:ambiguous");
-        }
-    }
-}
-
-#[test]
-fn every_402_on_an_off_quota_route_opens_its_connection_circuit() {
-    for body in [P12_2026, P12_2025, P13, P14, P15, P16, P17, ""] {
-        let c = run(402, &[("Retry-After", "4")], body, PAID, NOW_A);
         expect(
             &c,
-            PAID,
-            Verdict::Billing,
+            r,
+            Verdict::BillingWait,
             Scope::Connection("platform:openrouter"),
-            "off_quota",
+            "3.1:billing_wait",
         );
-        assert_eq!(c.length, Some(RestLength::For(CIRCUIT_MS)));
+        assert_eq!(c.length, Some(RestLength::For(4_000)));
+        // Without the header the in-flight budget still says "wait", for the default.
+        let c = run(402, &[], P15, r, NOW_A);
+        assert_eq!(
+            (c.verdict, c.rest_ms(NOW_A)),
+            (Verdict::BillingWait, 60_000)
+        );
+    }
+}
+
+/// A 402 from OpenRouter on any platform route without a retry hint is billing: a negative
+/// balance blocks free models too (docs/design.md §3.1), whatever the body says.
+#[test]
+fn a_402_without_a_signal_on_an_openrouter_platform_route_is_billing() {
+    for r in [LLAMA_FREE, OPENROUTER_FREE, PAID] {
+        for body in [P17, "", "<html>402</html>"] {
+            let c = run(402, &[], body, r, NOW_A);
+            expect(
+                &c,
+                r,
+                Verdict::Billing,
+                Scope::Connection("platform:openrouter"),
+                "3.1:402",
+            );
+        }
+        // With a hint and no sign of missing credits, it is a spend window.
+        let c = run(402, &[("Retry-After", "4")], P17, r, NOW_A);
+        assert_eq!(c.verdict, Verdict::BillingWait);
+    }
+}
+
+/// Whatever the route, a body that says credits are missing opens its connection's circuit, with
+/// or without a hint; a user's own key keeps its own circuit.
+#[test]
+fn a_402_that_says_credits_are_missing_opens_the_connection_circuit() {
+    for body in [P12_2026, P12_2025, P13, P14, P16] {
+        for (r, connection) in [
+            (PAID, "platform:openrouter"),
+            (LLAMA_FREE, "platform:openrouter"),
+            (USER_FREE, "conn:conn_1"),
+        ] {
+            for hs in [&[("Retry-After", "4")][..], &[]] {
+                let c = run(402, hs, body, r, NOW_A);
+                expect(
+                    &c,
+                    r,
+                    Verdict::Billing,
+                    Scope::Connection(connection),
+                    "3.1:billing",
+                );
+                assert_eq!(c.length, Some(RestLength::For(CIRCUIT_MS)));
+            }
+        }
+    }
+    // A user's key with a bare 402 is still that connection's billing problem.
+    for body in [P17, ""] {
         let c = run(402, &[], body, USER_FREE, NOW_A);
         expect(
             &c,
@@ -888,18 +930,25 @@ fn groq_429_rests_its_route_for_retry_after() {
 
 #[test]
 fn openai_bodies_on_off_quota_routes() {
-    for body in [OPENAI_429, OPENAI_QUOTA_2023, OPENAI_QUOTA_2026] {
-        for r in [PAID, USER_FREE] {
-            let c = run(
-                429,
-                &[("x-ratelimit-remaining-requests", "0")],
-                body,
+    let hs = [("x-ratelimit-remaining-requests", "0")];
+    for r in [PAID, USER_FREE] {
+        // "Please try again in 1.772s" is the hint.
+        let c = run(429, &hs, OPENAI_429, r, NOW_A);
+        expect(&c, r, Verdict::Route, Scope::ThisRoute, "off_quota");
+        assert_eq!(c.length, Some(RestLength::For(1_772)));
+        assert_eq!(c.ratelimit_remaining, Some(0));
+    }
+    // An exhausted quota is billing, not something to wait out (docs/design.md §3.1).
+    for body in [OPENAI_QUOTA_2023, OPENAI_QUOTA_2026] {
+        for (r, connection) in [(PAID, "platform:openrouter"), (USER_FREE, "conn:conn_1")] {
+            let c = run(429, &hs, body, r, NOW_A);
+            expect(
+                &c,
                 r,
-                NOW_A,
+                Verdict::Billing,
+                Scope::Connection(connection),
+                "3.1:billing",
             );
-            expect(&c, r, Verdict::Route, Scope::ThisRoute, "off_quota");
-            assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
-            assert_eq!(c.ratelimit_remaining, Some(0));
         }
     }
 }
@@ -943,7 +992,6 @@ fn numeric_string_null_and_other_codes_carry_no_signal() {
         r#"{"error":{"code":null,"message":"Rate limit exceeded"}}"#,
         r#"{"error":{"code":"server_error","message":"Rate limit exceeded"}}"#,
         r#"{"error":{"code":429.0,"message":"Rate limit exceeded"}}"#,
-        OPENAI_QUOTA_2023,
     ] {
         let c = run(429, &[], body, LLAMA_FREE, NOW_A);
         expect(
@@ -1062,18 +1110,19 @@ fn rest_lengths_clamp_to_their_caps() {
         ),
         3_600_000
     );
-    // A reset just over the cap away is a far reset: the pool rests exactly the cap.
+    // A reset just over the cap away is a far reset, a spent day: the pool rests until the day
+    // clock's (UTC) midnight.
     let hs = [("X-RateLimit-Reset", "1785057000001")];
     let c = run(429, &hs, "", LLAMA_FREE, NOW_A);
-    assert_eq!(c.length, Some(RestLength::For(POOL_REST_CAP_MS)));
-    // A route rest keeps the moment and lets the clamp cut it.
+    let midnight = freeway::day::next_midnight_ms(chrono_tz::UTC, NOW_A);
+    assert_eq!(c.length, Some(RestLength::Long(midnight)));
+    // A route rest of a far reset is a spent day too.
     let c = run(429, &hs, "", PAID, NOW_A);
-    assert_eq!(c.length, Some(RestLength::Until(1_785_057_000_001)));
-    assert_eq!(c.rest_ms(NOW_A), ROUTE_REST_CAP_MS);
-    // Retry-After over the cap is cut by the cap too.
+    assert_eq!(c.length, Some(RestLength::Long(midnight)));
+    // A Retry-After over the cap is a day refusal as well.
     let c = run(429, &[("Retry-After", "900")], A_2026, LLAMA_FREE, NOW_A);
-    assert_eq!(c.length, Some(RestLength::For(900_000)));
-    assert_eq!(c.rest_ms(NOW_A), 300_000);
+    assert_eq!(c.length, Some(RestLength::Long(midnight)));
+    assert_eq!(c.rest_ms(NOW_A), midnight - NOW_A);
 }
 
 // ---- dialects ----

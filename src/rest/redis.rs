@@ -37,8 +37,8 @@ use super::{
     scopes_closing, sort_listing,
 };
 use crate::classify::{
-    DAY_REST_CAP_MS, EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS,
-    EVIDENCE_WINDOW_MS, MIN_REST_MS, POOL_REST_CAP_MS, RestLength, RestScope,
+    EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS,
+    LONG_REST_CAP_MS, MIN_REST_MS, POOL_REST_CAP_MS, RestLength, RestScope,
 };
 use crate::route::Route;
 use async_trait::async_trait;
@@ -63,7 +63,7 @@ static EVIDENCE: LazyLock<Script> = LazyLock::new(|| {
 /// The evidence ZSET outlives its window so a quiet pool's evidence disappears on its own.
 const EVIDENCE_TTL_MS: u64 = 2 * EVIDENCE_WINDOW_MS;
 /// The index outlives the longest rest it can list.
-const INDEX_TTL_MS: u64 = DAY_REST_CAP_MS + 60_000;
+const INDEX_TTL_MS: u64 = LONG_REST_CAP_MS + 60_000;
 
 /// The fleet's rests, in one Redis namespace.
 #[derive(Clone)]

@@ -6,7 +6,7 @@
 //! classifies it for one route with the very functions the engine uses, and prints one JSON line.
 
 use freeway::catalog::Catalog;
-use freeway::classify::{Classification, RestLength, classify_response};
+use freeway::classify::{Classification, classify_response};
 use freeway::headers::Headers;
 use freeway::route::Route;
 use std::fmt;
@@ -68,10 +68,7 @@ pub fn run(route_arg: &str, raw: &[u8], catalog: &Catalog, now_ms: u64) -> Resul
 fn render(c: &Classification, now_ms: u64) -> String {
     let text = |s: &str| serde_json::Value::from(s).to_string();
     let evidence = if c.evidence { ",\"evidence\":true" } else { "" };
-    let day = match c.length {
-        Some(RestLength::Day(_)) => ",\"day\":true",
-        _ => "",
-    };
+    let day = if c.day { ",\"day\":true" } else { "" };
     format!(
         "{{\"verdict\":{},\"scope\":{},\"rest_s\":{},\"rule\":{}{evidence}{day}}}",
         text(c.verdict.as_str()),

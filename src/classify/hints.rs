@@ -1,0 +1,185 @@
+//! Retry hints: every way a provider writes "when to try again" (docs/design.md §3.4,
+//! docs/providers.md §5), as ms from now.
+//!
+//! Mixing the formats up is the easy mistake: OpenRouter's `X-RateLimit-Reset` is epoch
+//! milliseconds, `Retry-After` is seconds or an HTTP-date, Groq and OpenAI write Go-style
+//! durations (`2m59.56s`, `6ms`) in headers and messages, and Gemini a protobuf duration (`36s`)
+//! in a `RetryInfo` detail. Each format is parsed here, once, and the first hint present wins.
+
+use crate::day::parse_http_date_ms;
+use crate::headers::Headers;
+use serde_json::Value;
+
+/// A retry hint: how long until the provider says to try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Hint {
+    pub ms: u64,
+}
+
+/// The first hint present, in the order of docs/design.md §3.4: `Retry-After`, `retry-after-ms`,
+/// `metadata.retry_after_seconds`, `RetryInfo.retryDelay`, a duration in the message, then the
+/// per-model reset headers (`x-ratelimit-reset-requests` / `-tokens`). OpenRouter's epoch-ms
+/// `X-RateLimit-Reset` is a moment, not a wait; the rules read it themselves.
+pub(super) fn first(
+    headers: &Headers,
+    (details, metadata): (Vec<Value>, Option<Value>),
+    message: &str,
+    now_ms: u64,
+) -> Option<Hint> {
+    let retry_after = || {
+        let v = headers.get("retry-after")?;
+        parse_seconds_ms(v).or_else(|| Some(parse_http_date_ms(v)?.saturating_sub(now_ms)))
+    };
+    let retry_after_ms = || {
+        let v = headers.get("retry-after-ms")?.trim().parse::<f64>().ok()?;
+        (v.is_finite() && v >= 0.0).then(|| v.ceil() as u64)
+    };
+    let metadata_seconds = || seconds_ms(metadata.as_ref()?.get("retry_after_seconds")?);
+    let retry_info = || {
+        details.iter().find_map(|d| {
+            let is_retry_info = d
+                .get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("google.rpc.RetryInfo"));
+            is_retry_info
+                .then(|| duration_ms(d.get("retryDelay")?.as_str()?))
+                .flatten()
+        })
+    };
+    let in_message = || message_duration_ms(message);
+    let reset = || {
+        ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"]
+            .iter()
+            .filter_map(|name| duration_ms(headers.get(name)?))
+            .max()
+    };
+    retry_after()
+        .or_else(retry_after_ms)
+        .or_else(metadata_seconds)
+        .or_else(retry_info)
+        .or_else(in_message)
+        .or_else(reset)
+        .map(|ms| Hint { ms })
+}
+
+/// Delta-seconds (`"17"`, `"1.5"`) as whole ms, rounded up so a hint is never cut short.
+pub(super) fn parse_seconds_ms(text: &str) -> Option<u64> {
+    seconds_to_ms(text.trim().parse::<f64>().ok()?)
+}
+
+/// A JSON number or numeric string of seconds, as ms.
+pub(super) fn seconds_ms(value: &Value) -> Option<u64> {
+    match value {
+        Value::Number(n) => n.as_f64().and_then(seconds_to_ms),
+        Value::String(s) => parse_seconds_ms(s),
+        _ => None,
+    }
+}
+
+fn seconds_to_ms(seconds: f64) -> Option<u64> {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return None;
+    }
+    let ms = seconds * 1000.0;
+    // 16.007 s is 16007.000000000002 ms in binary floating point: that is 16007, not 16008.
+    let nearest = ms.round();
+    Some(if (ms - nearest).abs() < 1e-6 {
+        nearest
+    } else {
+        ms.ceil()
+    } as u64)
+}
+
+/// A Go-style or protobuf duration: `2m59.56s`, `1h2m`, `7.66s`, `450ms`, `36s`; whole ms,
+/// rounded up. Anything else (a bare number, trailing text) is not a duration.
+pub(super) fn duration_ms(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let mut total = 0.0_f64;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let value: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (scale, unit_len) = if rest.starts_with("ms") {
+            (1.0, 2)
+        } else if rest.starts_with('h') {
+            (3_600_000.0, 1)
+        } else if rest.starts_with('m') {
+            (60_000.0, 1)
+        } else if rest.starts_with('s') {
+            (1_000.0, 1)
+        } else {
+            return None;
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    (total.is_finite() && total < 1e15).then(|| total.ceil() as u64)
+}
+
+/// "Please try again in 9m38.016s", "Please retry in 45.578569677s", "try again in 6ms".
+fn message_duration_ms(message: &str) -> Option<u64> {
+    ["try again in ", "retry in "].iter().find_map(|lead| {
+        let at = message.find(lead)? + lead.len();
+        let tail = &message[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'h' | 'm' | 's')))
+            .unwrap_or(tail.len());
+        // A sentence's full stop is not part of the duration.
+        duration_ms(tail[..end].trim_end_matches('.'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_up_to_ms() {
+        assert_eq!(parse_seconds_ms("17"), Some(17_000));
+        assert_eq!(parse_seconds_ms(" 1.0005 "), Some(1_001));
+        assert_eq!(parse_seconds_ms("-1"), None);
+        assert_eq!(parse_seconds_ms("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(seconds_ms(&serde_json::json!(16.007)), Some(16_007));
+    }
+
+    #[test]
+    fn durations_in_every_provider_format() {
+        for (text, ms) in [
+            ("2m59.56s", 179_560),
+            ("7.66s", 7_660),
+            ("1h2m3s", 3_723_000),
+            ("450ms", 450),
+            ("6ms", 6),
+            ("36s", 36_000),
+            ("0.5s", 500),
+            ("8h", 28_800_000),
+        ] {
+            assert_eq!(duration_ms(text), Some(ms), "{text}");
+        }
+        for bad in ["", "12", "s", "2x", "1.2.3s", "5 s"] {
+            assert_eq!(duration_ms(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_duration_in_a_message_is_found_whatever_its_wording() {
+        let cases = [
+            (
+                "please try again in 9m38.016s. need more tokens?",
+                Some(578_016),
+            ),
+            ("please retry in 45.578569677s.", Some(45_579)),
+            ("try again in 6ms", Some(6)),
+            ("please try again later", None),
+        ];
+        for (message, ms) in cases {
+            assert_eq!(message_duration_ms(message), ms, "{message}");
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The rules of docs/design.md §3, first match wins: billing first (any status that can carry
+//! it), then the shared-route table, then the other statuses; and how long each rest lasts.
+//!
+//! Every rule reads facts from [`Signals`] (a code, a `limit_source`, a header the dialect
+//! trusts, a quota named in the message), never one provider's sample text, so the same rule
+//! covers every provider that states the same fact.
+
+use super::signals::Signals;
+use super::{
+    DEFAULT_REST_MS, GONE_REST_MS, LONG_REST_CAP_MS, MIN_EPOCH_MS, POOL_REST_CAP_MS, RestLength,
+    RestScope, Verdict,
+};
+use crate::catalog::OPENROUTER;
+use crate::day::next_midnight_ms;
+use crate::dialect::{DayClock, Dialect};
+use crate::route::{Connection, Route};
+
+/// The part of a classification a rule decides.
+pub(super) struct Decision {
+    pub verdict: Verdict,
+    pub scope: RestScope,
+    pub length: Option<RestLength>,
+    pub evidence: bool,
+    pub rule: &'static str,
+    /// The rest is a spent day's.
+    pub day: bool,
+}
+
+/// Decide a failed answer of `status` on `route`.
+pub(super) fn decide(status: u16, s: &Signals, route: &Route, now_ms: u64) -> Decision {
+    if matches!(status, 400 | 402 | 403 | 429)
+        && let Some(decision) = billing(status, s, route)
+    {
+        return decision;
+    }
+    match status {
+        402 | 429 => match &route.pool {
+            Some(pool) => shared_rule(s, route, pool, now_ms),
+            None => off_quota_rule(status, s, route, now_ms),
+        },
+        401 | 403 if s.content_block => Decision::bare(Verdict::Client, "moderation"),
+        401 | 403 => Decision::circuit(Verdict::Auth, route, "auth"),
+        404 if is_gone(s) => Decision {
+            length: Some(RestLength::Long(now_ms.saturating_add(GONE_REST_MS))),
+            ..Decision::route(Verdict::Gone, route, s, now_ms, "gone")
+        },
+        408 => Decision::bare(Verdict::Server, "server"),
+        400..=499 if s.content_block => Decision::bare(Verdict::Client, "moderation"),
+        400..=499 => Decision::bare(Verdict::Client, "client"),
+        // 5xx (524, 529 included) and anything a provider should never answer with.
+        _ => Decision::bare(Verdict::Server, "server"),
+    }
+}
+
+/// docs/design.md §3.1: the key cannot pay; waiting will not fix it, except a transient spend
+/// window (a 402 with a retry hint, OpenRouter's in-flight budget), which is `billing_wait`.
+fn billing(status: u16, s: &Signals, route: &Route) -> Option<Decision> {
+    let in_flight = s.limit_source.as_deref() == Some("in_flight_budget");
+    let credits = s.limit_source.as_deref() == Some("credits")
+        || s.kinds.iter().any(|k| {
+            k == "insufficient_quota" || k.starts_with("billing_") || k.contains("credit")
+        })
+        || s.says(&[
+            "insufficient credit",
+            "credit balance",
+            "out of credits",
+            "more credits",
+            "insufficient funds",
+            "insufficient balance",
+            "balance is too low",
+            "negative balance",
+            "spend limit",
+            "spending limit",
+            "can only afford",
+        ]);
+    if in_flight || (status == 402 && s.hint.is_some() && !credits) {
+        let wait = s
+            .hint
+            .map_or(DEFAULT_REST_MS, |h| h.ms)
+            .min(POOL_REST_CAP_MS);
+        return Some(Decision {
+            verdict: Verdict::BillingWait,
+            scope: RestScope::Connection(route.connection_scope()),
+            length: Some(RestLength::For(wait)),
+            evidence: false,
+            rule: "3.1:billing_wait",
+            day: false,
+        });
+    }
+    if credits {
+        return Some(Decision::circuit(Verdict::Billing, route, "3.1:billing"));
+    }
+    // A negative balance blocks OpenRouter's free models too, and says so only with a 402.
+    let openrouter_platform =
+        route.provider == OPENROUTER && route.connection == Connection::Platform;
+    (status == 402 && openrouter_platform)
+        .then(|| Decision::circuit(Verdict::Billing, route, "3.1:402"))
+}
+
+/// docs/design.md §3.2 for a 402 or 429 on a shared route: the first rule that matches wins.
+fn shared_rule(s: &Signals, route: &Route, pool: &str, now_ms: u64) -> Decision {
+    match s.limit_source.as_deref() {
+        Some("free_tier_per_minute" | "free_tier_daily") => {
+            return Decision::pool(pool, route, s, now_ms, "0:limit_source");
+        }
+        Some("shared_capacity") => {
+            return Decision::route(Verdict::Route, route, s, now_ms, "0:limit_source");
+        }
+        Some("upstream_provider_shared_pool") => {
+            return Decision::route(Verdict::Provider, route, s, now_ms, "0:limit_source");
+        }
+        _ => {}
+    }
+    if says_one_model_is_at_capacity(s) {
+        return Decision::route(Verdict::Route, route, s, now_ms, "0:high_demand");
+    }
+    // Only where the dialect says so: Groq's or OpenAI's `x-ratelimit-*` describe one model.
+    if route.dialect.headers_are_pool_wide() && s.headers.any_with_prefix("x-ratelimit-") {
+        return Decision::pool(pool, route, s, now_ms, "1:x-ratelimit");
+    }
+    // The account's quota named in the message survives proxies that strip headers and
+    // metadata, and bodies re-typed as Anthropic's `rate_limit_error`.
+    if s.says(&["free-models-per-min", "free-models-per-day"]) {
+        return Decision::pool(pool, route, s, now_ms, "1b:free-models");
+    }
+    if s.provider_marker {
+        return Decision::route(Verdict::Provider, route, s, now_ms, "2:provider_marker");
+    }
+    if s.kind_is("rate_limit_exceeded") || s.kind_is("rate_limit_error") {
+        return Decision::pool(pool, route, s, now_ms, "3:rate_limit_exceeded");
+    }
+    // Gemini's quota refusal is the key's quota for this model, which its pool is; the same
+    // shape relayed by another provider says nothing about whose quota it was.
+    if s.kind_is("resource_exhausted") && route.dialect == Dialect::Gemini {
+        return Decision::pool(pool, route, s, now_ms, "3:resource_exhausted");
+    }
+    Decision {
+        evidence: true,
+        ..Decision::route(Verdict::Ambiguous, route, s, now_ms, "4:ambiguous")
+    }
+}
+
+/// A 402 or 429 on an off-quota route closes that route (or its connection) alone.
+fn off_quota_rule(status: u16, s: &Signals, route: &Route, now_ms: u64) -> Decision {
+    if status == 402 {
+        return Decision::circuit(Verdict::Billing, route, "off_quota");
+    }
+    let verdict = if s.provider_marker {
+        Verdict::Provider
+    } else {
+        Verdict::Route
+    };
+    Decision::route(verdict, route, s, now_ms, "off_quota")
+}
+
+/// One model's capacity, not the account's: `capacity_exhausted`, "High demand for … limited to
+/// N requests", a per-model limiter id (`limit_rpm/…`), "is temporarily rate-limited upstream".
+fn says_one_model_is_at_capacity(s: &Signals) -> bool {
+    s.kind_is("capacity_exhausted")
+        || says_high_demand(&s.message)
+        || s.says(&[
+            "limit_rpm/",
+            "limit_rpd/",
+            "is temporarily rate-limited upstream",
+        ])
+}
+
+/// A dead route: "No endpoints found for …", "model not found", "does not exist".
+fn is_gone(s: &Signals) -> bool {
+    s.kind_is("model_not_found")
+        || s.says(&[
+            "no endpoints found for",
+            "model not found",
+            "does not exist",
+        ])
+}
+
+/// "High demand for <model> … limited to <N> requests" (the message is lowercase already).
+pub(super) fn says_high_demand(message: &str) -> bool {
+    let Some(at) = message.find("high demand for ") else {
+        return false;
+    };
+    let after = &message[at..];
+    after.match_indices("limited to ").any(|(i, needle)| {
+        let rest = &after[i + needle.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && rest[digits..].starts_with(" request")
+    })
+}
+
+impl Decision {
+    pub fn bare(verdict: Verdict, rule: &'static str) -> Self {
+        Decision {
+            verdict,
+            scope: RestScope::None,
+            length: None,
+            evidence: false,
+            rule,
+            day: false,
+        }
+    }
+
+    fn pool(pool: &str, route: &Route, s: &Signals, now_ms: u64, rule: &'static str) -> Self {
+        let day = day_length(s, route, now_ms);
+        Decision {
+            verdict: Verdict::Account,
+            scope: RestScope::Pool(pool.to_string()),
+            day: day.is_some(),
+            length: Some(day.unwrap_or_else(|| pool_length(s, now_ms))),
+            evidence: false,
+            rule,
+        }
+    }
+
+    fn route(
+        verdict: Verdict,
+        route: &Route,
+        s: &Signals,
+        now_ms: u64,
+        rule: &'static str,
+    ) -> Self {
+        let day = day_length(s, route, now_ms);
+        Decision {
+            verdict,
+            scope: RestScope::Route {
+                pool: route.pool.clone(),
+                route_key: route.key(),
+            },
+            day: day.is_some(),
+            length: Some(day.unwrap_or_else(|| route_length(s))),
+            evidence: false,
+            rule,
+        }
+    }
+
+    fn circuit(verdict: Verdict, route: &Route, rule: &'static str) -> Self {
+        Decision {
+            verdict,
+            scope: RestScope::Connection(route.connection_scope()),
+            length: Some(RestLength::For(super::CIRCUIT_MS)),
+            evidence: false,
+            rule,
+            day: false,
+        }
+    }
+}
+
+/// OpenRouter's `X-RateLimit-Reset`: a moment in epoch ms. A value too small to be one (epoch
+/// seconds or a delta from another API) is ignored rather than read as a moment in 1970.
+fn reset_at_ms(s: &Signals) -> Option<u64> {
+    s.headers
+        .get("x-ratelimit-reset")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&ms| ms >= MIN_EPOCH_MS)
+}
+
+/// Pool rest: the hint; else the reset moment; else the default.
+fn pool_length(s: &Signals, now_ms: u64) -> RestLength {
+    if let Some(hint) = s.hint {
+        return RestLength::For(hint.ms);
+    }
+    match reset_at_ms(s) {
+        Some(at) if at.saturating_sub(now_ms) > POOL_REST_CAP_MS => {
+            RestLength::For(POOL_REST_CAP_MS)
+        }
+        Some(at) => RestLength::Until(at),
+        None => RestLength::For(DEFAULT_REST_MS),
+    }
+}
+
+/// Route rest: the hint, else the reset moment, else the default.
+fn route_length(s: &Signals) -> RestLength {
+    if let Some(hint) = s.hint {
+        return RestLength::For(hint.ms);
+    }
+    match reset_at_ms(s) {
+        Some(at) => RestLength::Until(at),
+        None => RestLength::For(DEFAULT_REST_MS),
+    }
+}
+
+/// The rest of a spent day (docs/design.md §3.4), when this is a day refusal: one that says so,
+/// or whose wait is more than 300 s away. On a fixed day clock it lasts until that zone's next
+/// midnight, whatever shorter hint came with it; on a rolling day, for its hint (up to a day).
+fn day_length(s: &Signals, route: &Route, now_ms: u64) -> Option<RestLength> {
+    let wait = s
+        .hint
+        .map(|h| h.ms)
+        .or_else(|| Some(reset_at_ms(s)?.saturating_sub(now_ms)));
+    let says_day = s.says(&[
+        "per day",
+        "per-day",
+        "free-models-per-day",
+        "(rpd)",
+        "(tpd)",
+    ]) || s
+        .limit_source
+        .as_deref()
+        .is_some_and(|l| l.ends_with("_daily"))
+        || s.day_quota_id;
+    if !(says_day || wait.is_some_and(|ms| ms > POOL_REST_CAP_MS)) {
+        return None;
+    }
+    match (route.day, wait) {
+        (DayClock::Fixed(zone), _) => Some(RestLength::Long(next_midnight_ms(zone, now_ms))),
+        (DayClock::Rolling, Some(ms)) => Some(RestLength::Long(
+            now_ms.saturating_add(ms.min(LONG_REST_CAP_MS)),
+        )),
+        (DayClock::Rolling, None) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn high_demand_needs_a_number_of_requests() {
+        assert!(says_high_demand(
+            "high demand for qwen/qwen3-coder:free on openrouter - limited to 8 requests per minute."
+        ));
+        assert!(!says_high_demand(
+            "high demand for x - limited to many requests"
+        ));
+        assert!(!says_high_demand("limited to 8 requests per minute"));
+    }
+}
