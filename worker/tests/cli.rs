@@ -19,40 +19,83 @@ fn help_describes_the_commands() {
     }
 }
 
+/// The providers and pools the corpus's routes are read with (`tests/corpus/SOURCES.md`).
+const CORPUS_CONFIG: &str = r#"
+[providers.groq]
+base_url = "https://api.groq.com/openai/v1"
+dialect = "groq"
+[pools.groq-llama-70b]
+provider = "groq"
+models = ["llama-3.3-70b-versatile"]
+connection = "each"
+window = "rolling"
+[providers.gemini]
+base_url = "https://generativelanguage.googleapis.com/v1beta/openai"
+dialect = "gemini"
+[pools.gemini-flash]
+provider = "gemini"
+models = ["gemini-2.5-flash"]
+connection = "each"
+[providers.openai]
+base_url = "https://api.openai.com/v1"
+dialect = "openai"
+"#;
+
+/// The route each corpus folder's answers came back on.
+const CORPUS_ROUTES: [(&str, &str); 5] = [
+    ("openrouter-free", "meta-llama/llama-3.3-70b-instruct:free"),
+    ("openrouter-paid", "openai/gpt-4o-mini"),
+    ("groq", "groq:llama-3.3-70b-versatile"),
+    ("gemini", "gemini:gemini-2.5-flash"),
+    ("openai", "openai:gpt-4o-mini"),
+];
+
+/// Every real-shaped answer of the corpus gets the verdict its file name starts with (and a day
+/// rest when the name says `-day-`), read by `worker classify` on the route of its folder.
 #[test]
-fn classify_prints_the_verdict_named_by_each_fixture() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/classify");
+fn classify_gives_every_answer_of_the_corpus_its_verdict() {
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let config = std::env::temp_dir().join(format!("freeway-corpus-{}.toml", std::process::id()));
+    std::fs::write(&config, CORPUS_CONFIG).expect("write the configuration");
+    let config = config.to_str().expect("utf-8 path").to_string();
     let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).expect("fixtures") {
-        let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .expect("name")
-            .to_string();
-        let expected = name.split('-').next().expect("verdict prefix");
-        let out = worker(
-            &[
-                "classify",
-                "--route",
-                "meta-llama/llama-3.3-70b-instruct:free",
-            ],
-            &std::fs::read(&path).expect("read"),
-        );
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let line: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
-        assert_eq!(line["verdict"], expected, "{name}: {line}");
-        assert!(
-            line["scope"].is_string() && line["rest_s"].is_u64() && line["rule"].is_string(),
-            "{line}"
-        );
-        seen += 1;
+    for (folder, route) in CORPUS_ROUTES {
+        let mut files: Vec<_> = std::fs::read_dir(corpus.join(folder))
+            .expect("a corpus folder")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("http"))
+            .collect();
+        files.sort();
+        assert!(!files.is_empty(), "{folder} holds answers");
+        for path in files {
+            let name = path.file_name().and_then(|n| n.to_str()).expect("name");
+            let expected = name.split('-').next().expect("verdict prefix");
+            let out = support::run_worker(
+                &["classify", "--route", route],
+                &[("FREEWAY_CONFIG", &config)],
+                &std::fs::read(&path).expect("read"),
+            );
+            assert!(
+                out.status.success(),
+                "{folder}/{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let line: serde_json::Value =
+                serde_json::from_slice(&out.stdout).expect("one JSON line");
+            assert_eq!(line["verdict"], expected, "{folder}/{name}: {line}");
+            assert_eq!(
+                line["day"].as_bool().unwrap_or(false),
+                name.contains("-day-"),
+                "{folder}/{name}: {line}"
+            );
+            assert!(
+                line["scope"].is_string() && line["rest_s"].is_u64() && line["rule"].is_string(),
+                "{line}"
+            );
+            seen += 1;
+        }
     }
-    assert!(seen >= 10, "every fixture was read");
+    assert!(seen >= 25, "only {seen} answers in the corpus");
 }
 
 #[test]
