@@ -1245,3 +1245,73 @@ fn an_http_date_retry_after_is_the_time_until_that_moment() {
     let hs = [("Retry-After", "Sun, 26 Jul 2026 09:00:00 GMT")];
     assert_eq!(run(429, &hs, body, LLAMA_FREE, NOW_A).rest_ms(NOW_A), 1_000);
 }
+
+/// An error inside a 200 before any text is read as the HTTP answer its status stands for: a
+/// numeric `code`, else a string code mapped (rate limit 429, credits 402, moderation 403), else
+/// 502 (docs/design.md §2.3).
+#[test]
+fn in_band_errors_before_output_are_read_as_the_status_they_carry() {
+    let in_band = |code: Option<u16>, code_text: Option<&str>, error: &str| CallError::InBand {
+        error: InBandError {
+            code,
+            code_text: code_text.map(str::to_string),
+            message: String::new(),
+            error: serde_json::from_str(error).expect("JSON"),
+        },
+        partial: String::new(),
+    };
+    let cases = [
+        (
+            in_band(
+                Some(429),
+                None,
+                r#"{"code":429,"message":"Rate limit exceeded","metadata":{"error_type":"rate_limit_exceeded"}}"#,
+            ),
+            Verdict::Account,
+        ),
+        (
+            in_band(
+                None,
+                Some("rate_limit_exceeded"),
+                r#"{"code":"rate_limit_exceeded","message":"Rate limit reached"}"#,
+            ),
+            Verdict::Account,
+        ),
+        (
+            in_band(
+                None,
+                Some("insufficient_quota"),
+                r#"{"code":"insufficient_quota","message":"You exceeded your current quota"}"#,
+            ),
+            Verdict::Billing,
+        ),
+        (
+            in_band(
+                None,
+                Some("content_filter"),
+                r#"{"code":"content_filter","message":"The response was filtered"}"#,
+            ),
+            Verdict::Client,
+        ),
+        (
+            in_band(
+                Some(403),
+                None,
+                r#"{"code":403,"message":"Input flagged","metadata":{"reasons":["violence"],"flagged_input":"…"}}"#,
+            ),
+            Verdict::Client,
+        ),
+        (
+            in_band(
+                None,
+                Some("server_error"),
+                r#"{"code":"server_error","message":"Internal error"}"#,
+            ),
+            Verdict::Server,
+        ),
+    ];
+    for (error, verdict) in cases {
+        let c = classify(&error, &route(LLAMA_FREE), NOW_A);
+        assert_eq!(c.verdict, verdict, "{error:?}: {c:?}");
+    }
+}

@@ -1329,3 +1329,28 @@ async fn a_continuation_of_no_run_of_its_user_is_invalid_and_calls_nothing() {
         "nothing recorded"
     );
 }
+
+/// OpenRouter answers 200 before the upstream does (its keep-alive comments), so an upstream
+/// refusal often arrives inside the stream, before any text: it is read as the 429 it carries,
+/// fails over with its rest, and nothing is interrupted (docs/design.md §2.3).
+#[tokio::test]
+async fn an_in_band_429_before_any_output_fails_over_and_rests_like_an_http_429() {
+    let s = setup().await;
+    s.sim.inject(fault(serde_json::json!({"kind": "midstream_error", "model": FREE_A, "code": 429, "after_chunks": 0})));
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "hello", &[FREE_A, FREE_B, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(
+        called(&s.sim),
+        vec![FREE_A, PAID],
+        "the pool's other route is skipped"
+    );
+    assert!(pttl(&s.h, pool_scope()).await > 0, "the pool rests");
+    let attempts = s.h.store.attempts(&job.run_id).await.unwrap();
+    assert_eq!(attempts[0].verdict, Some(Verdict::Account));
+    assert_eq!(attempts[0].http_status, Some(200));
+}

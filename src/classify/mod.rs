@@ -262,8 +262,27 @@ pub fn classify(error: &CallError, route: &Route, now_ms: u64) -> Classification
             body,
         } => classify_response(*status, headers, body, route, now_ms),
         CallError::Transport(_) => Classification::bare(Verdict::Server, "transport"),
-        // The engine applies the mid-stream rate-limit rule itself (docs/design.md §2.3); for the
-        // chain any other error inside a 200 counts as a 5xx of that attempt.
+        // Before any text (OpenRouter answers 200 early, so upstream refusals often arrive this
+        // way) an error inside a 200 is read exactly as the HTTP answer its status would be
+        // (docs/design.md §2.3); after text, the engine's mid-stream rule decides, and for the
+        // chain it counts as a 5xx of that attempt.
+        CallError::InBand { error, partial } if partial.is_empty() => {
+            let body = serde_json::json!({ "error": error.error }).to_string();
+            let c = classify_response(
+                error.carried_status(),
+                &Headers::new(),
+                body.as_bytes(),
+                route,
+                now_ms,
+            );
+            Classification {
+                rule: match c.rule {
+                    "server" => "in_band",
+                    rule => rule,
+                },
+                ..c
+            }
+        }
         CallError::InBand { error, .. } => Classification {
             provider_name: error
                 .error

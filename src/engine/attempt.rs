@@ -23,10 +23,12 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// A 200 stream that carried a rate-limit error (docs/design.md §2.3: the run ends
-    /// `interrupted`).
-    pub fn is_mid_stream_rate_limit(&self) -> bool {
-        matches!(&self.error, CallError::InBand { error, .. } if error.is_rate_limit())
+    /// A rate-limit error inside a 200 after something was emitted (text of this call, or
+    /// output of the run's earlier steps): the run ends `interrupted` and nothing rests
+    /// (docs/design.md §2.3). Before that it is read as the 429 it stands for.
+    pub fn is_mid_stream_rate_limit(&self, emitted: bool) -> bool {
+        matches!(&self.error, CallError::InBand { error, partial }
+            if error.is_rate_limit() && (emitted || !partial.is_empty()))
     }
 }
 
@@ -232,7 +234,7 @@ impl Engine {
         index: usize,
         failure: &Failure,
     ) -> Result<(), EngineError> {
-        if failure.is_mid_stream_rate_limit() {
+        if failure.is_mid_stream_rate_limit(run.rec.state.emitted) {
             return Ok(());
         }
         let class = &failure.class;

@@ -177,7 +177,7 @@ impl Engine {
     /// Failures that end the run whatever remains of the chain: a mid-stream rate limit, and any
     /// failure after output was emitted (partial output stays, marked incomplete).
     fn stop_after_failure(&self, run: &mut Run<'_>, failure: &Failure) -> Option<Stop> {
-        if failure.is_mid_stream_rate_limit() {
+        if failure.is_mid_stream_rate_limit(run.rec.state.emitted) {
             keep_partial(run, &failure.error);
             return Some(Stop::End(Code::Interrupted));
         }

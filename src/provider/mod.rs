@@ -120,6 +120,32 @@ pub struct InBandError {
 }
 
 impl InBandError {
+    /// The HTTP status this error stands for (docs/design.md §2.3): `error.code` when numeric,
+    /// else its string code mapped (`rate_limit_exceeded` 429, credits 402, moderation 403),
+    /// else 502.
+    pub fn carried_status(&self) -> u16 {
+        if let Some(code) = self.code.filter(|c| (400..600).contains(c)) {
+            return code;
+        }
+        let text = self.code_text.as_deref().unwrap_or("").to_ascii_lowercase();
+        let kind = self
+            .error
+            .get("type")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let is = |needles: &[&str]| needles.iter().any(|n| text.contains(n) || kind.contains(n));
+        if self.is_rate_limit() {
+            429
+        } else if is(&["insufficient_quota", "credit", "billing"]) {
+            402
+        } else if is(&["content_filter", "moderation"]) {
+            403
+        } else {
+            502
+        }
+    }
+
     /// A rate-limit error inside a 200 (docs/design.md §2.3: the run ends `interrupted`).
     pub fn is_rate_limit(&self) -> bool {
         let typed = |v: Option<&str>| v == Some("rate_limit_exceeded");
