@@ -88,6 +88,7 @@ fn bench(c: &mut Criterion) {
         on_rest: Default::default(),
         regenerate: false,
         idempotency_key: None,
+        max_tokens: None,
     };
     c.bench_function("engine: one-step run (fake provider, real Redis)", |b| {
         b.iter(|| {

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
 /// The payload version a worker understands. A job with another version is dead-lettered.
+/// The largest `max_tokens` a job may ask for.
+pub const MAX_TOKENS: u32 = 200_000;
 pub const JOB_VERSION: u32 = 1;
 /// The default deadline after enqueue, and the longest allowed.
 pub const DEFAULT_DEADLINE_S: u64 = 600;
@@ -50,6 +52,10 @@ pub struct RunRequest {
     pub regenerate: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// The most tokens one answer may take (1–200,000), sent to the provider: without it
+    /// OpenRouter reserves the model's whole output and answers "can only afford" 402s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
 }
 
 /// Why a request or a job is not acceptable. The message names the field.
@@ -163,6 +169,14 @@ impl RunRequest {
             return Err(invalid(
                 "deadline_s",
                 format!("must be between 1 and {MAX_DEADLINE_S}"),
+            ));
+        }
+        if let Some(n) = self.max_tokens
+            && !(1..=MAX_TOKENS).contains(&n)
+        {
+            return Err(invalid(
+                "max_tokens",
+                format!("must be between 1 and {MAX_TOKENS}"),
             ));
         }
         if let Some(k) = &self.idempotency_key
@@ -320,6 +334,17 @@ mod tests {
         let e =
             RunRequest::from_json(&body(r#","deadline_s":0"#), &Catalog::builtin()).unwrap_err();
         assert_eq!(e.field, "deadline_s");
+        for bad in ["0", "200001"] {
+            let e = RunRequest::from_json(
+                &body(&format!(r#","max_tokens":{bad}"#)),
+                &Catalog::builtin(),
+            )
+            .unwrap_err();
+            assert_eq!(e.field, "max_tokens");
+        }
+        let ok =
+            RunRequest::from_json(&body(r#","max_tokens":1024"#), &Catalog::builtin()).unwrap();
+        assert_eq!(ok.max_tokens, Some(1024));
         let e =
             RunRequest::from_json(&body(r#","colour":"red""#), &Catalog::builtin()).unwrap_err();
         assert_eq!(e.field, "body");

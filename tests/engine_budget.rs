@@ -272,6 +272,7 @@ async fn check_case(
         on_rest: Default::default(),
         regenerate: false,
         idempotency_key: None,
+        max_tokens: None,
     };
     let mut job = RunJob::new(request, freeway::clock::epoch_ms());
     if continuation {

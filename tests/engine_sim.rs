@@ -80,6 +80,7 @@ fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
         on_rest: Default::default(),
         regenerate: false,
         idempotency_key: None,
+        max_tokens: None,
     }
 }
 

@@ -182,6 +182,7 @@ fn request(stream: bool) -> ChatRequest {
         messages: vec![Message::system("be brief"), Message::user("hello")],
         tools: vec![],
         stream,
+        max_tokens: None,
     }
 }
 
@@ -251,6 +252,7 @@ async fn request_carries_the_key_and_the_openai_shape() {
             approval: Default::default(),
         }],
         stream: false,
+        max_tokens: None,
     };
     let (result, _, _) = call(&url, &req).await;
     assert_eq!(result.unwrap().text, "ok");
@@ -775,6 +777,7 @@ async fn sim_streamed_tool_call_run() {
         )],
         tools: vec![search_tool()],
         stream: true,
+        max_tokens: None,
     };
 
     let (result, deltas, _) = call(&sim.base_url(), &req).await;

@@ -85,6 +85,7 @@ impl Setup {
             on_rest: Default::default(),
             regenerate: false,
             idempotency_key: None,
+            max_tokens: None,
         };
         let job = RunJob::new(request, freeway::clock::epoch_ms());
         let chain = job.check(&self.catalog).expect("a valid job");

@@ -147,6 +147,7 @@ impl Engine {
             messages: messages.to_vec(),
             tools: run.job.request.tools.clone(),
             stream,
+            max_tokens: run.job.request.max_tokens,
         };
         let result = self.call_relaying(run, &target, &request).await;
         let finished = self.clock.now_ms();

@@ -54,6 +54,8 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
     pub stream: bool,
+    /// The most tokens the answer may take, when the job set it.
+    pub max_tokens: Option<u32>,
 }
 
 /// A successful call: the assistant's text and/or tool calls.

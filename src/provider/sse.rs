@@ -13,7 +13,7 @@ use super::wire::{self, malformed};
 use super::{CallError, Completion, TransportError};
 use crate::chat::ToolCall;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 /// The SSE framing: lines (LF or CRLF), `data:` fields joined until a blank line ends the event,
 /// comments and other fields ignored. A lone CR as line end (legal SSE, unused by providers) is
@@ -113,8 +113,10 @@ struct PartialCall {
 #[derive(Debug, Default)]
 pub(super) struct StreamAssembler {
     completion: Completion,
-    /// Keyed by the delta's `index`, so calls come out in the model's order.
-    calls: BTreeMap<u64, PartialCall>,
+    /// The calls in the order they started.
+    calls: Vec<PartialCall>,
+    /// A delta's `index` → the call it continues.
+    by_index: HashMap<u64, usize>,
 }
 
 impl StreamAssembler {
@@ -196,15 +198,31 @@ impl StreamAssembler {
     }
 
     /// The first delta of a call carries `id` and `function.name`; later ones only `index` and a
-    /// fragment of `function.arguments`.
+    /// fragment of `function.arguments`. A delta with a new non-empty `id` starts a new call even
+    /// when its `index` is missing or repeats one (Gemini sends parallel calls that way, one per
+    /// chunk), so arguments are joined per call, never across calls.
     fn tool_call_delta(&mut self, call: &Value, position: usize) {
-        // `index` is the only required field; a provider that omits it sends whole calls.
         let index = call
             .get("index")
             .and_then(Value::as_u64)
             .unwrap_or(position as u64);
-        let partial = self.calls.entry(index).or_default();
-        if let Some(id) = wire::str_field(call, "id") {
+        let id = wire::str_field(call, "id").filter(|id| !id.is_empty());
+        let current = self.by_index.get(&index).copied();
+        let slot = match (current, &id) {
+            (Some(slot), Some(id))
+                if !self.calls[slot].id.is_empty() && self.calls[slot].id != *id =>
+            {
+                None
+            }
+            (current, _) => current,
+        };
+        let slot = slot.unwrap_or_else(|| {
+            self.calls.push(PartialCall::default());
+            self.by_index.insert(index, self.calls.len() - 1);
+            self.calls.len() - 1
+        });
+        let partial = &mut self.calls[slot];
+        if let Some(id) = id {
             partial.id = id;
         }
         let function = call.get("function").unwrap_or(&Value::Null);
@@ -230,10 +248,10 @@ impl StreamAssembler {
             return Err(CallError::Transport(TransportError::Truncated));
         }
         let mut completion = self.completion;
-        for (index, call) in self.calls {
+        for (n, call) in self.calls.into_iter().enumerate() {
             if call.name.is_empty() {
                 return Err(malformed(format!(
-                    "streamed tool call {index} has no function name"
+                    "streamed tool call {n} has no function name"
                 )));
             }
             // A zero-argument call may end with arguments "" (not "{}"): kept as sent.
@@ -442,6 +460,33 @@ data: [DONE]
         assert_eq!(c.provider_name.as_deref(), Some("Amazon Bedrock"));
         assert_eq!(c.text, "");
         assert_eq!(c.usage.map(|u| u.total_tokens), Some(25160));
+    }
+
+    /// Gemini's OpenAI-compatible stream sends parallel calls one per chunk, each whole, without
+    /// `index` (google-gemini/gemini-cli and the OpenAI-compatibility docs' parallel function
+    /// calling example): two calls, each with its own arguments, never `{…}{…}`.
+    #[test]
+    fn parallel_calls_without_an_index_stay_separate_calls() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"weather\",\"arguments\":\"{\\\"city\\\":\\\"北京\\\"}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"call_2\",\"type\":\"function\",\"function\":{\"name\":\"weather\",\"arguments\":\"{\\\"city\\\":\\\"上海\\\"}\"}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let (result, _) = parse(stream);
+        let calls: Vec<(String, String)> = result
+            .expect("a completion")
+            .tool_calls
+            .into_iter()
+            .map(|c| (c.id, c.arguments))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("call_1".to_string(), r#"{"city":"北京"}"#.to_string()),
+                ("call_2".to_string(), r#"{"city":"上海"}"#.to_string()),
+            ]
+        );
     }
 
     #[test]

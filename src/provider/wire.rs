@@ -19,6 +19,8 @@ struct WireRequest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -67,6 +69,7 @@ pub(super) fn request_body(request: &ChatRequest) -> Result<Vec<u8>, serde_json:
         messages: request.messages.iter().map(wire_message).collect(),
         tools: request.tools.iter().map(wire_tool).collect(),
         stream: request.stream,
+        max_tokens: request.max_tokens,
     })
 }
 
@@ -286,6 +289,7 @@ mod tests {
                 approval: Default::default(),
             }],
             stream: true,
+            max_tokens: Some(512),
         };
         let body: Value = serde_json::from_slice(&request_body(&request).unwrap()).unwrap();
         assert_eq!(
@@ -302,7 +306,8 @@ mod tests {
                 "tools": [{"type": "function", "function": {
                     "name": "f", "description": "does f", "parameters": {"type": "object"}
                 }}],
-                "stream": true
+                "stream": true,
+                "max_tokens": 512
             })
         );
     }
@@ -314,9 +319,14 @@ mod tests {
             messages: vec![Message::user("hi")],
             tools: vec![],
             stream: false,
+            max_tokens: None,
         };
         let body: Value = serde_json::from_slice(&request_body(&request).unwrap()).unwrap();
         assert!(body.get("tools").is_none());
+        assert!(
+            body.get("max_tokens").is_none(),
+            "no max_tokens unless the job set one"
+        );
         assert_eq!(body["stream"], json!(false));
     }
 

@@ -166,6 +166,7 @@ fn job(
         on_rest: Default::default(),
         regenerate,
         idempotency_key: None,
+        max_tokens: None,
     };
     let job = RunJob::new(request, epoch_ms());
     let routes = job.check(&Catalog::builtin()).expect("a valid job");

@@ -286,5 +286,6 @@ fn request(user: u64, deadline_s: u64) -> RunRequest {
         on_rest: OnRest::Queue,
         regenerate: false,
         idempotency_key: None,
+        max_tokens: None,
     }
 }

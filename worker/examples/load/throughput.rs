@@ -90,6 +90,7 @@ impl OneCall {
                 messages: vec![Message::user("Say something about load testing, please.")],
                 tools: vec![],
                 stream: false,
+                max_tokens: None,
             },
         })
     }
@@ -383,5 +384,6 @@ pub fn request(i: u64) -> RunRequest {
         on_rest: Default::default(),
         regenerate: false,
         idempotency_key: None,
+        max_tokens: None,
     }
 }

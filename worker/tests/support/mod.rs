@@ -338,6 +338,7 @@ pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
         on_rest: Default::default(),
         regenerate: false,
         idempotency_key: None,
+        max_tokens: None,
     }
 }
 
