@@ -2,6 +2,12 @@
 //! messages in the OpenAI chat format, tool calls, tool specs and usage.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The fields of an assistant turn a provider requires back on the next request, kept verbatim
+/// (docs/design.md §2.3): OpenRouter's `reasoning_details`, `reasoning_content`. Without them a
+/// reasoning model's next step of a tool loop can be refused.
+pub const TURN_FIELDS: [&str; 2] = ["reasoning_details", "reasoning_content"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -19,6 +25,10 @@ pub struct ToolCall {
     pub id: String,
     pub name: String,
     pub arguments: String,
+    /// Provider data that must come back with the call (Gemini's
+    /// `extra_content.google.thought_signature`), verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_content: Option<Value>,
 }
 
 /// A message of the transcript, in the shape the chat-completions API takes.
@@ -31,6 +41,9 @@ pub struct Message {
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// [`TURN_FIELDS`] the provider returned on this assistant turn, sent back verbatim.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub turn_fields: Map<String, Value>,
 }
 
 impl Message {
@@ -40,6 +53,7 @@ impl Message {
             content: Some(text.into()),
             tool_calls: vec![],
             tool_call_id: None,
+            turn_fields: Map::new(),
         }
     }
     pub fn user(text: impl Into<String>) -> Self {
@@ -48,6 +62,7 @@ impl Message {
             content: Some(text.into()),
             tool_calls: vec![],
             tool_call_id: None,
+            turn_fields: Map::new(),
         }
     }
     pub fn assistant(text: Option<String>, tool_calls: Vec<ToolCall>) -> Self {
@@ -56,6 +71,7 @@ impl Message {
             content: text,
             tool_calls,
             tool_call_id: None,
+            turn_fields: Map::new(),
         }
     }
     pub fn tool_result(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
@@ -64,6 +80,7 @@ impl Message {
             content: Some(content.into()),
             tool_calls: vec![],
             tool_call_id: Some(tool_call_id.into()),
+            turn_fields: Map::new(),
         }
     }
 }

@@ -231,6 +231,7 @@ mod tests {
             id: "call_1".into(),
             name: "lookup".into(),
             arguments: "{}".into(),
+            extra_content: None,
         };
         let events = [
             (Event::Queued, r#"{"type":"queued"}"#),

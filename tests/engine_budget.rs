@@ -167,6 +167,7 @@ impl ChatProvider for ScriptProvider {
                     id: format!("call_{}", ulid::Ulid::generate()),
                     name: "lookup".into(),
                     arguments: "{}".into(),
+                    extra_content: None,
                 }],
                 finish_reason: Some("tool_calls".into()),
                 ..Default::default()
@@ -282,6 +283,7 @@ async fn check_case(
                 id: "call_approved".into(),
                 name: "lookup".into(),
                 arguments: "{}".into(),
+                extra_content: None,
             },
             result: "approved result".into(),
         });

@@ -856,6 +856,7 @@ async fn a_failed_continuation_does_not_fail_over() {
             id: "call_1".into(),
             name: "lookup".into(),
             arguments: "{}".into(),
+            extra_content: None,
         },
         result: "denied by the user".into(),
     });
@@ -1304,6 +1305,7 @@ async fn a_continuation_of_no_run_of_its_user_is_invalid_and_calls_nothing() {
                 id: "call_1".into(),
                 name: "lookup".into(),
                 arguments: "{}".into(),
+                extra_content: None,
             },
             result: "approved".into(),
         });

@@ -241,6 +241,7 @@ async fn request_carries_the_key_and_the_openai_shape() {
                     id: "call_1".into(),
                     name: "search".into(),
                     arguments: "{\"q\":\"joyce\"}".into(),
+                    extra_content: None,
                 }],
             ),
             Message::tool_result("call_1", "Ulysses"),
@@ -320,12 +321,14 @@ async fn non_streaming_success_with_tool_calls() {
             ToolCall {
                 id: "call_a".into(),
                 name: "search_recipes".into(),
-                arguments: "{\"query\": \"pad thai\"}".into()
+                arguments: "{\"query\": \"pad thai\"}".into(),
+                extra_content: None,
             },
             ToolCall {
                 id: "call_b".into(),
                 name: "get_time".into(),
-                arguments: String::new()
+                arguments: String::new(),
+                extra_content: None,
             },
         ]
     );
@@ -415,7 +418,8 @@ async fn streamed_tool_call_with_fragmented_arguments() {
         vec![ToolCall {
             id: "toolu_1".into(),
             name: "search_gutenberg_books".into(),
-            arguments: "{\"search_terms\": [\"James\", \"Joyce\"]}".into()
+            arguments: "{\"search_terms\": [\"James\", \"Joyce\"]}".into(),
+            extra_content: None,
         }]
     );
     assert_eq!(c.finish_reason.as_deref(), Some("tool_calls"));

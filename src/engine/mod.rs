@@ -514,7 +514,10 @@ impl Engine {
         }
         let text = (!c.text.is_empty()).then(|| c.text.clone());
         let key = format!("step-{}", state.counters.steps);
-        let message = Message::assistant(text, c.tool_calls.clone());
+        let message = Message {
+            turn_fields: c.turn_fields.clone(),
+            ..Message::assistant(text, c.tool_calls.clone())
+        };
         run.unsaved.push(Attached::Message { key, message });
         if c.tool_calls.is_empty() {
             run.rec.output = c.text;

@@ -69,6 +69,9 @@ pub struct Completion {
     pub provider_name: Option<String>,
     pub text: String,
     pub tool_calls: Vec<ToolCall>,
+    /// Fields of the turn the provider requires back on the next request
+    /// ([`crate::chat::TURN_FIELDS`]).
+    pub turn_fields: serde_json::Map<String, serde_json::Value>,
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
     /// `X-RateLimit-Remaining` or `x-ratelimit-remaining-requests`, when present.

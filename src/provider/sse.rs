@@ -107,6 +107,7 @@ struct PartialCall {
     id: String,
     name: String,
     arguments: String,
+    extra_content: Option<Value>,
 }
 
 /// Folds chunk payloads into one completion.
@@ -185,6 +186,7 @@ impl StreamAssembler {
             self.completion.text.push_str(text);
             on_text(text);
         }
+        self.turn_fields_delta(delta);
         match delta.get("tool_calls") {
             None | Some(Value::Null) => {}
             Some(Value::Array(calls)) => {
@@ -195,6 +197,21 @@ impl StreamAssembler {
             Some(_) => return Err(malformed("delta.tool_calls is not an array")),
         }
         Ok(())
+    }
+
+    /// Streamed turn fields: `reasoning_details` arrive as array pieces (appended in order),
+    /// `reasoning_content` as text pieces (joined).
+    fn turn_fields_delta(&mut self, delta: &Value) {
+        let fields = &mut self.completion.turn_fields;
+        for (key, piece) in wire::turn_fields(delta) {
+            match (fields.get_mut(&key), piece) {
+                (Some(Value::Array(items)), Value::Array(more)) => items.extend(more),
+                (Some(Value::String(text)), Value::String(more)) => text.push_str(&more),
+                (_, piece) => {
+                    fields.insert(key, piece);
+                }
+            }
+        }
     }
 
     /// The first delta of a call carries `id` and `function.name`; later ones only `index` and a
@@ -224,6 +241,9 @@ impl StreamAssembler {
         let partial = &mut self.calls[slot];
         if let Some(id) = id {
             partial.id = id;
+        }
+        if let Some(extra) = call.get("extra_content").filter(|v| !v.is_null()) {
+            partial.extra_content = Some(extra.clone());
         }
         let function = call.get("function").unwrap_or(&Value::Null);
         if let Some(name) = wire::str_field(function, "name") {
@@ -259,6 +279,7 @@ impl StreamAssembler {
                 id: call.id,
                 name: call.name,
                 arguments: call.arguments,
+                extra_content: call.extra_content,
             });
         }
         Ok(completion)
@@ -454,12 +475,43 @@ data: [DONE]
                 id: "toolu_bdrk_01AMXFNuQYF6fxS1hryPtu9K".into(),
                 name: "get_all_tabs".into(),
                 arguments: String::new(),
+                extra_content: None,
             }]
         );
         assert_eq!(c.finish_reason.as_deref(), Some("tool_calls"));
         assert_eq!(c.provider_name.as_deref(), Some("Amazon Bedrock"));
         assert_eq!(c.text, "");
         assert_eq!(c.usage.map(|u| u.total_tokens), Some(25160));
+    }
+
+    /// Fields a provider requires back on the next request survive the stream: OpenRouter's
+    /// `reasoning_details` (array pieces, appended), `reasoning_content` (text pieces, joined)
+    /// and Gemini's `extra_content.google.thought_signature` on a tool call.
+    #[test]
+    fn turn_fields_and_thought_signatures_are_kept_verbatim() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"Think\",\"reasoning_details\":[{\"type\":\"reasoning.text\",\"text\":\"Think\",\"index\":0}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"ing\",\"reasoning_details\":[{\"type\":\"reasoning.encrypted\",\"data\":\"c2ln\",\"index\":1}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"weather\",\"arguments\":\"{}\"},\"extra_content\":{\"google\":{\"thought_signature\":\"CtACAdHtim9\"}}}]}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let c = parse(stream).0.expect("a completion");
+        assert_eq!(
+            c.turn_fields["reasoning_content"],
+            serde_json::json!("Thinking")
+        );
+        assert_eq!(
+            c.turn_fields["reasoning_details"],
+            serde_json::json!([
+                {"type": "reasoning.text", "text": "Think", "index": 0},
+                {"type": "reasoning.encrypted", "data": "c2ln", "index": 1}
+            ])
+        );
+        assert_eq!(
+            c.tool_calls[0].extra_content,
+            Some(serde_json::json!({"google": {"thought_signature": "CtACAdHtim9"}}))
+        );
     }
 
     /// Gemini's OpenAI-compatible stream sends parallel calls one per chunk, each whole, without

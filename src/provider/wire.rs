@@ -8,9 +8,9 @@
 //! cannot do without (choices, a tool call's name) makes a response malformed.
 
 use super::{CallError, ChatRequest, Completion, InBandError, TransportError};
-use crate::chat::{Message, Role, ToolCall, ToolSpec, Usage};
+use crate::chat::{Message, Role, TURN_FIELDS, ToolCall, ToolSpec, Usage};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 #[derive(Serialize)]
 struct WireRequest<'a> {
@@ -32,6 +32,9 @@ struct WireMessage<'a> {
     tool_calls: Vec<WireToolCall<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
+    /// The turn's provider fields, back as they came (`reasoning_details`, …).
+    #[serde(flatten)]
+    turn_fields: &'a Map<String, Value>,
 }
 
 #[derive(Serialize)]
@@ -40,6 +43,8 @@ struct WireToolCall<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: WireFunctionCall<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_content: Option<&'a Value>,
 }
 
 #[derive(Serialize)]
@@ -87,9 +92,11 @@ fn wire_message(message: &Message) -> WireMessage<'_> {
                     name: &call.name,
                     arguments: &call.arguments,
                 },
+                extra_content: call.extra_content.as_ref(),
             })
             .collect(),
         tool_call_id: message.tool_call_id.as_deref(),
+        turn_fields: &message.turn_fields,
     }
 }
 
@@ -197,7 +204,21 @@ fn tool_call(value: &Value, position: usize) -> Result<ToolCall, CallError> {
         id: str_field(value, "id").unwrap_or_default(),
         name,
         arguments: arguments_text(function.get("arguments")),
+        extra_content: value.get("extra_content").filter(|v| !v.is_null()).cloned(),
     })
+}
+
+/// The [`TURN_FIELDS`] an assistant message carries, verbatim.
+pub(super) fn turn_fields(message: &Value) -> Map<String, Value> {
+    TURN_FIELDS
+        .iter()
+        .filter_map(|&k| {
+            Some((
+                k.to_string(),
+                message.get(k).filter(|v| !v.is_null())?.clone(),
+            ))
+        })
+        .collect()
 }
 
 /// The text of `content`: a string, or nothing (`null`, absent).
@@ -255,6 +276,7 @@ pub(super) fn completion(body: &[u8]) -> Result<Completion, CallError> {
         provider_name: str_field(&value, "provider"),
         text,
         tool_calls,
+        turn_fields: turn_fields(message),
         finish_reason,
         usage: usage(&value),
         ratelimit_remaining: None,
@@ -278,6 +300,7 @@ mod tests {
                         id: "call_1".into(),
                         name: "f".into(),
                         arguments: "{}".into(),
+                        extra_content: None,
                     }],
                 ),
                 Message::tool_result("call_1", "ok"),
@@ -310,6 +333,39 @@ mod tests {
                 "max_tokens": 512
             })
         );
+    }
+
+    /// The fields a provider returned on a turn go back on that turn, as they came.
+    #[test]
+    fn turn_fields_and_thought_signatures_go_back_verbatim() {
+        let mut turn = Message::assistant(
+            None,
+            vec![ToolCall {
+                id: "call_1".into(),
+                name: "f".into(),
+                arguments: "{}".into(),
+                extra_content: Some(json!({"google": {"thought_signature": "sig"}})),
+            }],
+        );
+        turn.turn_fields.insert(
+            "reasoning_details".into(),
+            json!([{"type": "reasoning.encrypted", "data": "x"}]),
+        );
+        let request = ChatRequest {
+            model: "m".into(),
+            messages: vec![Message::user("hi"), turn],
+            tools: vec![],
+            stream: false,
+            max_tokens: None,
+        };
+        let body: Value = serde_json::from_slice(&request_body(&request).unwrap()).unwrap();
+        let sent = &body["messages"][1];
+        assert_eq!(sent["reasoning_details"][0]["data"], "x");
+        assert_eq!(
+            sent["tool_calls"][0]["extra_content"]["google"]["thought_signature"],
+            "sig"
+        );
+        assert!(body["messages"][0].get("reasoning_details").is_none());
     }
 
     #[test]
@@ -352,7 +408,8 @@ mod tests {
             vec![ToolCall {
                 id: "call_7b".into(),
                 name: "search_recipes".into(),
-                arguments: "{\"query\": \"pad thai\"}".into()
+                arguments: "{\"query\": \"pad thai\"}".into(),
+                extra_content: None,
             }]
         );
         assert_eq!(

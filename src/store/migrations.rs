@@ -21,6 +21,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "store_probe",
         include_str!("../../migrations/0004_store_probe.sql"),
     ),
+    (
+        5,
+        "turn_fields",
+        include_str!("../../migrations/0005_turn_fields.sql"),
+    ),
 ];
 
 pub(super) fn migrator() -> Migrator {
@@ -52,11 +57,12 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    const PINNED: [(i64, u64); 4] = [
+    const PINNED: [(i64, u64); 5] = [
         (1, 0xe69cb70d1b7d5fbf),
         (2, 0x8a2f765eeb19a40e),
         (3, 0xd7ae84a71a3089de),
         (4, 0x692db48c8c99cdc3),
+        (5, 0x191c380e2c5cacb0),
     ];
 
     /// FNV-1a: a fingerprint of a migration's text, enough to notice an edit.

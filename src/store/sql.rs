@@ -183,7 +183,7 @@ const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE ru
 macro_rules! transcript_of {
     ($conversation:literal) => {
         concat!(
-            "SELECT seq, role, content, tool_calls, tool_call_id FROM messages \
+            "SELECT seq, role, content, tool_calls, tool_call_id, turn_fields FROM messages \
              WHERE conversation_id = ",
             $conversation,
             " AND deleted_ms IS NULL"
@@ -194,7 +194,8 @@ const TRANSCRIPT: &str = concat!(transcript_of!("$1"), " ORDER BY seq");
 // The run (none: NULLs) beside each of the conversation's messages (none: NULLs), so a delivery
 // starts with one round trip and one read transaction; the run's columns repeat on every row.
 const RUN_AND_TRANSCRIPT: &str = concat!(
-    "SELECT r.*, m.role, m.content, m.tool_calls, m.tool_call_id FROM (SELECT 1 AS one) AS q \
+    "SELECT r.*, m.role, m.content, m.tool_calls, m.tool_call_id, m.turn_fields \
+     FROM (SELECT 1 AS one) AS q \
      LEFT JOIN (SELECT ",
     run_columns!(),
     " FROM runs WHERE run_id = $1) AS r ON TRUE LEFT JOIN (",

@@ -204,6 +204,7 @@ fn call(id: &str) -> ToolCall {
         id: id.into(),
         name: "lookup".into(),
         arguments: r#"{"q":"x"}"#.into(),
+        extra_content: None,
     }
 }
 

@@ -62,24 +62,34 @@ async fn append_message_is_idempotent_per_run_and_key_and_keeps_order() {
     }
 }
 
+/// Tool calls, their results, and what a provider requires back on the next request (a turn's
+/// `reasoning_details`, a call's thought signature) come back exactly as stored.
 #[tokio::test]
 async fn the_transcript_keeps_tool_calls_and_results_intact() {
     for db in fresh("tools").await {
         let s = &db.store;
         let conv = unique("conv");
+        let mut calling = Message::assistant(
+            None,
+            vec![
+                call("call_1"),
+                ToolCall {
+                    id: "call_2".into(),
+                    name: "web".into(),
+                    arguments: "not json{".into(),
+                    extra_content: Some(
+                        serde_json::json!({"google": {"thought_signature": "CtACAdHtim9"}}),
+                    ),
+                },
+            ],
+        );
+        calling.turn_fields.insert(
+            "reasoning_details".into(),
+            serde_json::json!([{"type": "reasoning.encrypted", "data": "c2ln", "index": 0}]),
+        );
         let messages = vec![
             Message::user("look it up"),
-            Message::assistant(
-                None,
-                vec![
-                    call("call_1"),
-                    ToolCall {
-                        id: "call_2".into(),
-                        name: "web".into(),
-                        arguments: "not json{".into(),
-                    },
-                ],
-            ),
+            calling,
             Message::tool_result("call_1", "result one"),
             Message::tool_result("call_2", ""),
             Message::assistant(Some("done — ünïcode ✓ 'quoted' \"double\"".into()), vec![]),

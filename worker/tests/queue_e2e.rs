@@ -92,6 +92,7 @@ async fn a_continuation_runs_once_while_the_pool_rests() {
             id: "call_1".into(),
             name: "lookup".into(),
             arguments: "{}".into(),
+            extra_content: None,
         },
         result: "approved".into(),
     });

@@ -69,6 +69,7 @@ async fn awaiting_run(s: &Server) -> String {
         id: "call_1".into(),
         name: "send_email".into(),
         arguments: r#"{"to":"bob"}"#.into(),
+        extra_content: None,
     });
     s.store.save_run(&rec).await.expect("saved");
     run_id

@@ -297,6 +297,10 @@ pub(super) fn message_from(row: &impl Columns) -> Result<Message, StoreError> {
             None => Vec::new(),
         },
         tool_call_id: row.opt_text("tool_call_id")?,
+        turn_fields: match row.opt_text("turn_fields")? {
+            Some(fields) => json_from(&fields, "turn_fields")?,
+            None => serde_json::Map::new(),
+        },
     })
 }
 
@@ -344,6 +348,10 @@ pub(super) fn message_row(
             false => Some(json_text(&message.tool_calls, "tool_calls")?),
         },
         tool_call_id: message.tool_call_id.as_deref().map(clean),
+        turn_fields: match message.turn_fields.is_empty() {
+            true => None,
+            false => Some(json_text(&message.turn_fields, "turn_fields")?),
+        },
         now: now_ms()?,
     })
 }

@@ -81,6 +81,7 @@ pub(super) struct MessageRow {
     pub content: Option<String>,
     pub tool_calls: Option<String>,
     pub tool_call_id: Option<String>,
+    pub turn_fields: Option<String>,
     pub now: i64,
 }
 
@@ -207,7 +208,7 @@ async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
 const RUN_COLUMNS: usize = 28;
 const ENSURE_COLUMNS: usize = 5;
 const RESERVE_COLUMNS: usize = 4;
-const MESSAGE_COLUMNS: usize = 10;
+const MESSAGE_COLUMNS: usize = 11;
 const ATTEMPT_COLUMNS: usize = 12;
 
 const INSERT_RUNS: &str = concat!("INSERT INTO runs (", run_columns!(), ") VALUES ");
@@ -237,7 +238,8 @@ const RESERVE_SEQS_TAIL: &str = " ON CONFLICT (id) DO UPDATE \
      SET next_seq = conversations.next_seq + excluded.next_seq, updated_ms = excluded.updated_ms \
      RETURNING id, next_seq";
 const INSERT_MESSAGES: &str = "INSERT INTO messages \
-     (id, conversation_id, seq, run_id, msg_key, role, content, tool_calls, tool_call_id, created_ms) VALUES ";
+     (id, conversation_id, seq, run_id, msg_key, role, content, tool_calls, tool_call_id, \
+     turn_fields, created_ms) VALUES ";
 const INSERT_MESSAGES_TAIL: &str = " ON CONFLICT (run_id, msg_key) DO NOTHING";
 const INSERT_ATTEMPTS: &str = "INSERT INTO attempts (run_id, n, step, route, http_status, error, \
      verdict, retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms) VALUES ";
@@ -531,6 +533,7 @@ macro_rules! apply_all {
                     .bind(&m.content)
                     .bind(&m.tool_calls)
                     .bind(&m.tool_call_id)
+                    .bind(&m.turn_fields)
                     .bind(m.now);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
