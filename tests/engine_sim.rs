@@ -1357,3 +1357,36 @@ async fn an_in_band_429_before_any_output_fails_over_and_rests_like_an_http_429(
     assert_eq!(attempts[0].verdict, Some(Verdict::Account));
     assert_eq!(attempts[0].http_status, Some(200));
 }
+
+/// A route no provider serves any more answers 404 "No endpoints found for …": it rests an
+/// hour, so the next run skips it without spending an attempt (docs/design.md §3.3).
+#[tokio::test]
+async fn a_dead_route_is_skipped_by_the_next_run_without_a_call() {
+    let s = setup().await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "no_endpoints_404", "model": FREE_A}),
+    ));
+    let (job, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    let attempts = s.h.store.attempts(&job.run_id).await.unwrap();
+    assert_eq!(attempts[0].verdict, Some(Verdict::Gone));
+    let rest = pttl(&s.h, route_scope(FREE_A)).await;
+    assert!(rest > 3_500_000 && rest <= 3_600_000, "an hour: {rest}");
+    let (_, outcome) = run(
+        &s.h,
+        request("u2", "hi", &[FREE_A, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    assert_eq!(
+        called(&s.sim),
+        vec![FREE_A, PAID, PAID],
+        "the second run never calls the dead route"
+    );
+}

@@ -43,6 +43,9 @@ pub enum FaultKind {
     Moderation403,
     #[serde(rename = "not_found_404")]
     NotFound404,
+    /// 404 for a model no provider serves any more (docs/providers.md §2.6): a dead route.
+    #[serde(rename = "no_endpoints_404")]
+    NoEndpoints404,
     #[serde(rename = "bad_request_400")]
     BadRequest400,
     #[serde(rename = "server_500")]
@@ -92,6 +95,7 @@ impl FaultKind {
             Unauthorized401 => "unauthorized_401",
             Moderation403 => "moderation_403",
             NotFound404 => "not_found_404",
+            NoEndpoints404 => "no_endpoints_404",
             BadRequest400 => "bad_request_400",
             Server500 => "server_500",
             BadGateway502 => "bad_gateway_502",
@@ -115,7 +119,7 @@ impl FaultKind {
             Credits402 | NeverPurchased402 | CanOnlyAfford402 | InFlight402 => 402,
             Unauthorized401 => 401,
             Moderation403 => 403,
-            NotFound404 => 404,
+            NotFound404 | NoEndpoints404 => 404,
             BadRequest400 => 400,
             Server500 => 500,
             BadGateway502 => 502,
@@ -143,8 +147,8 @@ impl FaultKind {
             MidstreamError => &[Layout, Code, AfterChunks, Done, ProviderName],
             Truncated => &[AfterChunks],
             HugeBody => &[SizeBytes],
-            Generic429 | Unauthorized401 | NotFound404 | BadRequest400 | Server500
-            | MalformedJson | WrongContentType | UsageLayoutB => &[],
+            Generic429 | Unauthorized401 | NotFound404 | NoEndpoints404 | BadRequest400
+            | Server500 | MalformedJson | WrongContentType | UsageLayoutB => &[],
         }
     }
 }

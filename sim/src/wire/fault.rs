@@ -66,6 +66,10 @@ pub(crate) fn fault_error(spec: &FaultSpec, ctx: &FaultCtx<'_>) -> Option<ErrorR
             f.status,
             "No endpoints found matching your data policy (Free model publication). Configure: https://openrouter.ai/settings/privacy",
         )),
+        FaultKind::NoEndpoints404 => f.reply(ErrorObj::new(
+            f.status,
+            format!("No endpoints found for {}.", ctx.model),
+        )),
         FaultKind::BadRequest400 => f.reply(ErrorObj::new(
             f.status,
             format!("{} is not a valid model ID", ctx.model),
