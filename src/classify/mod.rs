@@ -25,8 +25,8 @@
 //! - `Retry-After` is read as delta-seconds (integer or decimal) or an HTTP-date (RFC 9110), the
 //!   latter as the time from `now_ms` to that moment.
 //!
-//! The answer is normalised first ([`signals`]), retry hints read in every provider's format
-//! ([`hints`]), then the rules decide ([`rules`]).
+//! The answer is normalised first (`signals`), retry hints read in every provider's format
+//! (`hints`), then the rules decide (`rules`).
 
 mod hints;
 mod rules;
