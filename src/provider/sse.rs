@@ -765,8 +765,29 @@ data: [DONE]
         assert_eq!(events, ["a\nb", ""]);
     }
 
+    /// Arbitrary JSON: scalars, and arrays and objects of them three levels deep.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            "\\PC{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map("[a-z_]{1,10}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
     /// Pieces of streams: SSE framing, chunks of the shapes the assembler reads (text, tool-call
-    /// fragments with any index and id, usage, in-band errors), and raw bytes.
+    /// fragments with any index and id, usage, in-band errors), chunks of any JSON in the fields
+    /// it reads, and raw bytes.
     fn stream_piece() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
         use proptest::prelude::*;
         let chunk = (
@@ -789,8 +810,32 @@ data: [DONE]
                 });
                 format!("data: {chunk}\n\n").into_bytes()
             });
+        // Any JSON where the assembler looks: a delta's fields, tool calls, turn fields.
+        let any_json = (
+            prop::sample::subsequence(
+                vec![
+                    "content",
+                    "tool_calls",
+                    "reasoning_details",
+                    "reasoning_content",
+                    "role",
+                ],
+                0..=5,
+            ),
+            prop::collection::vec(json_value(), 5),
+        )
+            .prop_map(|(keys, values)| {
+                let delta: serde_json::Map<String, serde_json::Value> = keys
+                    .into_iter()
+                    .zip(values)
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect();
+                let chunk = serde_json::json!({"choices": [{"delta": delta}]});
+                format!("data: {chunk}\n\n").into_bytes()
+            });
         prop_oneof![
             chunk,
+            any_json,
             prop::sample::select(vec![
                 &b": OPENROUTER PROCESSING\n\n"[..],
                 b"data: [DONE]\n\n",
