@@ -1390,3 +1390,20 @@ async fn a_dead_route_is_skipped_by_the_next_run_without_a_call() {
         "the second run never calls the dead route"
     );
 }
+
+/// A moderation error inside a 200, before any text, is the request's fault (`client`): no
+/// rest, and no one-route retry as a 5xx would get (docs/design.md §2.3).
+#[tokio::test]
+async fn a_moderation_error_inside_a_200_is_a_client_error_and_is_not_retried() {
+    let s = setup().await;
+    s.sim.inject(fault(serde_json::json!({"kind": "midstream_error", "model": FREE_A, "code": 403, "after_chunks": 0})));
+    let (job, outcome) = run(&s.h, request("u1", "hi", &[FREE_A]), WhenResting::Snooze).await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::UpstreamRejected))
+    );
+    assert_eq!(called(&s.sim), vec![FREE_A], "no retry");
+    let attempts = s.h.store.attempts(&job.run_id).await.unwrap();
+    assert_eq!(attempts[0].verdict, Some(Verdict::Client));
+    assert!(!rested_anything(&s.h).await);
+}

@@ -154,6 +154,17 @@ pub(crate) fn midstream_error(spec: &FaultSpec) -> ErrorObj {
             },
         ),
         ErrorCode::Number(500) | ErrorCode::Text(_) => (SERVER_ERROR, Metadata::default()),
+        // Moderation of the upstream's input, relayed inside the stream (docs/providers.md §2.6,
+        // the 403's metadata).
+        ErrorCode::Number(403) => (
+            "Your input was flagged for \"misc\". No credits were charged.",
+            Metadata {
+                provider_name: Some(Some(spec.provider().to_owned())),
+                reasons: Some(["misc"]),
+                flagged_input: Some(String::new()),
+                ..Metadata::default()
+            },
+        ),
         ErrorCode::Number(_) => (
             "Provider returned error",
             Metadata {
