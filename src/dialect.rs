@@ -23,16 +23,6 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 7] = [
-        Dialect::Openrouter,
-        Dialect::Openai,
-        Dialect::Groq,
-        Dialect::Mistral,
-        Dialect::Cerebras,
-        Dialect::Gemini,
-        Dialect::Generic,
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             Dialect::Openrouter => "openrouter",

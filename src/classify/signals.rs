@@ -41,10 +41,20 @@ impl Signals {
             headers: headers.clone(),
             ..Signals::default()
         };
-        if let Some(error) = envelope(body) {
-            s.read_error(&error);
+        let error = envelope(body);
+        if let Some(error) = &error {
+            s.read_error(error);
         }
-        s.hint = hints::first(&s.headers, s.details_and_metadata(body), &s.message, now_ms);
+        // Retry hints also live in the error's `details` (Google's `RetryInfo`) and `metadata`
+        // (`retry_after_seconds`).
+        let (details, metadata) = match &error {
+            Some(error) => (
+                google_details(error).cloned().collect(),
+                error.get("metadata").cloned(),
+            ),
+            None => (Vec::new(), None),
+        };
+        s.hint = hints::first(&s.headers, (details, metadata), &s.message, now_ms);
         s
     }
 
@@ -103,16 +113,6 @@ impl Signals {
                     .is_some_and(|id| id.contains("PerDay"))
             })
         });
-    }
-
-    /// The parts of the body retry hints live in: the error's `details` (Google's `RetryInfo`)
-    /// and `metadata` (`retry_after_seconds`).
-    fn details_and_metadata(&self, body: &[u8]) -> (Vec<Value>, Option<Value>) {
-        let Some(error) = envelope(body) else {
-            return (Vec::new(), None);
-        };
-        let details = google_details(&error).cloned().collect();
-        (details, error.get("metadata").cloned())
     }
 
     /// Whether any of the error's code, type or status is `kind` (lowercase).
