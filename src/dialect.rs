@@ -41,6 +41,12 @@ impl Dialect {
         self == Dialect::Openrouter
     }
 
+    /// The path under the base URL where the provider tells a key's day quota without spending
+    /// a call (docs/providers.md §3.2): OpenRouter's `/key`. The others have none.
+    pub fn quota_path(self) -> Option<&'static str> {
+        (self == Dialect::Openrouter).then_some("/key")
+    }
+
     /// The provider's day when a pool does not set `day_reset`: OpenRouter counts free requests
     /// per UTC day and Gemini's quotas reset at midnight Pacific; the others' per-day limits
     /// refill continuously, and their retry hint says when.

@@ -37,6 +37,10 @@ pub trait Leases: Send + Sync {
     async fn renew(&self, run_id: &str, owner: &str) -> Result<bool, FleetError>;
     /// Drop the lease if `owner` holds it.
     async fn release(&self, run_id: &str, owner: &str) -> Result<(), FleetError>;
+    /// Claim the fleet's turn at `name` for `period`: true for exactly one caller until the
+    /// period lapses. A periodic chore that one replica does for all (reconciling, reading a
+    /// quota endpoint) runs only on a true.
+    async fn take_turn(&self, name: &str, period: Duration) -> Result<bool, FleetError>;
 }
 
 /// Leases as Redis keys with a TTL.
@@ -57,6 +61,11 @@ impl RedisLeases {
     /// The Redis key of the run's lease.
     pub fn key(&self, run_id: &str) -> String {
         format!("{}:run:{run_id}:lease", self.ns)
+    }
+
+    /// The Redis key of the turn at `name`.
+    pub fn turn_key(&self, name: &str) -> String {
+        format!("{}:turn:{name}", self.ns)
     }
 }
 
@@ -96,6 +105,19 @@ impl Leases for RedisLeases {
             .invoke_async(&mut conn)
             .await?;
         Ok(())
+    }
+
+    async fn take_turn(&self, name: &str, period: Duration) -> Result<bool, FleetError> {
+        let mut conn = self.conn.clone();
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(self.turn_key(name))
+            .arg(std::process::id())
+            .arg("NX")
+            .arg("PX")
+            .arg(period.as_millis().max(1) as u64)
+            .query_async(&mut conn)
+            .await?;
+        Ok(taken.is_some())
     }
 }
 
@@ -158,6 +180,18 @@ impl Leases for MemoryLeases {
             }
         });
         Ok(())
+    }
+
+    async fn take_turn(&self, name: &str, period: Duration) -> Result<bool, FleetError> {
+        // Turns live beside the leases under a key no run id can take (run ids have no spaces).
+        let key = format!("turn {name}");
+        Ok(self.with_held(|held, now| {
+            if held.contains_key(&key) {
+                return false;
+            }
+            held.insert(key, (String::new(), now + period.as_millis() as u64));
+            true
+        }))
     }
 }
 

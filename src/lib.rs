@@ -27,6 +27,7 @@ pub mod logging;
 pub mod metrics;
 pub mod preflight;
 pub mod provider;
+pub mod quota;
 pub mod rest;
 pub mod route;
 pub mod run;

@@ -334,7 +334,7 @@ const RESET_D: u64 = 1_783_519_380_000;
 fn d_high_demand_rests_this_route_for_all_users() {
     for r in SHARED {
         let c = run(429, &[], D_JUL_2026, r, RESET_D - 20_000);
-        expect(&c, r, Verdict::Route, Scope::ThisRoute, "0:high_demand");
+        expect(&c, r, Verdict::Route, Scope::ThisRoute, "0:capacity");
         assert_eq!(c.length, Some(RestLength::Until(RESET_D)));
         assert_eq!(c.rest_ms(RESET_D - 20_000), 20_000);
 
@@ -361,7 +361,7 @@ fn d_per_day_model_cap_rests_the_route_not_the_pool() {
         LLAMA_FREE,
         Verdict::Route,
         Scope::ThisRoute,
-        "0:high_demand",
+        "0:capacity",
     );
     // A per-day cap is a spent day: it rests until OpenRouter's day ends (UTC midnight).
     assert!(c.day);
@@ -531,17 +531,17 @@ fn typed_without_a_provider_marker_is_the_account() {
     }
 }
 
-/// #7 names no provider in `metadata` (only in `previous_errors`), so on a shared route the table
-/// reads its `error_type` (rule 3).
+/// #7 is one model at capacity (`availability.code` `capacity_exhausted`): rule 0 rests that
+/// route, not the pool, although its `error_type` is `rate_limit_exceeded` (rule 3).
 #[test]
 fn h_capacity_exhausted_follows_the_table() {
     let c = run(429, &[("Retry-After", "40")], H, LLAMA_FREE, NOW_A);
     expect(
         &c,
         LLAMA_FREE,
-        Verdict::Account,
-        Scope::Pool,
-        "3:rate_limit_exceeded",
+        Verdict::Route,
+        Scope::ThisRoute,
+        "0:capacity",
     );
     assert_eq!(c.length, Some(RestLength::For(40_000)));
     let c = run(429, &[("Retry-After", "40")], H, PAID, NOW_A);

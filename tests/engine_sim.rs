@@ -1407,3 +1407,32 @@ async fn a_moderation_error_inside_a_200_is_a_client_error_and_is_not_retried() 
     assert_eq!(attempts[0].verdict, Some(Verdict::Client));
     assert!(!rested_anything(&s.h).await);
 }
+
+/// `billing_wait` is a spend window, not a dead key: a chain it closes waits for the window like
+/// a rate limit (the run is delayed), where `billing` would fail it.
+#[tokio::test]
+async fn a_chain_closed_only_by_a_billing_wait_snoozes_until_the_spend_window_ends() {
+    let s = setup().await;
+    s.sim.inject(fault(
+        serde_json::json!({"kind": "in_flight_402", "model": PAID, "retry_after_s": 20}),
+    ));
+    let (job, outcome) = run(&s.h, request("u1", "hi", &[PAID]), WhenResting::Snooze).await;
+    let Outcome::Snoozed { until_ms, .. } = outcome else {
+        panic!("snoozed, got {outcome:?}")
+    };
+    let now = freeway::clock::epoch_ms();
+    assert!(
+        until_ms >= now + 18_000 && until_ms <= now + 22_000,
+        "until the hint's end, plus at most 2 s: {} ms",
+        until_ms - now
+    );
+    let circuit = RestScope::Connection("platform:openrouter".into());
+    let rest = pttl(&s.h, circuit).await;
+    assert!(
+        rest > 18_000 && rest <= 20_000,
+        "a connection rest of the hint: {rest}"
+    );
+    assert_eq!(s.sim.calls().len(), 1);
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(rec.status, RunStatus::Delayed);
+}

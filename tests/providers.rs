@@ -13,6 +13,7 @@ use freeway::provider::{ApiKey, EnvTargets, HttpProvider, Targets, Timeouts};
 use freeway::rest::Rests;
 use freeway::route::{OPENROUTER_FREE_POOL, RouteSpec};
 use freeway::run::RunStatus;
+use freeway::store::Store;
 use sim::Provider;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -70,11 +71,15 @@ async fn setup(config: sim::SimConfig) -> Setup {
 
 impl Setup {
     async fn run(&self, user: &str, routes: &[&str]) -> Outcome {
+        self.run_job(&self.job(user, "hi", routes)).await
+    }
+
+    fn job(&self, user: &str, input: &str, routes: &[&str]) -> RunJob {
         let request = RunRequest {
             user_id: user.into(),
             conversation_id: None,
             kind: Default::default(),
-            input: Some("hi".into()),
+            input: Some(input.into()),
             routes: routes
                 .iter()
                 .map(|r| RouteSpec::parse_cli(r, &self.catalog))
@@ -87,9 +92,12 @@ impl Setup {
             idempotency_key: None,
             max_tokens: None,
         };
-        let job = RunJob::new(request, freeway::clock::epoch_ms());
+        RunJob::new(request, freeway::clock::epoch_ms())
+    }
+
+    async fn run_job(&self, job: &RunJob) -> Outcome {
         let chain = job.check(&self.catalog).expect("a valid job");
-        let outcome = self.h.engine.execute(&job, &chain, WhenResting::Refuse);
+        let outcome = self.h.engine.execute(job, &chain, WhenResting::Refuse);
         outcome.await.expect("no infrastructure fault")
     }
 
@@ -303,4 +311,112 @@ async fn a_spent_groq_day_rests_that_models_pool_for_its_hint_uncapped() {
         rest > 300_000,
         "a day refusal is not capped at 300 s: {rest}"
     );
+}
+
+#[tokio::test]
+async fn gemini_parallel_calls_without_index_run_as_two_tools_and_their_signature_goes_back() {
+    let mut s = setup(sim::SimConfig::default()).await;
+    let tools = support::tool_service::ToolService::start().await;
+    let runner = freeway::tools::ToolRunner::new(Some(tools.url.clone())).unwrap();
+    s.h.engine = s.h.engine_with(s.h.targets.clone()).with_tools(runner);
+    let mut job = s.job(
+        "u1",
+        "weather twice [[tools:1]] [[parallel:2]]",
+        &["gemini:gemini-2.5-flash"],
+    );
+    job.request.tools = vec![freeway::chat::ToolSpec {
+        name: "weather".into(),
+        description: "the weather in a city".into(),
+        parameters: serde_json::json!({"type": "object"}),
+        approval: Default::default(),
+    }];
+
+    assert_eq!(s.run_job(&job).await, succeeded());
+    // Two calls, each with its own arguments: not one call with `{"step":1}{"step":2}`.
+    let ran = tools.requests();
+    let arguments: Vec<_> = ran.iter().map(|r| r.arguments.clone()).collect();
+    assert_eq!(
+        arguments,
+        vec![
+            serde_json::json!({"step": 1}),
+            serde_json::json!({"step": 2})
+        ]
+    );
+    assert_ne!(ran[0].tool_call_id, ran[1].tool_call_id);
+    // The sim refuses a turn whose signature did not come back (a 400); both calls were served.
+    let statuses: Vec<u16> = s.calls().iter().map(|c| c.2).collect();
+    assert_eq!(statuses, vec![200, 200], "{:?}", s.sim.calls());
+    assert!(
+        s.sim
+            .calls()
+            .iter()
+            .all(|c| c.provider == Provider::Gemini && c.stream)
+    );
+
+    let transcript = s.h.store.transcript(&job.conversation_id).await.unwrap();
+    let calls = transcript
+        .iter()
+        .find(|m| !m.tool_calls.is_empty())
+        .map(|m| m.tool_calls.clone())
+        .expect("the assistant's tool turn is stored");
+    assert_eq!(calls.len(), 2);
+    let signature = calls[0]
+        .extra_content
+        .as_ref()
+        .and_then(|e| e.pointer("/google/thought_signature"));
+    assert!(
+        signature
+            .and_then(|s| s.as_str())
+            .is_some_and(|s| !s.is_empty()),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls[1].extra_content, None,
+        "only the first call of a turn is signed"
+    );
+}
+
+#[tokio::test]
+async fn a_gemini_turn_sent_back_without_its_signature_is_refused_as_a_client_error() {
+    let s = setup(sim::SimConfig::default()).await;
+    let body = serde_json::json!({
+        "model": "gemini-2.5-flash",
+        "messages": [
+            {"role": "user", "content": "weather"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+        ]
+    });
+    let response = reqwest::Client::new()
+        .post(format!(
+            "{}/chat/completions",
+            s.sim.base_url_of(Provider::Gemini)
+        ))
+        .bearer_auth("AIza-platform")
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let mut headers = freeway::headers::Headers::new();
+    for (name, value) in response.headers() {
+        headers.push(name.as_str(), value.to_str().unwrap_or_default());
+    }
+    let text = response.text().await.unwrap();
+    assert!(
+        text.contains("missing a thought_signature") && text.contains("default_api:weather"),
+        "{text}"
+    );
+    // And freeway reads it as the request's fault: no rest, no retry elsewhere.
+    let class = freeway::classify::classify_response(
+        400,
+        &headers,
+        text.as_bytes(),
+        &freeway::route::Route::parse("gemini:gemini-2.5-flash", &s.catalog).unwrap(),
+        freeway::clock::epoch_ms(),
+    );
+    assert_eq!(class.verdict, freeway::classify::Verdict::Client);
 }

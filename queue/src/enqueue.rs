@@ -25,7 +25,7 @@ use freeway::chat::ToolCall;
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::fleet::FleetError;
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
-use freeway::lease::RedisLeases;
+use freeway::lease::{Leases, RedisLeases};
 use freeway::metrics::RedisMetrics;
 use freeway::preflight::{self, Preflight, Waiting};
 use freeway::rest::{RedisRests, Rests};
@@ -362,18 +362,10 @@ impl Enqueuer {
         stale: std::time::Duration,
         round: std::time::Duration,
     ) -> Result<Option<usize>, EnqueueError> {
-        let mut conn = self.conn.clone();
-        let claimed: Option<String> = redis::cmd("SET")
-            .arg(format!("{}:reconciler", self.ns))
-            .arg(std::process::id())
-            .arg("NX")
-            .arg("PX")
-            .arg(round.as_millis() as u64)
-            .query_async(&mut conn)
-            .await?;
-        if claimed.is_none() {
+        if !self.leases.take_turn("reconciler", round).await? {
             return Ok(None);
         }
+        let mut conn = self.conn.clone();
         let now = freeway::clock::epoch_ms();
         let before = now.saturating_sub(stale.as_millis() as u64);
         let jobs: Vec<RunJob> = self

@@ -226,6 +226,26 @@ impl Queue {
         Ok(ids.len())
     }
 
+    /// Make every parked run due at `now_ms`: a rest was lifted or cleared, and the runs it
+    /// delayed may run now. Which rest parked a run is not recorded, so all wake; the ones still
+    /// closed park again at pre-flight without spending a call. Returns the runs brought forward.
+    pub async fn wake_parked(&self, now_ms: u64) -> Result<usize, QueueError> {
+        let mut conn = self.conn.clone();
+        let mut woken = 0;
+        loop {
+            let n: usize = BRING_FORWARD
+                .key(self.snoozed())
+                .arg(now_ms)
+                .arg(CHUNK)
+                .invoke_async(&mut conn)
+                .await?;
+            woken += n;
+            if n < CHUNK {
+                return Ok(woken);
+            }
+        }
+    }
+
     /// Move due ids from apalis's scheduled set to its active list, a chunk per call, until none
     /// are left: apalis's own fetch then never sees a pile of due ids it cannot unpack.
     pub async fn promote_due(&self) -> Result<usize, QueueError> {
@@ -327,6 +347,19 @@ fn task(payload: Vec<u8>, key: Option<String>) -> apalis_redis::RedisTask {
 }
 
 /// Due ids from the scheduled set to the active list, at most ARGV[1] of them.
+/// Sets up to ARGV[2] parked runs due later than ARGV[1] to be due at ARGV[1].
+static BRING_FORWARD: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+        local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'LIMIT', 0, tonumber(ARGV[2]))
+        for _, id in ipairs(ids) do
+            redis.call('ZADD', KEYS[1], 'XX', ARGV[1], id)
+        end
+        return #ids
+        ",
+    )
+});
+
 static PROMOTE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         r"

@@ -81,6 +81,16 @@ pub(crate) fn tool_call_id() -> String {
     s
 }
 
+/// The thought signature Gemini attaches to the first call of a turn: opaque base64 to clients,
+/// derived here from the call's id so the simulator can check it comes back without keeping
+/// state (docs/providers.md §5.2).
+pub(crate) fn thought_signature(call_id: &str) -> String {
+    const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::from("CtACAdHt");
+    Words::derived(call_id).push_chars(&mut s, BASE64, 40);
+    s
+}
+
 /// The OpenRouter user owning `key` (`user_` + 27 alnum).
 pub(crate) fn user_id(key: &str) -> String {
     let mut s = String::from("user_");

@@ -6,7 +6,6 @@
 //! same request always gets the same answer.
 
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 
 use crate::ids;
 
@@ -34,7 +33,24 @@ pub(crate) struct Message {
     #[serde(default)]
     pub content: Option<Content>,
     #[serde(default)]
-    pub tool_calls: Option<Vec<IgnoredAny>>,
+    pub tool_calls: Option<Vec<ToolCallIn>>,
+}
+
+/// A tool call of an earlier assistant turn, as the client sent it back.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ToolCallIn {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: Option<ToolCallInFunction>,
+    #[serde(default)]
+    pub extra_content: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ToolCallInFunction {
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,6 +149,19 @@ pub(crate) struct ToolCall {
     pub id: String,
     pub name: String,
     pub arguments: String,
+    /// Gemini's `extra_content.google.thought_signature`: on the first call of a turn only.
+    pub thought_signature: Option<String>,
+}
+
+/// How a provider lays out the tool calls of a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallStyle {
+    /// OpenAI's: each call streamed as an opening delta and argument fragments under its `index`.
+    Deltas,
+    /// Gemini's OpenAI-compatible endpoint: each call whole in one chunk, without `index`, the
+    /// turn's thought signature on its first call, and a streamed turn finishing with `stop`
+    /// (docs/providers.md §5.2).
+    Gemini,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +183,7 @@ impl Reply {
 #[derive(Debug)]
 pub(crate) struct Turn {
     pub reply: Reply,
+    pub style: CallStyle,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     /// The raw text of the last user message (moderation faults quote it).
@@ -240,8 +270,38 @@ pub(crate) fn served_model(requested: &str) -> &str {
     }
 }
 
-/// Decides the model's answer to `req`.
-pub(crate) fn respond(req: &Request) -> Turn {
+/// The first earlier tool call whose turn lacks the thought signature Gemini gave it: the name
+/// and position Gemini's 400 quotes (docs/providers.md §5.2). Only the first call of a turn
+/// carries one, so only it is checked.
+pub(crate) fn missing_signature(req: &Request) -> Option<(String, usize)> {
+    let turns = req.messages.iter().filter(|m| m.role != "system");
+    for (position, message) in turns.enumerate() {
+        let Some(first) = message.tool_calls.as_ref().and_then(|calls| calls.first()) else {
+            continue;
+        };
+        if message.role != "assistant" {
+            continue;
+        }
+        let sent = first
+            .extra_content
+            .as_ref()
+            .and_then(|e| e.pointer("/google/thought_signature"))
+            .and_then(serde_json::Value::as_str);
+        let expected = first.id.as_deref().map(ids::thought_signature);
+        if expected.is_none() || sent != expected.as_deref() {
+            let name = first
+                .function
+                .as_ref()
+                .and_then(|f| f.name.clone())
+                .unwrap_or_default();
+            return Some((name, position + 1));
+        }
+    }
+    None
+}
+
+/// Decides the model's answer to `req`, its tool calls laid out in `style`.
+pub(crate) fn respond(req: &Request, style: CallStyle) -> Turn {
     let prompt_chars: usize = req.messages.iter().map(Message::text_len).sum();
     let user_text = req
         .messages
@@ -268,10 +328,15 @@ pub(crate) fn respond(req: &Request) -> Turn {
             let calls_so_far: usize = req.messages.iter().map(Message::tool_call_count).sum();
             Reply::Tools(
                 (1..=d.parallel)
-                    .map(|i| ToolCall {
-                        id: ids::tool_call_id(),
-                        name: name.clone(),
-                        arguments: format!("{{\"step\":{}}}", calls_so_far + i),
+                    .map(|i| {
+                        let id = ids::tool_call_id();
+                        let signed = style == CallStyle::Gemini && i == 1;
+                        ToolCall {
+                            thought_signature: signed.then(|| ids::thought_signature(&id)),
+                            id,
+                            name: name.clone(),
+                            arguments: format!("{{\"step\":{}}}", calls_so_far + i),
+                        }
                     })
                     .collect(),
             )
@@ -287,6 +352,7 @@ pub(crate) fn respond(req: &Request) -> Turn {
     };
     Turn {
         reply,
+        style,
         prompt_tokens: prompt_chars.div_ceil(4) as u64,
         completion_tokens,
         user_text,
@@ -329,7 +395,7 @@ mod tests {
         let first = request(&format!(
             r#"{{"model":"m","messages":[{{"role":"user","content":"go [[tools:2]] [[parallel:2]]"}}],{tools}}}"#
         ));
-        let Reply::Tools(calls) = respond(&first).reply else {
+        let Reply::Tools(calls) = respond(&first, CallStyle::Deltas).reply else {
             panic!("expected tool calls")
         };
         assert_eq!(calls.len(), 2);
@@ -341,7 +407,10 @@ mod tests {
               {{"role":"assistant","content":null,"tool_calls":[{{"id":"a"}}]}},
               {{"role":"tool","tool_call_id":"a","content":"x"}}],{tools}}}"#
         ));
-        assert_eq!(respond(&done).reply, Reply::Text("Echo: go".to_owned()));
+        assert_eq!(
+            respond(&done, CallStyle::Deltas).reply,
+            Reply::Text("Echo: go".to_owned())
+        );
     }
 
     #[test]

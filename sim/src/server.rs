@@ -17,11 +17,11 @@ use tokio::task::JoinHandle;
 
 use crate::account::is_free_model;
 use crate::calllog::CallRecord;
-use crate::config::{Provider, SimConfig};
+use crate::config::{ConfigPatch, Provider, SimConfig};
 use crate::control;
 use crate::faults::{DEFAULT_HUGE_BODY, FaultKind, FaultSpec, MidstreamLayout};
 use crate::ids;
-use crate::model::{self, Reply, Request, SERVING_PROVIDER, Turn};
+use crate::model::{self, CallStyle, Reply, Request, SERVING_PROVIDER, Turn};
 use crate::state::{Admission, Shared, Verdict};
 use crate::stream::{self, End, Plan, SseOptions};
 use crate::wire::{self, Envelope, FaultCtx, Usage, X_GENERATION_ID};
@@ -77,9 +77,10 @@ async fn not_found() -> Response {
 
 async fn key_info(State(sim): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let Some(key) = bearer(&headers) else {
+        sim.log_rejected(Some(Provider::OpenRouter), "", 401, "missing_auth");
         return wire::missing_auth_header().into_response();
     };
-    let (used, limit, high_balance) = sim.free_usage(key);
+    let (used, limit, high_balance) = sim.read_key(key);
     wire::key_info(key, used, limit, high_balance)
 }
 
@@ -104,7 +105,17 @@ async fn chat(
             return wire::invalid_request(message, key).into_response();
         }
     };
-    let turn = model::respond(&req);
+    let style = match provider {
+        Some(Provider::Gemini) => CallStyle::Gemini,
+        _ => CallStyle::Deltas,
+    };
+    if style == CallStyle::Gemini
+        && let Some((name, position)) = model::missing_signature(&req)
+    {
+        sim.log_rejected(provider, key, 400, "missing_thought_signature");
+        return wire::gemini_missing_signature(&name, position);
+    }
+    let turn = model::respond(&req, style);
     let tokens = turn.prompt_tokens + turn.completion_tokens;
     let adm = sim.admit(provider, key, &req.model, req.stream, tokens);
     match adm.verdict {
@@ -199,6 +210,7 @@ fn stream_plan(
         usage_layout_b: false,
         stall: None,
         end: End::Finish,
+        style: turn.style,
     };
     if let Some(f) = fault {
         match f.kind {
@@ -237,7 +249,7 @@ fn body_plan(
     key: &str,
     fault: Option<&FaultSpec>,
 ) -> Plan {
-    let completion = || wire::completion(env, &turn.reply, usage);
+    let completion = || wire::completion(env, &turn.reply, turn.style, usage);
     let Some(f) = fault else {
         return stream::whole(completion());
     };
@@ -315,6 +327,11 @@ impl SimHandle {
     /// with `count: 0` never fires.
     pub fn inject(&self, fault: FaultSpec) -> u64 {
         self.shared.add_fault(fault)
+    }
+
+    /// Changes live settings (as `POST /_sim/config`) and returns the settings now in force.
+    pub fn patch_config(&self, patch: &ConfigPatch) -> Result<SimConfig, String> {
+        self.shared.patch_config(patch)
     }
 
     /// Moves the sim clock forward (as `POST /_sim/clock`) and returns the new sim time in ms.

@@ -196,10 +196,21 @@ impl Shared {
         st.log.push(now_ms, call);
     }
 
-    /// `(used, limit, high_balance)` of the key's free-model day.
-    pub(crate) fn free_usage(&self, key: &str) -> (u32, u32, bool) {
-        let st = self.lock();
-        let used = st.accounts.free_used_today(key, st.clock.now_ms());
+    /// `(used, limit, high_balance)` of the key's free-model day, for `GET /key`; the read is
+    /// logged (variant `key_info`) so tests can count how often clients poll it.
+    pub(crate) fn read_key(&self, key: &str) -> (u32, u32, bool) {
+        let mut st = self.lock();
+        let now_ms = st.clock.now_ms();
+        let used = st.accounts.free_used_today(key, now_ms);
+        let call = Logged {
+            model: "",
+            key,
+            provider: Provider::OpenRouter,
+            status: 200,
+            variant: "key_info",
+            stream: false,
+        };
+        st.log.push(now_ms, call);
         (used, st.config.free_daily_limit(), st.config.high_balance)
     }
 

@@ -12,7 +12,7 @@ use futures_util::stream;
 use tokio::sync::watch;
 
 use crate::faults::MidstreamLayout;
-use crate::model::Reply;
+use crate::model::{CallStyle, Reply};
 use crate::wire::{ChunkChoice, DONE, Envelope, ErrorObj, KEEPALIVE, Usage, sse_chunk};
 
 fn cut() -> io::Error {
@@ -110,6 +110,8 @@ pub(crate) struct SseOptions {
     /// Pause of the given length once that many content chunks are out.
     pub stall: Option<(usize, Duration)>,
     pub end: End,
+    /// How tool calls are laid out, and the finish reason of a tool turn.
+    pub style: CallStyle,
 }
 
 /// The SSE body of a streamed reply (docs/providers.md §1.3).
@@ -120,7 +122,7 @@ pub(crate) fn sse(env: &Envelope<'_>, reply: &Reply, usage: &Usage, opts: SseOpt
     }
     plan.data(sse_chunk(env, &[ChunkChoice::text("")], None, None));
 
-    let events = content_events(env, reply);
+    let events = content_events(env, reply, opts.style);
     let sent = match &opts.end {
         End::Finish => events.len(),
         End::Error { after, .. } | End::Cut { after } => (*after).min(events.len()),
@@ -142,7 +144,11 @@ pub(crate) fn sse(env: &Envelope<'_>, reply: &Reply, usage: &Usage, opts: SseOpt
 
     match opts.end {
         End::Finish => {
-            let finish = [ChunkChoice::finish(reply.finish_reason())];
+            let reason = match opts.style {
+                CallStyle::Gemini => "stop",
+                CallStyle::Deltas => reply.finish_reason(),
+            };
+            let finish = [ChunkChoice::finish(reason)];
             plan.data(sse_chunk(env, &finish, None, None));
             if opts.usage_layout_b {
                 plan.data(sse_chunk(env, &finish, Some(usage), None));
@@ -172,9 +178,14 @@ pub(crate) fn sse(env: &Envelope<'_>, reply: &Reply, usage: &Usage, opts: SseOpt
 }
 
 /// One event per word of text (each keeps its trailing space, so the deltas concatenate to the
-/// exact answer), or per tool-call delta: the opening delta, then two argument fragments.
-fn content_events(env: &Envelope<'_>, reply: &Reply) -> Vec<Bytes> {
+/// exact answer), or per tool-call delta: the opening delta, then two argument fragments; in
+/// Gemini's style one event per whole call.
+fn content_events(env: &Envelope<'_>, reply: &Reply, style: CallStyle) -> Vec<Bytes> {
     match reply {
+        Reply::Tools(calls) if style == CallStyle::Gemini => calls
+            .iter()
+            .map(|call| sse_chunk(env, &[ChunkChoice::whole_call(call)], None, None))
+            .collect(),
         Reply::Text(text) => text
             .split_inclusive(' ')
             .map(|word| sse_chunk(env, &[ChunkChoice::text(word)], None, None))

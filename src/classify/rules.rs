@@ -112,7 +112,7 @@ fn shared_rule(s: &Signals, route: &Route, pool: &str, now_ms: u64) -> Decision 
         _ => {}
     }
     if says_one_model_is_at_capacity(s) {
-        return Decision::route(Verdict::Route, route, s, now_ms, "0:high_demand");
+        return Decision::route(Verdict::Route, route, s, now_ms, "0:capacity");
     }
     // Only where the dialect says so: Groq's or OpenAI's `x-ratelimit-*` describe one model.
     if route.dialect.headers_are_pool_wide() && s.headers.any_with_prefix("x-ratelimit-") {
@@ -153,8 +153,9 @@ fn off_quota_rule(status: u16, s: &Signals, route: &Route, now_ms: u64) -> Decis
     Decision::route(verdict, route, s, now_ms, "off_quota")
 }
 
-/// One model's capacity, not the account's: `capacity_exhausted`, "High demand for … limited to
-/// N requests", a per-model limiter id (`limit_rpm/…`), "is temporarily rate-limited upstream".
+/// One model's capacity, not the account's: `capacity_exhausted` (as a code, or the
+/// `availability.code` of a model-availability error), "High demand for … limited to N
+/// requests", a per-model limiter id (`limit_rpm/…`), "is temporarily rate-limited upstream".
 fn says_one_model_is_at_capacity(s: &Signals) -> bool {
     s.kind_is("capacity_exhausted")
         || says_high_demand(&s.message)

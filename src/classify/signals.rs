@@ -85,6 +85,8 @@ impl Signals {
             error.get("status"),
             error.get("error_type"),
             metadata.get("error_type"),
+            // OpenRouter's model-availability errors name the cause here (`capacity_exhausted`).
+            error.get("availability").and_then(|a| a.get("code")),
         ]
         .into_iter()
         .filter_map(text)

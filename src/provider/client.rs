@@ -72,6 +72,11 @@ impl HttpProvider {
         Ok(HttpProvider { client, timeouts })
     }
 
+    /// The pooled client, for the provider's other endpoints (quota reads).
+    pub(super) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     fn endpoint(base_url: &str) -> String {
         format!("{}/chat/completions", base_url.trim_end_matches('/'))
     }

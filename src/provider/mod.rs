@@ -7,11 +7,13 @@
 //! `delta` events.
 
 mod client;
+mod quota;
 mod sse;
 mod targets;
 mod wire;
 
 pub use client::{BODY_CAP, ERROR_BODY_CAP, HttpProvider, ProviderInitError, Timeouts};
+pub use quota::{DayQuota, QuotaError, parse_day_quota};
 pub use targets::{EnvTargets, TargetError, Targets};
 
 use crate::chat::{Message, ToolCall, ToolSpec, Usage};

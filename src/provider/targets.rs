@@ -64,6 +64,26 @@ impl EnvTargets {
     }
 
     /// The base URL of `provider`, if it is configured.
+    /// The operator's key of `provider`, for calls that belong to no user (its quota endpoint).
+    pub fn platform(&self, provider: &str) -> Result<Target, TargetError> {
+        let provider = self
+            .catalog
+            .provider(provider)
+            .ok_or_else(|| TargetError::UnknownProvider(provider.to_string()))?;
+        let api_key =
+            self.keys
+                .get(&provider.name)
+                .cloned()
+                .ok_or_else(|| TargetError::NoPlatformKey {
+                    provider: provider.name.clone(),
+                    var: provider.api_key_env.clone().unwrap_or_default(),
+                })?;
+        Ok(Target {
+            base_url: provider.base_url.clone(),
+            api_key,
+        })
+    }
+
     pub fn base_url(&self, provider: &str) -> Option<String> {
         self.catalog.provider(provider).map(|p| p.base_url.clone())
     }
@@ -72,23 +92,8 @@ impl EnvTargets {
 #[async_trait]
 impl Targets for EnvTargets {
     async fn target(&self, route: &Route, _user_id: &str) -> Result<Target, TargetError> {
-        let provider = self
-            .catalog
-            .provider(&route.provider)
-            .ok_or_else(|| TargetError::UnknownProvider(route.provider.clone()))?;
         match &route.connection {
-            Connection::Platform => {
-                let api_key = self.keys.get(&provider.name).cloned().ok_or_else(|| {
-                    TargetError::NoPlatformKey {
-                        provider: provider.name.clone(),
-                        var: provider.api_key_env.clone().unwrap_or_default(),
-                    }
-                })?;
-                Ok(Target {
-                    base_url: provider.base_url.clone(),
-                    api_key,
-                })
-            }
+            Connection::Platform => self.platform(&route.provider),
             Connection::User(id) => Err(TargetError::UnknownConnection(id.clone())),
         }
     }

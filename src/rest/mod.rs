@@ -18,7 +18,7 @@ mod redis;
 pub use self::redis::RedisRests;
 pub use memory::MemoryRests;
 
-use crate::classify::{RestLength, RestScope};
+use crate::classify::{POOL_REST_CAP_MS, RestLength, RestScope};
 use crate::fleet::FleetError;
 use crate::route::Route;
 use async_trait::async_trait;
@@ -72,6 +72,14 @@ pub struct ActiveRest {
     pub key: String,
     pub remaining_ms: u64,
     pub reason: String,
+}
+
+impl ActiveRest {
+    /// Whether this rest closes a pool for a spent day: only a day refusal rests a pool past
+    /// the pool cap (docs/design.md §3.4).
+    pub fn is_day_rest(&self) -> bool {
+        self.scope == RestKind::Pool.scope_name() && self.remaining_ms > POOL_REST_CAP_MS
+    }
 }
 
 /// The rests every replica consults before a call and writes after a refusal.

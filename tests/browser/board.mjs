@@ -190,16 +190,20 @@ try {
   await sleep(500);
   assert.equal((await http('GET', `${BASE}/v1/rests`)).body.rests.length, 1, 'nothing was cleared');
 
-  step('the operator clears the rest');
+  step('the window reopens; the operator clears the rest and the run it delayed calls at once');
+  const reopened = await http('GET', `${SIM}/_sim/clock`, { token: null });
+  const toNextWindow = WINDOW_MS - (reopened.body.now_ms % WINDOW_MS);
+  assert.equal((await http('POST', `${SIM}/_sim/clock`, { token: null, body: { advance_ms: toNextWindow } })).status, 200);
+  // B sleeps until the rest ends: a wake-up before then is the clear's.
+  const restEnds = Date.now() + (await http('GET', `${BASE}/v1/rests`)).body.rests[0].remaining_ms;
   answer = true;
   await restRow.locator('button.clear').click();
   await until('the cleared message', async () => /Cleared the pool rest/.test(await notice()));
   await until('the rest to leave the page', async () => (await restRow.count()) === 0);
-  assert.equal((await http('GET', `${BASE}/v1/rests`)).body.rests.length, 0);
   assert.equal(await page.isVisible('#rests-empty'), true);
-
-  step('the delayed run completes after its wait');
   await until('B to succeed in the list', async () => (await runStatus(b)) === 'succeeded', 2.5 * WINDOW_MS);
+  assert.ok(Date.now() < restEnds, 'B ran before its old wake time');
+  assert.equal((await http('GET', `${BASE}/v1/rests`)).body.rests.length, 0);
   await until('B\'s second attempt', async () => (await attemptRows()).length === 2);
   rows = await attemptRows();
   assert.deepEqual([rows[0].http, rows[1].http], ['429', '200']);

@@ -4,6 +4,8 @@
 //! implementations of the fleet's parts have their own suite (`tests/rests.rs`).
 #![allow(dead_code)]
 
+pub mod tool_service;
+
 use freeway::clock::{Clock, InstantClock};
 use freeway::engine::Engine;
 use freeway::events::{EventSink, MemoryEvents};

@@ -24,6 +24,9 @@ const VACUUM_EVERY: Duration = Duration::from_secs(600);
 const KEEP_FINISHED: Duration = Duration::from_secs(3600);
 /// apalis polls for new jobs this often (its default is only on heartbeat).
 const POLL: Duration = Duration::from_millis(50);
+/// The longest between two looks at the day rests; each rest's endpoint is read at its own
+/// period, by one replica.
+const DAY_WATCH_ROUND: Duration = Duration::from_secs(30);
 
 /// What every handler call shares.
 pub struct App {
@@ -33,6 +36,8 @@ pub struct App {
     pub enqueuer: queue::Enqueuer,
     /// How often a reconcile round is due; a run is stale after two.
     pub reconcile: Duration,
+    /// Lifts spent days early; its rounds run every [`DAY_WATCH_ROUND`] at most.
+    pub day_watch: freeway::quota::DayWatch,
 }
 
 /// Why a job was dead-lettered: shown as the task's result in apalis's record.
@@ -186,10 +191,12 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
 }
 
 /// The replica's housekeeping: wake snoozed runs, promote due jobs, vacuum old records, and
-/// take its turn at reconciling the store with Redis.
+/// take its turn at reconciling the store with Redis and at reading quota endpoints.
 async fn tick(app: Arc<App>) {
     let mut last_vacuum = tokio::time::Instant::now();
     let mut last_reconcile = tokio::time::Instant::now();
+    let mut last_day_watch = tokio::time::Instant::now();
+    let day_watch_round = app.day_watch.period().min(DAY_WATCH_ROUND);
     loop {
         tokio::time::sleep(TICK).await;
         let now = freeway::clock::epoch_ms();
@@ -211,6 +218,10 @@ async fn tick(app: Arc<App>) {
                 Err(e) => warn!(error = %e, "reconciling failed"),
             }
         }
+        if last_day_watch.elapsed() >= day_watch_round {
+            last_day_watch = tokio::time::Instant::now();
+            watch_days(&app).await;
+        }
         if last_vacuum.elapsed() >= VACUUM_EVERY {
             last_vacuum = tokio::time::Instant::now();
             match app.queue.vacuum(KEEP_FINISHED).await {
@@ -218,6 +229,21 @@ async fn tick(app: Arc<App>) {
                 Err(e) => warn!(error = %e, "vacuum failed"),
             }
         }
+    }
+}
+
+/// A day rest the quota endpoint lifted delayed runs until midnight: wake them now.
+async fn watch_days(app: &App) {
+    let lifted = match app.day_watch.round().await {
+        Ok(lifted) => lifted,
+        Err(e) => return warn!(error = %e, "reading the day rests failed"),
+    };
+    if lifted.is_empty() {
+        return;
+    }
+    match app.queue.wake_parked(freeway::clock::epoch_ms()).await {
+        Ok(n) => info!(woken = n, "woke parked runs after lifting a day rest"),
+        Err(e) => warn!(error = %e, "waking parked runs failed; they wake at their time"),
     }
 }
 

@@ -42,6 +42,10 @@ struct Cli {
     /// delayed or running, untouched for two rounds, that Redis no longer knows is pushed again.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     reconcile_s: u64,
+    /// Seconds between reads of a provider's quota endpoint (one replica a read) while a pool
+    /// rests for a spent day: requests left (credits bought) lift the rest early.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    quota_check_s: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
             grace: std::time::Duration::from_secs(cli.grace_s),
             heartbeat: std::time::Duration::from_secs(cli.heartbeat_s),
             reconcile: std::time::Duration::from_secs(cli.reconcile_s),
+            quota_check: std::time::Duration::from_secs(cli.quota_check_s),
         }),
         Some(Command::Classify { route }) => classify(&route),
         Some(Command::RunOne { job }) => run_one::main(&job),
@@ -140,6 +145,7 @@ struct Serve {
     grace: std::time::Duration,
     heartbeat: std::time::Duration,
     reconcile: std::time::Duration,
+    quota_check: std::time::Duration,
 }
 
 /// `worker`: the queue worker.
@@ -149,6 +155,7 @@ fn serve(
         grace,
         heartbeat,
         reconcile,
+        quota_check,
     }: Serve,
 ) -> ExitCode {
     let settings = match freeway::config::Settings::from_env() {
@@ -185,6 +192,7 @@ fn serve(
             queue,
             enqueuer,
             reconcile,
+            day_watch: wired.day_watch.every(quota_check),
         });
         match consume::run(app, concurrency, grace).await {
             Ok(()) => ExitCode::SUCCESS,

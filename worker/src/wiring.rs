@@ -6,6 +6,7 @@ use freeway::engine::Engine;
 use freeway::events::EventSink;
 use freeway::fleet::Fleet;
 use freeway::provider::{HttpProvider, Timeouts};
+use freeway::quota::DayWatch;
 use freeway::store::{SqlStore, StoreTargets};
 use freeway::tools::ToolRunner;
 use redis::aio::ConnectionManager;
@@ -39,6 +40,8 @@ pub async fn store(url: &str) -> Result<SqlStore, StartError> {
 pub struct Wired {
     pub engine: Engine,
     pub conn: ConnectionManager,
+    /// Lifts spent days the provider's quota endpoint shows open again.
+    pub day_watch: DayWatch,
 }
 
 /// Open the store (applying migrations) and Redis, and build an engine whose events go to
@@ -69,6 +72,12 @@ pub async fn engine(
         events: events(conn.clone()),
         ..Fleet::redis(&conn, &settings.namespace)
     };
+    let day_watch = DayWatch::new(
+        settings.catalog.clone(),
+        Arc::new(settings.env_targets()),
+        provider.clone(),
+        fleet.clone(),
+    );
     let engine = Engine::new(
         Arc::new(provider),
         Arc::new(targets),
@@ -78,5 +87,9 @@ pub async fn engine(
     .with_tools(tools)
     .with_summary(settings.summary)
     .named(worker);
-    Ok(Wired { engine, conn })
+    Ok(Wired {
+        engine,
+        conn,
+        day_watch,
+    })
 }

@@ -434,3 +434,89 @@ async fn sigterm_lets_the_running_run_finish_then_exits_cleanly() {
     );
     c.assert_budgets(&[job]).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spent_day_delays_runs_until_a_top_up_the_key_endpoint_shows_wakes_them() {
+    let now = freeway::clock::epoch_ms();
+    let to_midnight = freeway::day::next_midnight_ms(chrono_tz::UTC, now) - now;
+    if to_midnight < 10 * 60_000 {
+        // A day rest this close to midnight is shorter than the pool cap: the watch never
+        // reads for it, and the run wakes at midnight anyway.
+        eprintln!("skipped: {to_midnight} ms to UTC midnight");
+        return;
+    }
+    let config = sim::SimConfig {
+        rpd: 1,
+        ..Default::default()
+    };
+    let mut c = Cluster::start("day", config).await;
+    c.spawn_worker(&["--quota-check-s", "1"]);
+    let spends_the_day = c.enqueue(request("u1", "hi", &[FREE_A])).await;
+    let events = c.wait(&spends_the_day.run_id, WAIT).await;
+    assert_eq!(last(&events)["status"], "succeeded", "{events:?}");
+
+    let mut req = request("u2", "hi", &[FREE_A]);
+    req.deadline_s = Some(freeway::job::MAX_DEADLINE_S);
+    let delayed = c.enqueue(req).await;
+    let events = c
+        .wait_for(&delayed.run_id, WAIT, |e| e["type"] == "delayed")
+        .await;
+    let until_ms = last(&events)["until_ms"].as_u64().unwrap();
+    let midnight = freeway::day::next_midnight_ms(chrono_tz::UTC, freeway::clock::epoch_ms());
+    assert!(
+        until_ms >= midnight && until_ms <= midnight + 2_000,
+        "delayed until UTC midnight: {until_ms} vs {midnight}"
+    );
+    let key = rests(&c)
+        .key_for(&RestScope::Pool(OPENROUTER_FREE_POOL.into()))
+        .unwrap();
+    let mut conn = c.conn.clone();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let to_midnight = midnight - freeway::clock::epoch_ms();
+    assert!(
+        (pttl as u64).abs_diff(to_midnight) < 5_000,
+        "the pool rests until midnight: {pttl} ms, midnight in {to_midnight} ms"
+    );
+
+    // The watch reads the key once a second; the day is spent, so the rest holds.
+    c.sim_until(WAIT, |calls| {
+        calls.iter().filter(|r| r.variant == "key_info").count() >= 2
+    })
+    .await;
+    assert_eq!(c.chat_calls(), 2, "no chat call probed the closed day");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(pttl > 300_000, "{pttl}");
+
+    c.sim
+        .patch_config(&sim::ConfigPatch {
+            high_balance: Some(true),
+            ..Default::default()
+        })
+        .unwrap();
+    let events = c.wait(&delayed.run_id, WAIT).await;
+    assert_eq!(last(&events)["status"], "succeeded", "{events:?}");
+    assert!(
+        freeway::clock::epoch_ms() < until_ms,
+        "woken by the lift, not by its wake time"
+    );
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!exists, "the day rest was lifted");
+    assert!(
+        c.log(0).contains("lifted the day rest"),
+        "{}",
+        c.log_tail(0)
+    );
+    c.assert_budgets(&[spends_the_day, delayed]).await;
+}

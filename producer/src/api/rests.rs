@@ -41,6 +41,14 @@ pub async fn clear(
     let removed = state.enqueuer.rests().clear(&scope, &key).await?;
     tracing::warn!(%scope, %key, removed, by = "admin token", "DELETE /v1/rests: operator clear");
     if removed {
+        // The runs the rest delayed may run now, not at their old wake time.
+        let now = freeway::clock::epoch_ms();
+        match state.enqueuer.queue().wake_parked(now).await {
+            Ok(woken) => tracing::info!(woken, "woke parked runs after the clear"),
+            Err(error) => {
+                tracing::warn!(%error, "waking parked runs failed; they wake at their time")
+            }
+        }
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!("no {scope} rest on {key}")))

@@ -8,7 +8,7 @@
 use axum::body::Bytes;
 use serde::Serialize;
 
-use super::completion::{Usage, pad_to};
+use super::completion::{GeminiCall, Usage, pad_to};
 use super::error::ErrorObj;
 use super::{Envelope, to_json};
 use crate::model::ToolCall;
@@ -46,7 +46,15 @@ struct Delta<'a> {
     role: &'static str,
     content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<[ToolDelta<'a>; 1]>,
+    tool_calls: Option<[CallDelta<'a>; 1]>,
+}
+
+/// One piece of a streamed call: an OpenAI delta, or a Gemini call sent whole.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum CallDelta<'a> {
+    OpenAi(ToolDelta<'a>),
+    Gemini(GeminiCall<'a>),
 }
 
 #[derive(Serialize)]
@@ -114,12 +122,24 @@ impl<'a> ChunkChoice<'a> {
         })
     }
 
+    /// A whole call in one chunk, without `index` (Gemini, docs/providers.md §5.2).
+    pub(crate) fn whole_call(call: &'a ToolCall) -> ChunkChoice<'a> {
+        ChunkChoice::with(
+            Delta {
+                role: "assistant",
+                content: None,
+                tool_calls: Some([CallDelta::Gemini(GeminiCall::of(call))]),
+            },
+            None,
+        )
+    }
+
     fn tool(delta: ToolDelta<'a>) -> ChunkChoice<'a> {
         ChunkChoice::with(
             Delta {
                 role: "assistant",
                 content: None,
-                tool_calls: Some([delta]),
+                tool_calls: Some([CallDelta::OpenAi(delta)]),
             },
             None,
         )

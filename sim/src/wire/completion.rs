@@ -9,7 +9,7 @@ use serde::{Serialize, Serializer};
 
 use super::error::ErrorObj;
 use super::{Envelope, to_json};
-use crate::model::Reply;
+use crate::model::{CallStyle, Reply, ToolCall};
 
 /// Paid-model prices in credits per token; any positive value shows that `cost` is non-zero
 /// for paid models while `:free` reports 0.
@@ -121,12 +121,66 @@ struct AssistantMessage<'a> {
     content: Option<&'a str>,
     refusal: (),
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_calls: Option<Vec<ToolCallOut<'a>>>,
+    tool_calls: Option<Vec<CallOut<'a>>>,
+}
+
+/// A tool call as one provider or the other writes it.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub(crate) enum CallOut<'a> {
+    OpenAi(ToolCallOut<'a>),
+    Gemini(GeminiCall<'a>),
+}
+
+/// A whole call the Gemini way (docs/providers.md §5.2), in the captured field order: no
+/// `index`, the thought signature in `extra_content` when the call carries one.
+#[derive(Serialize)]
+pub(crate) struct GeminiCall<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extra_content: Option<ExtraContent<'a>>,
+    function: GeminiFunction<'a>,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct ExtraContent<'a> {
+    google: GoogleExtra<'a>,
+}
+
+#[derive(Serialize)]
+struct GoogleExtra<'a> {
+    thought_signature: &'a str,
+}
+
+#[derive(Serialize)]
+struct GeminiFunction<'a> {
+    arguments: &'a str,
+    name: &'a str,
+}
+
+impl<'a> GeminiCall<'a> {
+    pub(crate) fn of(call: &'a ToolCall) -> GeminiCall<'a> {
+        GeminiCall {
+            extra_content: call.thought_signature.as_deref().map(|sig| ExtraContent {
+                google: GoogleExtra {
+                    thought_signature: sig,
+                },
+            }),
+            function: GeminiFunction {
+                arguments: &call.arguments,
+                name: &call.name,
+            },
+            id: &call.id,
+            kind: "function",
+        }
+    }
 }
 
 /// Field order of the Parasail capture (§1.2): `type`, `index`, `id`, `function`.
 #[derive(Serialize)]
-struct ToolCallOut<'a> {
+pub(crate) struct ToolCallOut<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     index: usize,
@@ -140,8 +194,13 @@ struct FunctionOut<'a> {
     arguments: &'a str,
 }
 
-/// A non-streaming `chat.completion` (docs/providers.md §1.2).
-pub(crate) fn completion(env: &Envelope<'_>, reply: &Reply, usage: &Usage) -> Vec<u8> {
+/// A non-streaming `chat.completion` (docs/providers.md §1.2), its tool calls in `style`.
+pub(crate) fn completion(
+    env: &Envelope<'_>,
+    reply: &Reply,
+    style: CallStyle,
+    usage: &Usage,
+) -> Vec<u8> {
     let (content, tool_calls) = match reply {
         Reply::Text(t) => (Some(t.as_str()), None),
         Reply::Tools(calls) => (
@@ -150,14 +209,17 @@ pub(crate) fn completion(env: &Envelope<'_>, reply: &Reply, usage: &Usage) -> Ve
                 calls
                     .iter()
                     .enumerate()
-                    .map(|(index, c)| ToolCallOut {
-                        kind: "function",
-                        index,
-                        id: &c.id,
-                        function: FunctionOut {
-                            name: &c.name,
-                            arguments: &c.arguments,
-                        },
+                    .map(|(index, c)| match style {
+                        CallStyle::Gemini => CallOut::Gemini(GeminiCall::of(c)),
+                        CallStyle::Deltas => CallOut::OpenAi(ToolCallOut {
+                            kind: "function",
+                            index,
+                            id: &c.id,
+                            function: FunctionOut {
+                                name: &c.name,
+                                arguments: &c.arguments,
+                            },
+                        }),
                     })
                     .collect(),
             ),
@@ -180,7 +242,7 @@ pub(crate) fn completion_with_error(
 fn completion_body(
     env: &Envelope<'_>,
     content: Option<&str>,
-    tool_calls: Option<Vec<ToolCallOut<'_>>>,
+    tool_calls: Option<Vec<CallOut<'_>>>,
     finish: &str,
     error: Option<&ErrorObj>,
     usage: &Usage,

@@ -68,3 +68,19 @@ pub(crate) fn gemini_429(model: &str, refusal: &GeminiRefusal) -> Response {
         to_json(&body),
     )
 }
+
+/// The 400 of a request whose earlier tool call lost the thought signature Gemini gave it
+/// (docs/providers.md §5.2): the call's name as `default_api:NAME` and the turn's position.
+pub(crate) fn gemini_missing_signature(name: &str, position: usize) -> Response {
+    let message = format!(
+        "Function call is missing a thought_signature in functionCall parts. This is required \
+         for tools to work correctly, and missing thought_signature may lead to degraded model \
+         performance. Additional data, function call `default_api:{name}` , position \
+         {position}. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures \
+         for more details."
+    );
+    let body = json!([{
+        "error": { "code": 400, "message": message, "status": "INVALID_ARGUMENT" }
+    }]);
+    json_response(StatusCode::BAD_REQUEST, HeaderMap::new(), to_json(&body))
+}

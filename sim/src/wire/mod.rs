@@ -31,7 +31,7 @@ pub(crate) use error::{
     ErrorObj, error_in_200, invalid_request, missing_auth_header, no_auth_credentials,
 };
 pub(crate) use fault::{FaultCtx, HTML_PAGE, fault_error, midstream_error};
-pub(crate) use gemini::gemini_429;
+pub(crate) use gemini::{gemini_429, gemini_missing_signature};
 pub(crate) use groq::{groq_429, groq_headers};
 pub(crate) use key::key_info;
 pub(crate) use rate_limit::free_tier_429;

@@ -114,10 +114,29 @@ impl Cluster {
             counted += rec.state.counters.calls as usize;
         }
         assert_eq!(
-            self.sim.calls().len(),
+            self.chat_calls(),
             counted,
             "every call the sim saw belongs to a counted attempt"
         );
+    }
+
+    /// Block until the sim's log satisfies `done` (it is polled: the sim has no log stream).
+    pub async fn sim_until(&self, timeout: Duration, done: impl Fn(&[sim::CallRecord]) -> bool) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !done(&self.sim.calls()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the sim's log did not get there in {timeout:?}: {:?}",
+                self.sim.calls()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The chat calls the sim saw (reads of its quota endpoint are no calls).
+    pub fn chat_calls(&self) -> usize {
+        let calls = self.sim.calls();
+        calls.iter().filter(|c| c.variant != "key_info").count()
     }
 
     pub fn log(&self, n: usize) -> String {

@@ -1,0 +1,311 @@
+//! A spent day and the quota endpoint (docs/design.md §3.4): a day refusal rests the pool until
+//! the day clock's midnight, no chat call probes the closed day, and one replica reads
+//! OpenRouter's `GET /key` every period while the rest lasts, lifting it once the key shows
+//! requests left (credits bought). The engine calls the simulator over real HTTP; the fleet is
+//! in process (moved in time by its clock) or in Redis (where the turns are shared).
+
+mod support;
+
+use freeway::catalog::Catalog;
+use freeway::classify::{RestLength, RestScope};
+use freeway::clock::Clock;
+use freeway::engine::{Outcome, WhenResting};
+use freeway::fleet::Fleet;
+use freeway::job::{RunJob, RunRequest};
+use freeway::provider::{ApiKey, EnvTargets, HttpProvider, Timeouts};
+use freeway::quota::{DayWatch, Lifted};
+use freeway::rest::Rests;
+use freeway::route::{OPENROUTER_FREE_POOL, RouteSpec};
+use freeway::run::RunStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+const FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
+
+fn request(user: &str) -> RunRequest {
+    RunRequest {
+        user_id: user.into(),
+        conversation_id: None,
+        kind: freeway::budget::Kind::Chat,
+        input: Some("hi".into()),
+        routes: vec![RouteSpec::parse_cli(FREE, &Catalog::builtin())],
+        tools: vec![],
+        system: None,
+        // Past any UTC midnight: a spent day delays the run instead of refusing it.
+        deadline_s: Some(freeway::job::MAX_DEADLINE_S),
+        on_rest: Default::default(),
+        regenerate: false,
+        idempotency_key: None,
+        max_tokens: None,
+    }
+}
+
+fn watch(sim: &sim::SimHandle, fleet: Fleet) -> DayWatch {
+    let keys = EnvTargets::openrouter(&sim.base_url(), Some(ApiKey::new(support::PLATFORM_KEY)));
+    DayWatch::new(
+        Arc::new(Catalog::builtin()),
+        Arc::new(keys),
+        HttpProvider::new(Timeouts::default()).unwrap(),
+        fleet,
+    )
+}
+
+fn chat_calls(sim: &sim::SimHandle) -> usize {
+    sim.calls()
+        .iter()
+        .filter(|c| c.variant != "key_info")
+        .count()
+}
+
+fn key_reads(sim: &sim::SimHandle) -> usize {
+    sim.calls()
+        .iter()
+        .filter(|c| c.variant == "key_info")
+        .count()
+}
+
+/// Buy credits: the day's free requests go from `rpd` to 1,000.
+fn top_up(sim: &sim::SimHandle) {
+    let patch = sim::ConfigPatch {
+        high_balance: Some(true),
+        ..Default::default()
+    };
+    sim.patch_config(&patch).unwrap();
+}
+
+/// Milliseconds from `now_ms` to the next UTC midnight.
+fn to_utc_midnight(now_ms: u64) -> u64 {
+    freeway::day::next_midnight_ms(chrono_tz::UTC, now_ms) - now_ms
+}
+
+#[tokio::test]
+async fn a_spent_day_rests_until_midnight_and_a_top_up_the_key_endpoint_shows_lifts_it() {
+    let sim = sim::start(
+        sim::SimConfig {
+            rpd: 1,
+            ..Default::default()
+        },
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
+    let h = support::harness(provider, &sim.base_url());
+    let watch = watch(&sim, h.fleet());
+    if to_utc_midnight(h.clock.now_ms()) < 30 * 60_000 {
+        // The watch reads only rests longer than the pool cap: keep clear of midnight.
+        h.clock.advance(Duration::from_secs(3600));
+    }
+    let catalog = Catalog::builtin();
+    let run = |job: RunJob| {
+        let routes = job.check(&catalog).unwrap();
+        let engine = &h.engine;
+        async move {
+            engine
+                .execute(&job, &routes, WhenResting::Snooze)
+                .await
+                .unwrap()
+        }
+    };
+
+    let first = RunJob::new(request("u1"), h.clock.now_ms());
+    assert!(matches!(run(first).await, Outcome::Finished { .. }));
+    let second = RunJob::new(request("u2"), h.clock.now_ms());
+    let outcome = run(second.clone()).await;
+    let Outcome::Snoozed { until_ms, .. } = outcome else {
+        panic!("a spent day delays the run, got {outcome:?}")
+    };
+    let now = h.clock.now_ms();
+    let midnight = now + to_utc_midnight(now);
+    let jitter = freeway::engine::SNOOZE_JITTER_MS.1;
+    assert!(
+        (midnight..=midnight + jitter).contains(&until_ms),
+        "delayed until UTC midnight ({midnight}), got {until_ms}"
+    );
+    let pool = RestScope::Pool(OPENROUTER_FREE_POOL.into());
+    let remaining = h
+        .rests
+        .remaining(&pool)
+        .await
+        .unwrap()
+        .expect("the pool rests");
+    assert!(
+        remaining.abs_diff(to_utc_midnight(now)) < 2_000,
+        "{remaining} ms"
+    );
+    assert_eq!(chat_calls(&sim), 2);
+
+    // The first look only starts the clock: the endpoint's `used` lags the refusal.
+    assert_eq!(watch.round().await.unwrap(), vec![]);
+    assert_eq!(key_reads(&sim), 0);
+    h.clock.advance(DayWatch::EVERY);
+    assert_eq!(
+        watch.round().await.unwrap(),
+        vec![],
+        "the day is still spent"
+    );
+    assert_eq!(key_reads(&sim), 1);
+    assert_eq!(watch.round().await.unwrap(), vec![], "one read a period");
+    assert_eq!(key_reads(&sim), 1);
+    assert!(h.rests.remaining(&pool).await.unwrap().is_some());
+
+    top_up(&sim);
+    h.clock.advance(DayWatch::EVERY);
+    let lifted = watch.round().await.unwrap();
+    assert_eq!(
+        lifted,
+        vec![Lifted {
+            pool: OPENROUTER_FREE_POOL.into(),
+            // 1,000 a day, two used (the refusal counts).
+            remaining: 998,
+        }]
+    );
+    assert_eq!(h.rests.remaining(&pool).await.unwrap(), None);
+    assert_eq!(chat_calls(&sim), 2, "no chat call probed the closed day");
+
+    let outcome = run(second.clone()).await;
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Finished {
+                status: RunStatus::Succeeded,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(chat_calls(&sim), 3);
+}
+
+#[tokio::test]
+async fn rests_the_quota_endpoint_cannot_tell_about_are_never_read_for() {
+    let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let h = support::harness(
+        Arc::new(HttpProvider::new(Timeouts::default()).unwrap()),
+        &sim.base_url(),
+    );
+    let watch = watch(&sim, h.fleet());
+    let now = h.clock.now_ms();
+    let far = now + 3_600_000;
+    // A pool rest within the pool cap (a minute's window), a dead route's hour, a connection's
+    // circuit: none is a spent day.
+    let rests = &h.rests;
+    rests
+        .write(
+            &RestScope::Pool(OPENROUTER_FREE_POOL.into()),
+            RestLength::For(60_000),
+            "minute",
+        )
+        .await
+        .unwrap();
+    rests
+        .write(
+            &RestScope::Route {
+                pool: None,
+                route_key: "platform:openrouter/x/gone".into(),
+            },
+            RestLength::Long(far),
+            "gone",
+        )
+        .await
+        .unwrap();
+    rests
+        .write(
+            &RestScope::Connection("platform:openrouter".into()),
+            RestLength::For(3_600_000),
+            "billing",
+        )
+        .await
+        .unwrap();
+    // A day rest on a pool the configuration does not know.
+    rests
+        .write(
+            &RestScope::Pool("somebody-else".into()),
+            RestLength::Long(far),
+            "day",
+        )
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(watch.round().await.unwrap(), vec![]);
+        h.clock.advance(DayWatch::EVERY);
+    }
+    assert_eq!(key_reads(&sim), 0);
+}
+
+#[tokio::test]
+async fn replicas_sharing_redis_read_the_endpoint_once_a_period() {
+    let sim = sim::start(
+        sim::SimConfig {
+            rpd: 0,
+            ..Default::default()
+        },
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let conn = support::redis().await;
+    let ns = support::unique_ns("day-watch");
+    let fleet = Fleet::redis(&conn, &ns);
+    let replicas: Vec<DayWatch> = (0..3).map(|_| watch(&sim, fleet.clone())).collect();
+    let later = freeway::clock::epoch_ms() + 2 * 3_600_000;
+    fleet
+        .rests
+        .write(
+            &RestScope::Pool(OPENROUTER_FREE_POOL.into()),
+            RestLength::Long(later),
+            "account on the free pool (day)",
+        )
+        .await
+        .unwrap();
+    let everyone = || futures_util::future::join_all(replicas.iter().map(|w| w.round()));
+
+    for lifted in everyone().await {
+        assert_eq!(lifted.unwrap(), vec![]);
+    }
+    assert_eq!(key_reads(&sim), 0, "the first look only starts the period");
+    let turn = format!("{ns}:turn:quota:{OPENROUTER_FREE_POOL}");
+    let mut c = conn.clone();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&turn)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let period = DayWatch::EVERY.as_millis() as i64;
+    assert!(
+        pttl > period - 5_000 && pttl <= period,
+        "the turn lasts a period: {pttl} ms"
+    );
+
+    // The period lapses: of three replicas, one reads.
+    let _: () = redis::cmd("DEL")
+        .arg(&turn)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    for lifted in everyone().await {
+        assert_eq!(lifted.unwrap(), vec![], "rpd 0: nothing left");
+    }
+    assert_eq!(key_reads(&sim), 1);
+    for lifted in everyone().await {
+        assert_eq!(lifted.unwrap(), vec![]);
+    }
+    assert_eq!(key_reads(&sim), 1, "the period has not lapsed");
+
+    top_up(&sim);
+    let _: () = redis::cmd("DEL")
+        .arg(&turn)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let lifted: Vec<Lifted> = everyone()
+        .await
+        .into_iter()
+        .flat_map(|l| l.unwrap())
+        .collect();
+    assert_eq!(lifted.len(), 1, "{lifted:?}");
+    assert_eq!(key_reads(&sim), 2);
+    assert!(fleet.rests.list().await.unwrap().is_empty());
+}
