@@ -1,4 +1,4 @@
-//! What every replica shares: rests, run leases, run events and counters.
+//! What every replica shares: rests, run leases, run events, counters and the pools' limiters.
 //!
 //! The engine's decisions must hold for the whole fleet at once, so it keeps this state outside
 //! the process: in Redis ([`Fleet::redis`]). Each part is a trait with a Redis implementation
@@ -8,6 +8,7 @@
 use crate::events::{EventSink, MemoryEvents, RedisEvents};
 use crate::lease::{Leases, MemoryLeases, RedisLeases};
 use crate::metrics::{MemoryMetrics, Metrics, RedisMetrics};
+use crate::pace::{MemoryPacer, Pacer, RedisPacer};
 use crate::rest::{MemoryRests, RedisRests, Rests};
 use redis::aio::ConnectionManager;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct Fleet {
     pub leases: Arc<dyn Leases>,
     pub events: Arc<dyn EventSink>,
     pub metrics: Arc<dyn Metrics>,
+    /// The pools' limiters.
+    pub pace: Arc<dyn Pacer>,
 }
 
 impl Fleet {
@@ -41,6 +44,7 @@ impl Fleet {
             leases: Arc::new(RedisLeases::new(conn.clone(), ns)),
             events: Arc::new(RedisEvents::new(conn.clone(), ns)),
             metrics: Arc::new(RedisMetrics::new(conn.clone(), ns)),
+            pace: Arc::new(RedisPacer::new(conn.clone(), ns)),
         }
     }
 
@@ -51,6 +55,7 @@ impl Fleet {
             leases: Arc::new(MemoryLeases::default()),
             events: Arc::new(MemoryEvents::default()),
             metrics: Arc::new(MemoryMetrics::default()),
+            pace: Arc::new(MemoryPacer::default()),
         }
     }
 }

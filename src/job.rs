@@ -218,6 +218,29 @@ pub struct RunJob {
     /// How many times this run was snoozed: part of the re-push's idempotency key.
     #[serde(default)]
     pub snooze_n: u32,
+    /// A pool's slot counted for this run while it waited (docs/design.md §4.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<HeldSlot>,
+}
+
+/// A slot of a pool's later window, counted for a waiting run: it calls in it without asking
+/// the limiter again. A slot from the queue grants nothing but that: it opens only its own pool,
+/// only within its times, once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldSlot {
+    /// The pool instance.
+    pub pool: String,
+    /// Epoch ms from which, and until which, the slot may be used.
+    pub from_ms: u64,
+    pub until_ms: u64,
+}
+
+impl HeldSlot {
+    /// Whether the slot is `pool`'s and may be used at `now_ms`.
+    pub fn usable(&self, pool: &str, now_ms: u64) -> bool {
+        self.pool == pool && (self.from_ms..self.until_ms).contains(&now_ms)
+    }
 }
 
 impl RunJob {
@@ -238,6 +261,7 @@ impl RunJob {
             deadline_ms,
             continuation: None,
             snooze_n: 0,
+            slot: None,
         }
     }
 

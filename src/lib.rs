@@ -25,6 +25,7 @@ pub mod lease;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub mod metrics;
+pub mod pace;
 pub mod preflight;
 pub mod provider;
 pub mod quota;

@@ -6,7 +6,8 @@
 //! A chain is closed when every route is: then the run waits for the earliest reopening (plus
 //! jitter, added only after that moment) if it may wait and that moment comes before its
 //! deadline; otherwise it is refused, `account_resting` when every route is shared and a pool
-//! rest is among the closures, else `routes_resting`, with the seconds to that reopening.
+//! rest (or a full pool) is among the closures, else `routes_resting`, with the seconds to that
+//! reopening.
 
 use crate::rest::{Closure, RestKind};
 use crate::route::Route;
@@ -67,7 +68,10 @@ pub fn decide(
         }
     }
     let all_pool = routes.iter().all(Route::is_shared)
-        && closures.iter().flatten().any(|c| c.kind == RestKind::Pool);
+        && closures
+            .iter()
+            .flatten()
+            .any(|c| matches!(c.kind, RestKind::Pool | RestKind::Pace));
     let code = if all_pool {
         Code::AccountResting
     } else {

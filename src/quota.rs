@@ -126,6 +126,7 @@ impl DayWatch {
             return Ok(None);
         }
         let removed = self.fleet.rests.clear("pool", &rest.key).await?;
+        self.fleet.pace.reopen(&rest.key).await?;
         tracing::info!(
             pool = %rest.key,
             remaining = quota.remaining,

@@ -11,6 +11,7 @@
 
 use crate::catalog::{Catalog, OPENROUTER};
 use crate::dialect::{DayClock, Dialect};
+use crate::pace::Limits;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -122,6 +123,8 @@ pub struct Route {
     pub dialect: Dialect,
     /// When the route's spent day comes back (its pool's `day_reset`, or the dialect's day).
     pub day: DayClock,
+    /// The limits its pool is paced by, if the pool declares any.
+    pub pace: Option<Limits>,
 }
 
 impl Route {
@@ -159,6 +162,7 @@ impl Route {
             pool: placed.pool,
             dialect: placed.dialect,
             day: placed.day,
+            pace: placed.pace,
         })
     }
 

@@ -37,6 +37,7 @@ fn groq_route() -> Route {
         pool: None,
         dialect: freeway::dialect::Dialect::Groq,
         day: freeway::dialect::DayClock::Rolling,
+        pace: None,
     }
 }
 

@@ -9,6 +9,7 @@ use freeway::catalog::Catalog;
 use freeway::classify::RestScope;
 use freeway::engine::{Outcome, WhenResting};
 use freeway::job::{RunJob, RunRequest};
+use freeway::pace::Pacer;
 use freeway::provider::{ApiKey, EnvTargets, HttpProvider, Targets, Timeouts};
 use freeway::rest::Rests;
 use freeway::route::{OPENROUTER_FREE_POOL, RouteSpec};
@@ -143,21 +144,14 @@ async fn a_chain_of_free_tiers_overflows_by_shape_into_groq_then_into_paid() {
     let or_rest = s.pool_rest_ms(OPENROUTER_FREE_POOL).await;
     assert!(or_rest.is_some_and(|ms| ms <= 60_000), "{or_rest:?}");
 
-    // The next run skips the resting OpenRouter pool without a call; Groq's window is spent now,
-    // so it fails over to the paid provider.
+    // The next run skips the resting OpenRouter pool without a call, and Groq's declared
+    // window (one call) is spent: the limiter closes it without a 429, and the run goes to the
+    // paid provider.
     assert_eq!(s.run("u2", &CHAIN).await, succeeded());
     assert_eq!(
         s.calls()[2..],
-        [
-            (Provider::Groq, "gsk_platform".into(), 429),
-            (Provider::Generic, "sk-paid-platform".into(), 200),
-        ]
+        [(Provider::Generic, "sk-paid-platform".into(), 200)]
     );
-    // Groq's 429 came with its per-model `x-ratelimit-*` headers: it rests that model's pool
-    // instance, and the OpenRouter pool only rests as long as its own refusal said.
-    let groq_instance = format!("{GROQ_POOL}@platform");
-    let groq_rest = s.pool_rest_ms(&groq_instance).await;
-    assert!(groq_rest.is_some_and(|ms| ms <= 60_000), "{groq_rest:?}");
     let listed: Vec<(String, String)> =
         s.h.rests
             .list()
@@ -168,17 +162,8 @@ async fn a_chain_of_free_tiers_overflows_by_shape_into_groq_then_into_paid() {
             .collect();
     assert_eq!(
         listed,
-        [
-            ("pool".to_string(), groq_instance),
-            ("pool".to_string(), OPENROUTER_FREE_POOL.to_string()),
-        ]
-    );
-
-    // With both free pools resting, a run goes straight to the paid provider.
-    assert_eq!(s.run("u3", &CHAIN).await, succeeded());
-    assert_eq!(
-        s.calls()[4..],
-        [(Provider::Generic, "sk-paid-platform".into(), 200)]
+        [("pool".to_string(), OPENROUTER_FREE_POOL.to_string())],
+        "a paced-out pool rests nothing"
     );
 }
 
@@ -282,14 +267,33 @@ async fn a_users_own_groq_key_spends_its_own_pool_instance() {
             (Provider::Groq, "gsk_platform".into(), 200),
         ]
     );
-    // The user's window is spent: its 429 rests the user's instance only.
+    // The user's window is spent: the user's instance is paced out (no call), the platform's
+    // is not touched.
     assert_eq!(s.run("u1", &[own, "paid:gpt-4o-mini"]).await, succeeded());
-    assert!(
-        s.pool_rest_ms(&format!("{GROQ_POOL}@conn_x"))
-            .await
-            .is_some()
+    assert_eq!(
+        s.calls()[2..],
+        [(Provider::Generic, "sk-paid-platform".into(), 200)]
     );
-    assert_eq!(s.pool_rest_ms(&format!("{GROQ_POOL}@platform")).await, None);
+    let pace = |instance: String| {
+        let limits = s
+            .catalog
+            .pools()
+            .find(|p| p.name == GROQ_POOL)
+            .and_then(|p| p.limits());
+        let pace = s.h.pace.clone();
+        async move {
+            let limits = limits.expect("the Groq pool declares its limit");
+            pace.peek(&instance, &limits, u64::MAX).await.unwrap()
+        }
+    };
+    assert!(matches!(
+        pace(format!("{GROQ_POOL}@conn_x")).await,
+        freeway::pace::Slot::In(_)
+    ));
+    assert!(matches!(
+        pace(format!("{GROQ_POOL}@platform")).await,
+        freeway::pace::Slot::In(_)
+    ));
 }
 
 #[tokio::test]

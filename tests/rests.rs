@@ -3,6 +3,7 @@
 //! so tests share one server) and the in-process one the engine's tests use. Checks that need
 //! Redis itself (its clock, its index, the events stream) or the in-process clock come after.
 
+#[macro_use]
 mod support;
 
 use freeway::catalog::Catalog;
@@ -146,29 +147,8 @@ async fn pttl(conn: &ConnectionManager, key: &str) -> i64 {
         .expect("PTTL")
 }
 
-/// Each named test (an `async fn(Fixture)`) runs once per implementation: `in_memory::name` and
-/// `in_redis::name`.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod in_memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Fixture::memory()).await
-                }
-            )*
-        }
-        mod in_redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Fixture::redis().await).await
-                }
-            )*
-        }
-    };
-}
-
+// Each named test (an `async fn(Fixture)`) runs once per implementation: `in_memory::name` and
+// `in_redis::name`.
 on_both!(
     concurrent_writers_keep_the_longest,
     a_shorter_write_never_shortens,

@@ -27,6 +27,7 @@ use freeway::fleet::FleetError;
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
 use freeway::lease::{Leases, RedisLeases};
 use freeway::metrics::RedisMetrics;
+use freeway::pace::RedisPacer;
 use freeway::preflight::{self, Preflight, Waiting};
 use freeway::rest::{RedisRests, Rests};
 use freeway::route::{Connection, Route};
@@ -157,6 +158,11 @@ impl Enqueuer {
     /// The fleet's counters, which the workers add to in the same Redis and namespace.
     pub fn metrics(&self) -> RedisMetrics {
         RedisMetrics::new(self.conn.clone(), &self.ns)
+    }
+
+    /// The pools' limiters the workers pace calls by.
+    pub fn pacer(&self) -> RedisPacer {
+        RedisPacer::new(self.conn.clone(), &self.ns)
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

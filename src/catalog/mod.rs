@@ -15,6 +15,7 @@ pub use file::load;
 pub use glob::Glob;
 
 use crate::dialect::{DayClock, Dialect};
+use crate::pace::Limits;
 use crate::route::Connection;
 use chrono_tz::Tz;
 use serde::{Serialize, Serializer};
@@ -81,6 +82,19 @@ pub struct Pool {
     pub canary_every_s: Option<u64>,
 }
 
+impl Pool {
+    /// The limits the limiter paces this pool by (docs/design.md §4.4); `None` when it declares
+    /// neither `rpm` nor `rpd`.
+    pub fn limits(&self) -> Option<Limits> {
+        (self.rpm.is_some() || self.rpd.is_some()).then(|| Limits {
+            per_window: self.rpm,
+            window_ms: u64::from(self.window_s.max(1)) * 1000,
+            rolling: self.window == Window::Rolling,
+            per_day: self.rpd,
+        })
+    }
+}
+
 fn zone_name<S: Serializer>(zone: &Option<Tz>, s: S) -> Result<S::Ok, S::Error> {
     match zone {
         Some(z) => s.serialize_str(z.name()),
@@ -103,6 +117,8 @@ pub struct Placement {
     pub pool: Option<String>,
     /// When the route's spent day comes back.
     pub day: DayClock,
+    /// The pool's limits, when it declares any: the limiter paces calls by them.
+    pub pace: Option<Limits>,
 }
 
 impl Default for Catalog {
@@ -179,6 +195,7 @@ impl Catalog {
                 Some(zone) => DayClock::Fixed(zone),
                 None => p.dialect.day(),
             },
+            pace: pool.and_then(Pool::limits),
             pool: pool.map(|pool| match pool.keys {
                 PoolKeys::Platform => pool.name.clone(),
                 PoolKeys::Each => format!("{}@{}", pool.name, connection.id()),

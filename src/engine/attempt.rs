@@ -40,6 +40,8 @@ pub(crate) enum Miss {
     /// user's, a provider without its key). That is no provider's answer, so nothing is counted,
     /// classified or rested: the route is skipped for this run.
     NoKey,
+    /// No call was made: the route's pool has no slot before this closure ends.
+    Paced(crate::rest::Closure),
 }
 
 /// A counted attempt, ready to be made.
@@ -81,6 +83,9 @@ impl Engine {
                 return Err(unavailable.into());
             }
         };
+        if let Some(full) = self.take_slot(run, route).await? {
+            return Ok(Err(Miss::Paced(full)));
+        }
         let counters = &mut run.rec.state.counters;
         counters.calls += 1;
         if step == 1 {
@@ -253,6 +258,9 @@ impl Engine {
                 .await?;
             let rest = metrics::rest(scope_name(&class.scope), class.verdict.as_str());
             self.fleet.metrics.add(rest).await;
+            if class.verdict == Verdict::Account && matches!(class.scope, RestScope::Pool(_)) {
+                self.pacing_miss(route).await?;
+            }
         }
         if class.evidence
             && let Some(pool) = &route.pool

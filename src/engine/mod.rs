@@ -7,6 +7,7 @@
 //! spent still counted.
 
 mod attempt;
+mod pace;
 mod walk;
 
 use crate::budget::Budget;
@@ -15,7 +16,7 @@ use crate::classify::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::events::{Event, EventError};
 use crate::fleet::{Fleet, FleetError};
-use crate::job::RunJob;
+use crate::job::{HeldSlot, RunJob};
 use crate::lease::{LEASE_TTL, Lease};
 use crate::metrics;
 use crate::preflight::{self, Preflight, Waiting};
@@ -54,10 +55,12 @@ pub enum Outcome {
     Busy {
         retry_after: std::time::Duration,
     },
-    /// Re-run the job at `until_ms` (the run's status is `delayed`).
+    /// Re-run the job at `until_ms` (the run's status is `delayed`), with the pool's slot it
+    /// holds for then, if any.
     Snoozed {
         until_ms: u64,
         reason: String,
+        slot: Option<HeldSlot>,
     },
     Refused {
         code: Code,
@@ -163,6 +166,8 @@ pub(crate) struct Run<'a> {
     /// The stored transcript as read with the run when the delivery began, for its first step;
     /// later steps, and a regenerate that deleted a turn, read the store again.
     pub stored_transcript: Option<Vec<Message>>,
+    /// The pool's slot the run holds: the job's until it is used, or one taken to wait for.
+    pub slot: Option<HeldSlot>,
 }
 
 /// How a step ended when it did not produce a completion.
@@ -262,6 +267,7 @@ impl Engine {
             preflight_closures: None,
             unsaved: Vec::new(),
             stored_transcript: Some(transcript),
+            slot: job.slot.clone(),
         };
         let outcome = match self.preflight(&mut run, when_resting).await? {
             Some(outcome) => outcome,
@@ -322,7 +328,9 @@ impl Engine {
             return Ok(None);
         }
         let closures = self.closures(run).await?;
-        match self.decide(run.routes, &closures, run, when_resting) {
+        let routes = run.routes;
+        let decided = self.decide(routes, &closures, run, when_resting);
+        match self.hold_slot(run, routes, &closures, decided).await? {
             Preflight::Open => {
                 run.preflight_closures = Some(closures);
                 Ok(None)
@@ -331,7 +339,8 @@ impl Engine {
         }
     }
 
-    /// The chain's closures as this run sees them: Redis rests plus its own ambiguous stop.
+    /// The chain's closures as this run sees them: Redis rests, its own ambiguous stop, and
+    /// pools with no slot now.
     pub(crate) async fn closures(
         &self,
         run: &Run<'_>,
@@ -344,6 +353,7 @@ impl Engine {
                 }
             }
         }
+        self.pace_closures(run, run.routes, &mut closures).await?;
         Ok(closures)
     }
 
@@ -386,7 +396,11 @@ impl Engine {
                     },
                 )
                 .await?;
-                Ok(Outcome::Snoozed { until_ms, reason })
+                Ok(Outcome::Snoozed {
+                    until_ms,
+                    reason,
+                    slot: run.slot.clone(),
+                })
             }
             Stop::Refuse {
                 code,

@@ -66,8 +66,10 @@ impl Engine {
                             c => c.clone(),
                         })
                         .collect();
+                    let routes = run.routes;
+                    let decided = self.decide(routes, &closed, run, when_resting);
                     return Ok(Err(
-                        match self.decide(run.routes, &closed, run, when_resting) {
+                        match self.hold_slot(run, routes, &closed, decided).await? {
                             Preflight::Closed if keyless && failures.is_empty() => {
                                 Stop::End(Code::ConnectionMissing)
                             }
@@ -85,6 +87,11 @@ impl Engine {
                 Err(Miss::NoKey) => {
                     tried[index] = true;
                     keyless = true;
+                    continue;
+                }
+                Err(Miss::Paced(full)) => {
+                    // Another replica took the pool's last slot since the closures were read.
+                    closures[index] = Some(full);
                     continue;
                 }
                 Err(Miss::Failed(f)) => *f,
@@ -136,6 +143,8 @@ impl Engine {
                 Ok(Ok(c))
             }
             Err(Miss::NoKey) => Ok(Err(Stop::End(Code::ConnectionMissing))),
+            // A continuation is never paced out.
+            Err(Miss::Paced(_)) => Ok(Err(Stop::End(Code::RoutesExhausted))),
             Err(Miss::Failed(failure)) => Ok(Err(self
                 .stop_after_failure(run, &failure)
                 .unwrap_or_else(|| Stop::End(Code::for_verdict(failure.class.verdict))))),
@@ -154,24 +163,41 @@ impl Engine {
             return Ok(Err(Stop::End(Code::RoutesExhausted)));
         };
         let route = &run.routes[index..=index];
-        let closures = self.fleet.rests.closures(route).await?;
-        match self.decide(route, &closures, run, when_resting) {
-            Preflight::Open => {}
-            Preflight::Wait { until_ms, reason } => {
-                return Ok(Err(Stop::Snooze { until_ms, reason }));
-            }
-            Preflight::Refuse { .. } | Preflight::Closed => {
-                return Ok(Err(Stop::End(Code::DeadlineExceeded)));
-            }
+        let mut closures = self.fleet.rests.closures(route).await?;
+        self.pace_closures(run, route, &mut closures).await?;
+        if let Some(stop) = self.wait_on(run, route, &closures, when_resting).await? {
+            return Ok(Err(stop));
         }
         let step = run.rec.state.counters.steps + 1;
         match self.attempt(run, index, step, messages, true).await? {
             Ok(c) => Ok(Ok(c)),
             Err(Miss::NoKey) => Ok(Err(Stop::End(Code::ConnectionMissing))),
+            Err(Miss::Paced(full)) => {
+                let closures = [Some(full)];
+                let stop = self.wait_on(run, route, &closures, when_resting).await?;
+                Ok(Err(stop.unwrap_or(Stop::End(Code::RoutesExhausted))))
+            }
             Err(Miss::Failed(failure)) => Ok(Err(self
                 .stop_after_failure(run, &failure)
                 .unwrap_or_else(|| Stop::End(Code::for_verdict(failure.class.verdict))))),
         }
+    }
+
+    /// A later step's route closed: wait for it (holding a slot when it is its pool's), or end
+    /// the run when the wait would pass the deadline. `None` when it is open.
+    async fn wait_on(
+        &self,
+        run: &mut Run<'_>,
+        route: &[crate::route::Route],
+        closures: &[Option<Closure>],
+        when_resting: WhenResting,
+    ) -> Result<Option<Stop>, EngineError> {
+        let decided = self.decide(route, closures, run, when_resting);
+        Ok(match self.hold_slot(run, route, closures, decided).await? {
+            Preflight::Open => None,
+            Preflight::Wait { until_ms, reason } => Some(Stop::Snooze { until_ms, reason }),
+            Preflight::Refuse { .. } | Preflight::Closed => Some(Stop::End(Code::DeadlineExceeded)),
+        })
     }
 
     /// Failures that end the run whatever remains of the chain: a mid-stream rate limit, and any

@@ -32,6 +32,8 @@ pub enum RestKind {
     Pool,
     Route,
     Circuit,
+    /// Not a rest: the pool's limiter has no slot before then (docs/design.md §4.4).
+    Pace,
 }
 
 impl RestKind {
@@ -41,6 +43,7 @@ impl RestKind {
             RestKind::Pool => "pool",
             RestKind::Route => "route",
             RestKind::Circuit => "connection",
+            RestKind::Pace => "pace",
         }
     }
 }

@@ -101,6 +101,7 @@ struct Rig {
     engine: Engine,
     store: SqlStore,
     rests: Arc<MemoryRests>,
+    pace: Arc<dyn freeway::pace::Pacer>,
     events: Arc<MemoryEvents>,
 }
 
@@ -133,6 +134,7 @@ fn engine_on(store: &SqlStore, provider: Arc<dyn ChatProvider>) -> Rig {
         ..Fleet::in_memory()
     };
     Rig {
+        pace: fleet.pace.clone(),
         engine: rig(store, provider, targets, fleet),
         store: store.clone(),
         rests,
@@ -191,6 +193,7 @@ impl Rig {
             .clear("pool", OPENROUTER_FREE_POOL)
             .await
             .unwrap();
+        self.pace.reopen(OPENROUTER_FREE_POOL).await.unwrap();
     }
     async fn seed(&self, conv: &str) -> Vec<Message> {
         let seed = vec![

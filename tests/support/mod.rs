@@ -2,7 +2,7 @@
 //! leases, events and counters in memory, on a clock tests can move), an in-memory store, and a
 //! provider the test chooses, usually the simulator over real HTTP. No Redis: the Redis
 //! implementations of the fleet's parts have their own suite (`tests/rests.rs`).
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
 
 pub mod tool_service;
 
@@ -12,6 +12,7 @@ use freeway::events::{EventSink, MemoryEvents};
 use freeway::fleet::Fleet;
 use freeway::lease::MemoryLeases;
 use freeway::metrics::MemoryMetrics;
+use freeway::pace::MemoryPacer;
 use freeway::provider::{ApiKey, ChatProvider, EnvTargets, Targets};
 use freeway::rest::{MemoryRests, Rests};
 use freeway::store::{MemoryStore, Store};
@@ -35,6 +36,7 @@ pub struct Parts {
     pub rests: Arc<MemoryRests>,
     pub leases: Arc<MemoryLeases>,
     pub metrics: Arc<MemoryMetrics>,
+    pub pace: Arc<MemoryPacer>,
 }
 
 impl std::ops::Deref for Harness {
@@ -66,12 +68,14 @@ pub fn harness_with(
         Some(ApiKey::new(PLATFORM_KEY)),
     ));
     let leases = Arc::new(MemoryLeases::new(clock.clone()));
+    let pace = Arc::new(MemoryPacer::new(clock.clone()));
     let parts = Parts {
         provider,
         store: Arc::new(MemoryStore::default()),
         events: Arc::new(MemoryEvents::default()),
         clock,
         rests,
+        pace,
         leases,
         metrics: Arc::new(MemoryMetrics::default()),
     };
@@ -90,6 +94,7 @@ impl Parts {
             leases: self.leases.clone(),
             events: self.events.clone() as Arc<dyn EventSink>,
             metrics: self.metrics.clone(),
+            pace: self.pace.clone(),
         }
     }
 
@@ -125,4 +130,28 @@ pub async fn redis() -> redis::aio::ConnectionManager {
 pub fn unique_ns(prefix: &str) -> String {
     let id = ulid::Ulid::generate().to_string().to_lowercase();
     format!("t-{prefix}-{id}")
+}
+
+/// Run each named suite function on both implementations of the fleet's parts: as
+/// `in_memory::NAME` on `Fixture::memory()` and as `in_redis::NAME` on `Fixture::redis()`,
+/// `Fixture` being the calling file's.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod in_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Fixture::memory()).await
+                }
+            )*
+        }
+        mod in_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Fixture::redis().await).await
+                }
+            )*
+        }
+    };
 }

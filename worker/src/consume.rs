@@ -74,9 +74,22 @@ async fn settle(
 ) -> Result<String, BoxDynError> {
     let outcome = app.engine.execute(job, routes, WhenResting::Snooze).await?;
     match outcome {
-        Outcome::Snoozed { until_ms, reason } => {
-            park(app, job, until_ms).await?;
-            info!(until_ms, %reason, "snoozed");
+        Outcome::Snoozed {
+            until_ms,
+            reason,
+            slot,
+        } => {
+            let held = slot.is_some();
+            park(
+                app,
+                &RunJob {
+                    slot,
+                    ..job.clone()
+                },
+                until_ms,
+            )
+            .await?;
+            info!(until_ms, %reason, held, "snoozed");
             Ok("snoozed".into())
         }
         Outcome::Busy { retry_after } => {

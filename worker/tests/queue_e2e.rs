@@ -520,3 +520,46 @@ async fn a_spent_day_delays_runs_until_a_top_up_the_key_endpoint_shows_wakes_the
     );
     c.assert_budgets(&[spends_the_day, delayed]).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_replicas_never_call_a_declared_pool_past_its_limit_in_any_window() {
+    const RPM: u32 = 5;
+    const WINDOW_S: u64 = 2;
+    let config = sim::SimConfig {
+        rpm: RPM,
+        window_s: WINDOW_S,
+        ..Default::default()
+    };
+    let mut c = Cluster::start("pace", config).await;
+    let file = c.dir.join("freeway.toml");
+    let declared = format!("[pools.openrouter-free]\nrpm = {RPM}\nwindow_s = {WINDOW_S}\n");
+    std::fs::write(&file, declared).unwrap();
+    let file = file.to_str().unwrap().to_string();
+    for _ in 0..10 {
+        c.spawn_worker_with(&["--concurrency", "8"], &[("FREEWAY_CONFIG", &file)]);
+    }
+    let mut runs = Vec::new();
+    for n in 0..30 {
+        let mut req = request(&format!("u{n}"), "hi", &[FREE_A, FREE_B]);
+        req.deadline_s = Some(120);
+        runs.push(c.enqueue(req).await);
+    }
+    for run in &runs {
+        let events = c.wait(&run.run_id, Duration::from_secs(60)).await;
+        assert_eq!(last(&events)["status"], "succeeded", "{events:?}");
+    }
+    let calls = c.sim.calls();
+    assert!(
+        calls.iter().all(|r| r.status == 200),
+        "not one 429: {calls:?}"
+    );
+    let mut per_window = std::collections::BTreeMap::<u64, u32>::new();
+    for call in &calls {
+        *per_window.entry(call.t_ms / (WINDOW_S * 1000)).or_default() += 1;
+    }
+    assert!(per_window.values().all(|&n| n <= RPM), "{per_window:?}");
+    assert_eq!(calls.len(), 30, "one call a run");
+    // 30 calls at 5 a window need at least 6 windows: every one of them was used to the full.
+    assert!(per_window.len() >= 6, "{per_window:?}");
+    c.assert_budgets(&runs).await;
+}

@@ -8,6 +8,7 @@ use super::error::{ApiError, PathParams};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use freeway::pace::Pacer;
 use freeway::rest::{ActiveRest, Rests};
 use serde::Serialize;
 use std::sync::Arc;
@@ -41,6 +42,10 @@ pub async fn clear(
     let removed = state.enqueuer.rests().clear(&scope, &key).await?;
     tracing::warn!(%scope, %key, removed, by = "admin token", "DELETE /v1/rests: operator clear");
     if removed {
+        if scope == "pool" {
+            // The operator says the pool's quota is back: its limiter admits again at once.
+            state.enqueuer.pacer().reopen(&key).await?;
+        }
         // The runs the rest delayed may run now, not at their old wake time.
         let now = freeway::clock::epoch_ms();
         match state.enqueuer.queue().wake_parked(now).await {

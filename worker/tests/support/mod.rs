@@ -68,6 +68,11 @@ impl Cluster {
 
     /// Start a worker process; its log goes to `worker-N.log` in the cluster's folder.
     pub fn spawn_worker(&mut self, args: &[&str]) -> usize {
+        self.spawn_worker_with(args, &[])
+    }
+
+    /// [`Cluster::spawn_worker`] with more environment variables (`FREEWAY_CONFIG`, …).
+    pub fn spawn_worker_with(&mut self, args: &[&str], env: &[(&str, &str)]) -> usize {
         let n = self.workers.len();
         let log = std::fs::File::create(self.dir.join(format!("worker-{n}.log"))).unwrap();
         // A 1 s heartbeat makes crash recovery quick; a test may ask for another.
@@ -86,6 +91,7 @@ impl Cluster {
             .env("OPENROUTER_BASE_URL", self.sim.base_url())
             .env("OPENROUTER_API_KEY", KEY)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -1,0 +1,178 @@
+//! The engine's side of pacing (docs/design.md §4.2, §4.4): a pool with no slot closes its
+//! routes without a call, a call on a paced route takes a slot first, a run that must wait for
+//! a slot holds one of a later window and wakes at it, and a refusal despite the slot is a
+//! pacing miss.
+
+use super::{Engine, EngineError, Run};
+use crate::day::next_midnight_ms;
+use crate::dialect::DayClock;
+use crate::job::HeldSlot;
+use crate::pace::Slot;
+use crate::preflight::Preflight;
+use crate::rest::{Closure, RestKind};
+use crate::route::Route;
+
+/// A held slot's wake-up is spread over this much after the slot's moment, so that a window's
+/// worth of waiting runs does not land in one instant.
+const SLOT_JITTER_MS: (u64, u64) = (0, 250);
+
+impl Engine {
+    /// Close each open route of `routes` whose pool has no slot now; a slot this run holds
+    /// keeps its pool open. One question per pool, whatever the number of its routes.
+    pub(crate) async fn pace_closures(
+        &self,
+        run: &Run<'_>,
+        routes: &[Route],
+        closures: &mut [Option<Closure>],
+    ) -> Result<(), EngineError> {
+        let now = self.clock.now_ms();
+        let mut asked: Vec<(&str, Option<Closure>)> = Vec::new();
+        for (route, closure) in routes.iter().zip(closures.iter_mut()) {
+            let (Some(pool), Some(limits), None) = (&route.pool, &route.pace, &closure) else {
+                continue;
+            };
+            if run.slot.as_ref().is_some_and(|s| s.usable(pool, now)) {
+                continue;
+            }
+            let found = match asked.iter().find(|(p, _)| p == pool) {
+                Some((_, found)) => found.clone(),
+                None => {
+                    let slot = self
+                        .fleet
+                        .pace
+                        .peek(pool, limits, self.day_end(route))
+                        .await?;
+                    let found = full(pool, slot);
+                    asked.push((pool, found.clone()));
+                    found
+                }
+            };
+            *closure = found;
+        }
+        Ok(())
+    }
+
+    /// Before a call on `route`: take a slot of its pool. `None`: go ahead (the call is
+    /// counted); `Some`: the pool has no slot before the closure ends, and no call is made. A
+    /// continuation tries once and is never paced out: it is counted when there is room.
+    pub(crate) async fn take_slot(
+        &self,
+        run: &mut Run<'_>,
+        route: &Route,
+    ) -> Result<Option<Closure>, EngineError> {
+        let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
+            return Ok(None);
+        };
+        if run
+            .slot
+            .as_ref()
+            .is_some_and(|s| s.usable(pool, self.clock.now_ms()))
+        {
+            run.slot = None;
+            return Ok(None);
+        }
+        let slot = self
+            .fleet
+            .pace
+            .admit(pool, limits, self.day_end(route))
+            .await?;
+        if run.job.is_continuation() {
+            return Ok(None);
+        }
+        Ok(full(pool, slot))
+    }
+
+    /// A wait for a pool's next slot holds one: the run reserves the first slot with room and
+    /// wakes at it, instead of waking with every other waiting run at the window's start. Any
+    /// other decision is returned as it is.
+    pub(crate) async fn hold_slot(
+        &self,
+        run: &mut Run<'_>,
+        routes: &[Route],
+        closures: &[Option<Closure>],
+        decided: Preflight,
+    ) -> Result<Preflight, EngineError> {
+        let Preflight::Wait { until_ms, reason } = decided else {
+            return Ok(decided);
+        };
+        let earliest = closures
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
+            .min_by_key(|(_, c)| c.remaining_ms);
+        let paced = earliest
+            .filter(|(_, c)| c.kind == RestKind::Pace)
+            .map(|(i, _)| &routes[i]);
+        let Some((route, pool, limits)) =
+            paced.and_then(|r| Some((r, r.pool.as_ref()?, r.pace.as_ref()?)))
+        else {
+            return Ok(Preflight::Wait { until_ms, reason });
+        };
+        let Some(held) = self
+            .fleet
+            .pace
+            .reserve(pool, limits, self.day_end(route))
+            .await?
+        else {
+            return Ok(Preflight::Wait { until_ms, reason });
+        };
+        let now = self.clock.now_ms();
+        let from_ms = now + held.wait_ms;
+        if from_ms >= run.job.deadline_ms {
+            // The slot is counted but the run cannot wait for it: the decision stands.
+            return Ok(Preflight::Wait { until_ms, reason });
+        }
+        run.slot = Some(HeldSlot {
+            pool: pool.clone(),
+            from_ms,
+            until_ms: now + held.valid_ms,
+        });
+        let jitter = self.clock.jitter_ms(SLOT_JITTER_MS.0, SLOT_JITTER_MS.1);
+        Ok(Preflight::Wait {
+            until_ms: from_ms + jitter,
+            reason: format!("holding a slot of {pool} in {} ms", held.wait_ms),
+        })
+    }
+
+    /// A refusal for the pool's quota of a call the limiter let through: the configured limit
+    /// is probably wrong. The window is marked full so no replica calls into it again.
+    pub(crate) async fn pacing_miss(&self, route: &Route) -> Result<(), EngineError> {
+        let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
+            return Ok(());
+        };
+        let misses = self.fleet.pace.missed(pool, limits).await?;
+        tracing::warn!(
+            pool = %pool,
+            limit = ?limits.per_window,
+            window_ms = limits.window_ms,
+            misses,
+            "pacing miss: the provider refused a call the limiter admitted; is the pool's limit right?"
+        );
+        Ok(())
+    }
+
+    /// When `route`'s pool day ends: its day clock's next midnight (a rolling day counts by
+    /// UTC days).
+    fn day_end(&self, route: &Route) -> u64 {
+        let zone = match route.day {
+            DayClock::Fixed(zone) => zone,
+            DayClock::Rolling => chrono_tz::UTC,
+        };
+        next_midnight_ms(zone, self.clock.now_ms())
+    }
+}
+
+/// The closure of a pool with no slot before `slot`'s end, if it has none now.
+fn full(pool: &str, slot: Slot) -> Option<Closure> {
+    match slot {
+        Slot::Now => None,
+        Slot::In(ms) => Some(Closure {
+            kind: RestKind::Pace,
+            remaining_ms: ms,
+            reason: format!(
+                "{pool} is full: its next slot is in {} s",
+                ms.div_ceil(1000)
+            ),
+        }),
+    }
+}

@@ -1,0 +1,108 @@
+//! Pacing (docs/design.md §4.4): spend a pool's quota without earning its 429s.
+//!
+//! Reacting to refusals costs a call into every closed window (the 21st call of OpenRouter's
+//! minute is the one that learns the account is full) and a slot of the day's quota with it. A
+//! pool with a known limit instead gets a limiter every replica shares: before a call on one of
+//! its routes the engine asks it for a slot, and a full pool closes its routes until its next
+//! slot without a call being made. Runs that must wait take a *reservation* of a later slot, so
+//! N waiting runs wake at N admitted moments instead of as a herd into a window with room for a
+//! few.
+//!
+//! Windows are `fixed` (aligned to the epoch, as OpenRouter's minute: a count per window index)
+//! or `rolling` (GCRA, as Groq's: a theoretical arrival time moving by window / limit per call).
+//! A day counter on the pool's day clock stops admitting at the day's limit. A refusal of a call
+//! the limiter admitted is a *pacing miss*: the window is marked full, and the miss is counted.
+//!
+//! [`RedisPacer`] is the fleet's (one Lua script on Redis `TIME`, keys hash-tagged by pool
+//! instance); [`MemoryPacer`] keeps the same rules in one process. `tests/pace.rs` runs one
+//! suite on both.
+
+mod memory;
+mod redis;
+
+pub use self::redis::RedisPacer;
+pub use memory::MemoryPacer;
+
+use crate::fleet::FleetError;
+use async_trait::async_trait;
+use serde::Serialize;
+
+/// A pool's request limits, as its configuration (or what the provider said) gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Limits {
+    /// Requests per window; `None`: the window is not limited.
+    pub per_window: Option<u32>,
+    pub window_ms: u64,
+    /// GCRA instead of epoch-aligned windows.
+    pub rolling: bool,
+    /// Requests per day of the pool's day clock; `None`: not limited.
+    pub per_day: Option<u32>,
+}
+
+/// When a pool has room for a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// Now (and, from [`Pacer::admit`], the call is counted).
+    Now,
+    /// Not before this many ms from now; nothing was counted.
+    In(u64),
+}
+
+/// A slot of a later window, counted already: the run that holds it calls at `wait_ms` from
+/// now without asking again, until `valid_ms` from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    pub wait_ms: u64,
+    pub valid_ms: u64,
+}
+
+/// What a pool has spent, for `GET /v1/pools` and the board.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PoolUse {
+    /// Calls counted in the current window (rolling: in the last window's length).
+    pub window_used: u32,
+    /// Milliseconds until the current fixed window ends (rolling: until a slot frees).
+    pub window_resets_in_ms: u64,
+    /// Calls counted today, on the pool's day clock.
+    pub day_used: u32,
+    /// Slots of later windows held by waiting runs.
+    pub reserved: u32,
+    /// Refusals of calls the limiter had admitted.
+    pub misses: u32,
+}
+
+/// The fleet's limiter. `day_end_ms` is the epoch ms at which the pool's current day ends (its
+/// day clock's next midnight): the day counter starts again when it changes.
+#[async_trait]
+pub trait Pacer: Send + Sync {
+    /// Whether the pool has room for a call now, counting nothing.
+    async fn peek(&self, pool: &str, limits: &Limits, day_end_ms: u64) -> Result<Slot, FleetError>;
+    /// Count a call now if the window and the day have room; else say when the next slot is.
+    async fn admit(&self, pool: &str, limits: &Limits, day_end_ms: u64)
+    -> Result<Slot, FleetError>;
+    /// Count a call in the first window with room, for a run that will wait for it; `None` when
+    /// the day is spent (its slots come back with the next day, which only the day rest knows).
+    async fn reserve(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+    ) -> Result<Option<Reservation>, FleetError>;
+    /// A call the limiter admitted was refused for the pool's quota: this window is full.
+    /// Returns the misses counted so far.
+    async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError>;
+    /// Forget what the pool has counted (the operator cleared its rest, or its quota endpoint
+    /// shows the day back): it admits again at once. Slots held by waiting runs stay theirs.
+    async fn reopen(&self, pool: &str) -> Result<(), FleetError>;
+    /// What the pool has spent.
+    async fn usage(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+    ) -> Result<PoolUse, FleetError>;
+}
+
+/// Reserved slots of a fixed window start this long after it: a provider whose clock runs a
+/// little behind must not count a call at our window's first instant in its previous window.
+pub const WINDOW_GUARD_MS: u64 = 250;

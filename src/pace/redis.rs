@@ -1,0 +1,127 @@
+//! The fleet's limiter in Redis: [`RedisPacer`].
+//!
+//! One hash per pool instance, `ns:{pool}:pace` (the pool's hash tag, as its rests), changed only
+//! by one Lua script (`pace.lua`) that reads Redis `TIME`, so replicas' clocks never matter and
+//! concurrent callers are serialised by Redis: ten replicas asking at once get exactly the
+//! window's room.
+
+use super::{Limits, Pacer, PoolUse, Reservation, Slot, WINDOW_GUARD_MS};
+use crate::fleet::FleetError;
+use async_trait::async_trait;
+use redis::Script;
+use redis::aio::ConnectionManager;
+use std::sync::LazyLock;
+
+static PACE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("pace.lua")));
+
+/// Pools' limiters in one Redis namespace.
+#[derive(Clone)]
+pub struct RedisPacer {
+    conn: ConnectionManager,
+    ns: String,
+}
+
+impl RedisPacer {
+    pub fn new(conn: ConnectionManager, ns: impl Into<String>) -> Self {
+        RedisPacer {
+            conn,
+            ns: ns.into(),
+        }
+    }
+
+    /// The hash that holds `pool`'s limiter.
+    pub fn key(&self, pool: &str) -> String {
+        format!("{}:{{{pool}}}:pace", self.ns)
+    }
+
+    async fn call(
+        &self,
+        op: &str,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+    ) -> Result<Vec<u64>, FleetError> {
+        let mut conn = self.conn.clone();
+        let reply: Vec<i64> = PACE
+            .key(self.key(pool))
+            .arg(op)
+            .arg(limits.per_window.unwrap_or(0))
+            .arg(limits.window_ms.max(1))
+            .arg(u8::from(limits.rolling))
+            .arg(limits.per_day.unwrap_or(0))
+            .arg(day_end_ms)
+            .arg(WINDOW_GUARD_MS)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(reply.into_iter().map(|v| v.max(0) as u64).collect())
+    }
+}
+
+fn slot(reply: &[u64]) -> Slot {
+    match reply {
+        [1, ..] => Slot::Now,
+        [_, wait, ..] => Slot::In((*wait).max(1)),
+        _ => Slot::Now,
+    }
+}
+
+#[async_trait]
+impl Pacer for RedisPacer {
+    async fn peek(&self, pool: &str, limits: &Limits, day_end_ms: u64) -> Result<Slot, FleetError> {
+        Ok(slot(&self.call("peek", pool, limits, day_end_ms).await?))
+    }
+
+    async fn admit(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+    ) -> Result<Slot, FleetError> {
+        Ok(slot(&self.call("admit", pool, limits, day_end_ms).await?))
+    }
+
+    async fn reserve(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+    ) -> Result<Option<Reservation>, FleetError> {
+        Ok(
+            match self.call("reserve", pool, limits, day_end_ms).await?[..] {
+                [1, wait_ms, valid_ms] => Some(Reservation { wait_ms, valid_ms }),
+                _ => None,
+            },
+        )
+    }
+
+    async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError> {
+        let reply = self.call("missed", pool, limits, 0).await?;
+        Ok(reply.first().copied().unwrap_or(0) as u32)
+    }
+
+    async fn reopen(&self, pool: &str) -> Result<(), FleetError> {
+        let mut conn = self.conn.clone();
+        let _: () = redis::cmd("DEL")
+            .arg(self.key(pool))
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn usage(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+    ) -> Result<PoolUse, FleetError> {
+        let reply = self.call("usage", pool, limits, day_end_ms).await?;
+        let at = |i: usize| reply.get(i).copied().unwrap_or(0);
+        Ok(PoolUse {
+            window_used: at(0) as u32,
+            window_resets_in_ms: at(1),
+            day_used: at(2) as u32,
+            reserved: at(3) as u32,
+            misses: at(4) as u32,
+        })
+    }
+}

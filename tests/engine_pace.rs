@@ -1,0 +1,249 @@
+//! Pacing end to end (docs/design.md §4.2, §4.4): the engine calls the simulator over real HTTP
+//! with the in-process fleet, whose limiter runs on the same clock as the simulator's windows.
+//! The pool is OpenRouter's free one, declared at 20 calls a minute; assertions read the
+//! simulator's call log.
+
+mod support;
+
+use freeway::catalog::Catalog;
+use freeway::clock::Clock;
+use freeway::engine::{Outcome, WhenResting};
+use freeway::job::{RunJob, RunRequest};
+use freeway::pace::{Pacer, WINDOW_GUARD_MS};
+use freeway::provider::{HttpProvider, Timeouts};
+use freeway::rest::Rests;
+use freeway::route::{OPENROUTER_FREE_POOL, Route, RouteSpec};
+use freeway::run::RunStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
+const FREE_B: &str = "qwen/qwen3-coder:free";
+const PAID: &str = "openai/gpt-4o-mini";
+const MINUTE: u64 = 60_000;
+
+struct Setup {
+    sim: sim::SimHandle,
+    h: support::Harness,
+}
+
+/// A simulator allowing `rpm` free calls a minute, and an engine whose pool is declared at 20;
+/// both clocks are moved to just after a minute starts, so a test never straddles two windows.
+async fn setup(rpm: u32) -> Setup {
+    let config = sim::SimConfig {
+        rpm,
+        ..Default::default()
+    };
+    let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
+    let h = support::harness(provider, &sim.base_url());
+    let s = Setup { sim, h };
+    s.advance(MINUTE - s.h.clock.now_ms() % MINUTE + 100);
+    s
+}
+
+impl Setup {
+    /// Move the engine's clock and the simulator's together.
+    fn advance(&self, ms: u64) {
+        self.h.clock.advance(Duration::from_millis(ms));
+        self.sim.advance_clock(ms);
+    }
+
+    fn job(&self, user: &str, models: &[&str]) -> RunJob {
+        let request = RunRequest {
+            user_id: user.into(),
+            conversation_id: None,
+            kind: Default::default(),
+            input: Some("hi".into()),
+            routes: models
+                .iter()
+                .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+                .collect(),
+            tools: vec![],
+            system: None,
+            deadline_s: Some(3_600),
+            on_rest: Default::default(),
+            regenerate: false,
+            idempotency_key: None,
+            max_tokens: None,
+        };
+        RunJob::new(request, self.h.clock.now_ms())
+    }
+
+    async fn execute(&self, job: &RunJob) -> Outcome {
+        let routes = job.check(&Catalog::builtin()).unwrap();
+        self.h
+            .engine
+            .execute(job, &routes, WhenResting::Snooze)
+            .await
+            .unwrap()
+    }
+
+    /// `(model, status)` of every call the simulator saw.
+    fn calls(&self) -> Vec<(String, u16)> {
+        let calls = self.sim.calls().into_iter();
+        calls.map(|c| (c.model, c.status)).collect()
+    }
+}
+
+fn succeeded(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Finished {
+            status: RunStatus::Succeeded,
+            ..
+        }
+    )
+}
+
+#[tokio::test]
+async fn a_full_pool_closes_its_routes_without_a_call_and_runs_move_on() {
+    let s = setup(20).await;
+    for n in 0..25 {
+        let outcome = s
+            .execute(&s.job(&format!("u{n}"), &[FREE_A, FREE_B, PAID]))
+            .await;
+        assert!(succeeded(&outcome), "run {n}: {outcome:?}");
+    }
+    let calls = s.calls();
+    let free = calls.iter().filter(|(m, _)| m.ends_with(":free")).count();
+    let paid = calls.iter().filter(|(m, _)| m == PAID).count();
+    assert_eq!(
+        (free, paid),
+        (20, 5),
+        "20 free calls fill the minute; the rest go paid"
+    );
+    assert!(
+        calls.iter().all(|(_, status)| *status == 200),
+        "no 429 earned: {calls:?}"
+    );
+    assert!(
+        s.h.rests.list().await.unwrap().is_empty(),
+        "a full pool is not a rest"
+    );
+}
+
+#[tokio::test]
+async fn waiting_runs_hold_slots_of_later_windows_and_wake_at_them() {
+    let s = setup(20).await;
+    for n in 0..20 {
+        assert!(succeeded(
+            &s.execute(&s.job(&format!("u{n}"), &[FREE_A])).await
+        ));
+    }
+    let window_end = s.h.clock.now_ms() / MINUTE * MINUTE + MINUTE;
+    let mut parked = Vec::new();
+    for n in 0..25 {
+        let mut job = s.job(&format!("w{n}"), &[FREE_A, FREE_B]);
+        let Outcome::Snoozed { until_ms, slot, .. } = s.execute(&job).await else {
+            panic!("a run without an open route waits")
+        };
+        let slot = slot.expect("it holds a slot");
+        assert_eq!(slot.pool, OPENROUTER_FREE_POOL);
+        assert!(slot.from_ms <= until_ms && until_ms <= slot.from_ms + 250);
+        job.slot = Some(slot);
+        parked.push((job, until_ms));
+    }
+    let windows: Vec<u64> = parked
+        .iter()
+        .map(|(job, _)| (job.slot.as_ref().unwrap().from_ms - window_end) / MINUTE)
+        .collect();
+    assert_eq!(
+        windows,
+        [vec![0; 20], vec![1; 5]].concat(),
+        "20 a window, in order"
+    );
+    let first = parked[0].0.slot.as_ref().unwrap();
+    assert_eq!(first.from_ms, window_end + WINDOW_GUARD_MS);
+    assert_eq!(s.calls().len(), 20, "waiting took no call");
+
+    // The next minute: the 20 holders call, each once, and a newcomer finds no room.
+    s.advance(window_end + WINDOW_GUARD_MS + 250 - s.h.clock.now_ms());
+    for (job, _) in &parked[..20] {
+        assert!(succeeded(&s.execute(job).await));
+    }
+    let newcomer = s.execute(&s.job("late", &[FREE_A])).await;
+    assert!(matches!(newcomer, Outcome::Snoozed { .. }), "{newcomer:?}");
+    assert_eq!(s.calls().len(), 40);
+    assert!(s.calls().iter().all(|(_, status)| *status == 200));
+}
+
+#[tokio::test]
+async fn a_refusal_the_limiter_let_through_is_a_pacing_miss_that_fills_the_window() {
+    // The pool is declared at 20 a minute; the account allows 5.
+    let s = setup(5).await;
+    for n in 0..8 {
+        let outcome = s.execute(&s.job(&format!("u{n}"), &[FREE_A, PAID])).await;
+        assert!(succeeded(&outcome), "{outcome:?}");
+    }
+    let statuses: Vec<u16> = s.calls().iter().map(|(_, status)| *status).collect();
+    // Five free calls, the sixth refused (and rests the pool), then paid for the rest.
+    assert_eq!(
+        statuses,
+        [vec![200; 5], vec![429, 200], vec![200; 2]].concat()
+    );
+    let route = Route::parse(FREE_A, &Catalog::builtin()).unwrap();
+    let limits = route.pace.expect("the free pool declares its limit");
+    let usage =
+        s.h.pace
+            .usage(OPENROUTER_FREE_POOL, &limits, u64::MAX)
+            .await
+            .unwrap();
+    assert_eq!(usage.misses, 1);
+    assert_eq!(usage.window_used, 20, "the miss marked the window full");
+}
+
+#[tokio::test]
+async fn a_continuation_is_never_paced_out() {
+    let s = setup(40).await;
+    let mut job = s.job("u1", &[FREE_A]);
+    job.request.input = Some("delete it [[tools:1]] [[tool:delete]]".into());
+    job.request.tools = vec![freeway::chat::ToolSpec {
+        name: "delete".into(),
+        description: "deletes".into(),
+        parameters: serde_json::json!({"type": "object"}),
+        approval: freeway::chat::Approval::Required,
+    }];
+    let Outcome::AwaitingApproval(call) = s.execute(&job).await else {
+        panic!("the run pauses for its approval")
+    };
+    for n in 0..19 {
+        assert!(succeeded(
+            &s.execute(&s.job(&format!("u{n}"), &[FREE_A])).await
+        ));
+    }
+    let route = Route::parse(FREE_A, &Catalog::builtin()).unwrap();
+    let limits = route.pace.unwrap();
+    let peek =
+        s.h.pace
+            .peek(OPENROUTER_FREE_POOL, &limits, u64::MAX)
+            .await
+            .unwrap();
+    assert!(
+        matches!(peek, freeway::pace::Slot::In(_)),
+        "the pool is full: {peek:?}"
+    );
+
+    let mut cont = RunJob::new(
+        RunRequest {
+            input: Some("(continuation)".into()),
+            conversation_id: Some(job.conversation_id.clone()),
+            ..job.request.clone()
+        },
+        s.h.clock.now_ms(),
+    );
+    cont.conversation_id = job.conversation_id.clone();
+    cont.continuation = Some(freeway::job::Continuation {
+        parent_run_id: job.run_id.clone(),
+        tool_call: call,
+        result: "deleted".into(),
+    });
+    let outcome = s.execute(&cont).await;
+    assert!(
+        succeeded(&outcome),
+        "a continuation tries once, full pool or not: {outcome:?}"
+    );
+    assert_eq!(s.calls().len(), 21);
+}

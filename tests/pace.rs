@@ -1,0 +1,260 @@
+//! The pools' limiter (docs/design.md §4.4) as one suite run on both implementations: the Redis
+//! one (each test in its own namespace) and the in-process one the engine's tests use. Windows
+//! are an hour long so a test never crosses one; the in-process clock shows what happens after.
+
+#[macro_use]
+mod support;
+
+use freeway::clock::InstantClock;
+use freeway::pace::{Limits, MemoryPacer, Pacer, RedisPacer, Reservation, Slot, WINDOW_GUARD_MS};
+use std::sync::Arc;
+use std::time::Duration;
+
+const POOL: &str = "openrouter-free";
+const HOUR: u64 = 3_600_000;
+/// Expected waits are worked out on this process's clock just after the call, so they come out
+/// a little shorter than the limiter's: this much is allowed for.
+const SLACK: u64 = 1_000;
+
+fn fixed(per_window: u32) -> Limits {
+    Limits {
+        per_window: Some(per_window),
+        window_ms: HOUR,
+        rolling: false,
+        per_day: None,
+    }
+}
+
+fn rolling(per_window: u32) -> Limits {
+    Limits {
+        rolling: true,
+        ..fixed(per_window)
+    }
+}
+
+/// A day end far enough not to be crossed, and constant through a test.
+fn day_end() -> u64 {
+    freeway::clock::epoch_ms() + 30 * HOUR
+}
+
+/// Ms to the end of the current fixed window of an hour.
+fn to_window_end() -> u64 {
+    HOUR - freeway::clock::epoch_ms() % HOUR
+}
+
+struct Fixture {
+    pace: Arc<dyn Pacer>,
+    /// The in-process clock, when the pacer runs on one.
+    clock: Option<Arc<InstantClock>>,
+}
+
+impl Fixture {
+    fn memory() -> Fixture {
+        let clock = Arc::new(InstantClock::default());
+        Fixture {
+            pace: Arc::new(MemoryPacer::new(clock.clone())),
+            clock: Some(clock),
+        }
+    }
+
+    async fn redis() -> Fixture {
+        let conn = support::redis().await;
+        let ns = support::unique_ns("pace");
+        Fixture {
+            pace: Arc::new(RedisPacer::new(conn, ns)),
+            clock: None,
+        }
+    }
+
+    async fn admits(&self, limits: &Limits, n: usize, day_end: u64) -> Vec<Slot> {
+        let mut slots = Vec::new();
+        for _ in 0..n {
+            slots.push(self.pace.admit(POOL, limits, day_end).await.unwrap());
+        }
+        slots
+    }
+}
+
+fn is_in(slot: Slot, low: u64, high: u64) -> bool {
+    matches!(slot, Slot::In(ms) if (low..=high).contains(&ms))
+}
+
+async fn a_fixed_window_admits_its_limit_then_closes_until_the_next_one(f: Fixture) {
+    let limits = fixed(3);
+    let end = day_end();
+    for _ in 0..5 {
+        assert_eq!(
+            f.pace.peek(POOL, &limits, end).await.unwrap(),
+            Slot::Now,
+            "a peek counts nothing"
+        );
+    }
+    assert_eq!(f.admits(&limits, 3, end).await, vec![Slot::Now; 3]);
+    let next = f.pace.admit(POOL, &limits, end).await.unwrap();
+    let left = to_window_end();
+    assert!(
+        is_in(next, left, left + WINDOW_GUARD_MS + SLACK),
+        "{next:?}, window ends in {left}"
+    );
+    let Slot::In(wait) = next else { unreachable!() };
+    let peeked = f.pace.peek(POOL, &limits, end).await.unwrap();
+    assert!(
+        is_in(peeked, wait.saturating_sub(SLACK), wait),
+        "{peeked:?}, {wait}"
+    );
+    let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
+    assert_eq!(
+        (usage.window_used, usage.day_used, usage.reserved),
+        (3, 3, 0)
+    );
+}
+
+async fn reservations_fill_later_windows_in_order(f: Fixture) {
+    let limits = fixed(2);
+    let end = day_end();
+    // The first reservation of an open window is a slot now.
+    let now_slot = f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
+    assert_eq!(now_slot.wait_ms, 0);
+    assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let Reservation { wait_ms, valid_ms } =
+            f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
+        assert!(
+            valid_ms > wait_ms && valid_ms - wait_ms <= HOUR,
+            "{wait_ms} {valid_ms}"
+        );
+        waits.push(wait_ms);
+    }
+    let next = to_window_end();
+    let windows: Vec<u64> = waits
+        .iter()
+        .map(|w| (w.saturating_sub(next) + HOUR / 2) / HOUR)
+        .collect();
+    assert_eq!(
+        windows,
+        vec![0, 0, 1, 1, 2],
+        "two a window, in order: {waits:?}"
+    );
+    assert!(
+        waits[0] >= next && waits[0] <= next + WINDOW_GUARD_MS + SLACK,
+        "{waits:?}, next window in {next}"
+    );
+    let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
+    assert_eq!((usage.window_used, usage.reserved), (2, 5));
+    // An admission sees the reserved windows as full: its next slot is after them.
+    let after = f.pace.admit(POOL, &limits, end).await.unwrap();
+    assert!(
+        is_in(
+            after,
+            next + 2 * HOUR,
+            next + 2 * HOUR + WINDOW_GUARD_MS + SLACK
+        ),
+        "{after:?}"
+    );
+}
+
+async fn a_rolling_window_spaces_calls_by_window_over_limit(f: Fixture) {
+    let limits = rolling(2);
+    let end = day_end();
+    assert_eq!(
+        f.admits(&limits, 2, end).await,
+        vec![Slot::Now; 2],
+        "a burst of the limit"
+    );
+    let next = f.pace.admit(POOL, &limits, end).await.unwrap();
+    assert!(
+        is_in(next, HOUR / 2 - 1_000, HOUR / 2 + 10),
+        "one emission interval: {next:?}"
+    );
+    let first = f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
+    let second = f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
+    assert!(first.wait_ms.abs_diff(HOUR / 2) < 1_000, "{first:?}");
+    assert!(second.wait_ms.abs_diff(HOUR) < 1_000, "{second:?}");
+}
+
+async fn a_day_limit_closes_until_the_day_ends_and_a_new_day_counts_again(f: Fixture) {
+    let limits = Limits {
+        per_window: None,
+        window_ms: 60_000,
+        rolling: false,
+        per_day: Some(2),
+    };
+    let end = day_end();
+    assert_eq!(f.admits(&limits, 2, end).await, vec![Slot::Now; 2]);
+    let closed = f.pace.admit(POOL, &limits, end).await.unwrap();
+    let to_end = end - freeway::clock::epoch_ms();
+    assert!(is_in(closed, to_end, to_end + SLACK), "{closed:?}");
+    assert_eq!(
+        f.pace.reserve(POOL, &limits, end).await.unwrap(),
+        None,
+        "no slot today"
+    );
+    assert_eq!(
+        f.admits(&limits, 1, end + 24 * HOUR).await,
+        vec![Slot::Now],
+        "a new day"
+    );
+}
+
+async fn a_miss_marks_the_window_full_and_is_counted(f: Fixture) {
+    for limits in [fixed(5), rolling(5)] {
+        let pool = if limits.rolling { "rolling" } else { "fixed" };
+        let end = day_end();
+        assert_eq!(f.pace.admit(pool, &limits, end).await.unwrap(), Slot::Now);
+        assert_eq!(f.pace.missed(pool, &limits).await.unwrap(), 1);
+        let after = f.pace.admit(pool, &limits, end).await.unwrap();
+        assert!(matches!(after, Slot::In(_)), "{pool}: {after:?}");
+        assert_eq!(f.pace.usage(pool, &limits, end).await.unwrap().misses, 1);
+    }
+}
+
+async fn replicas_asking_at_once_get_exactly_the_windows_room(f: Fixture) {
+    let limits = fixed(20);
+    let end = day_end();
+    let asks = (0..10).map(|_| {
+        let pace = f.pace.clone();
+        tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..5 {
+                if pace.admit(POOL, &limits, end).await.unwrap() == Slot::Now {
+                    admitted += 1;
+                }
+            }
+            admitted
+        })
+    });
+    let admitted: u32 = futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .sum();
+    assert_eq!(admitted, 20);
+}
+
+on_both!(
+    a_fixed_window_admits_its_limit_then_closes_until_the_next_one,
+    reservations_fill_later_windows_in_order,
+    a_rolling_window_spaces_calls_by_window_over_limit,
+    a_day_limit_closes_until_the_day_ends_and_a_new_day_counts_again,
+    a_miss_marks_the_window_full_and_is_counted,
+    replicas_asking_at_once_get_exactly_the_windows_room,
+);
+
+#[tokio::test]
+async fn the_next_window_admits_again_and_a_held_slot_comes_due() {
+    let f = Fixture::memory();
+    let clock = f.clock.clone().unwrap();
+    let limits = fixed(1);
+    let end = day_end();
+    assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
+    let held = f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
+    clock.advance(Duration::from_millis(held.wait_ms));
+    // The window the reservation took is full: only the holder calls in it.
+    assert!(matches!(
+        f.pace.admit(POOL, &limits, end).await.unwrap(),
+        Slot::In(_)
+    ));
+    clock.advance(Duration::from_millis(HOUR));
+    assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
+}
