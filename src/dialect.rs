@@ -69,6 +69,18 @@ pub enum DayClock {
     Rolling,
 }
 
+impl DayClock {
+    /// When the day the limiter counts in ends (docs/design.md §4.4): the zone's next midnight;
+    /// a rolling day is counted by UTC days.
+    pub fn day_end_ms(self, now_ms: u64) -> u64 {
+        let zone = match self {
+            DayClock::Fixed(zone) => zone,
+            DayClock::Rolling => chrono_tz::UTC,
+        };
+        crate::day::next_midnight_ms(zone, now_ms)
+    }
+}
+
 impl std::fmt::Display for Dialect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

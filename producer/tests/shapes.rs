@@ -103,6 +103,18 @@ async fn a_configured_chain_fails_over_from_openrouter_to_groq_and_the_api_shows
         (&json!("each"), &json!("rolling"))
     );
     assert_eq!(groq["rests"], json!([]));
+    // The limiter's view: OpenRouter's pool is declared at 20 a minute but the account allowed
+    // none, so its one admitted call was a pacing miss that filled the window; Groq's platform
+    // instance spent one call.
+    assert_eq!(free["use"]["instance"], "openrouter-free", "{free}");
+    assert_eq!(free["use"]["misses"], 1, "{free}");
+    assert_eq!(free["use"]["window_used"], 20, "{free}");
+    assert_eq!(groq["use"]["instance"], "groq-llama-70b@platform", "{groq}");
+    assert_eq!(
+        (&groq["use"]["window_used"], &groq["use"]["misses"]),
+        (&json!(1), &json!(0)),
+        "{groq}"
+    );
 
     let providers = fleet.json("/v1/providers").await;
     let names: Vec<&str> = providers["providers"]

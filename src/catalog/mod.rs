@@ -191,16 +191,24 @@ impl Catalog {
         });
         Some(Placement {
             dialect: p.dialect,
-            day: match pool.and_then(|pool| pool.day_reset) {
-                Some(zone) => DayClock::Fixed(zone),
-                None => p.dialect.day(),
-            },
+            day: pool.map_or(p.dialect.day(), |pool| self.day_clock(pool)),
             pace: pool.and_then(Pool::limits),
             pool: pool.map(|pool| match pool.keys {
                 PoolKeys::Platform => pool.name.clone(),
                 PoolKeys::Each => format!("{}@{}", pool.name, connection.id()),
             }),
         })
+    }
+
+    /// When `pool`'s spent day comes back: its `day_reset`, else its provider's dialect's day.
+    pub fn day_clock(&self, pool: &Pool) -> DayClock {
+        match pool.day_reset {
+            Some(zone) => DayClock::Fixed(zone),
+            None => self
+                .providers
+                .get(&pool.provider)
+                .map_or(DayClock::Rolling, |p| p.dialect.day()),
+        }
     }
 
     /// The pool and the connection of a pool instance as rests name it: `pool`, or

@@ -4,8 +4,6 @@
 //! pacing miss.
 
 use super::{Engine, EngineError, Run};
-use crate::day::next_midnight_ms;
-use crate::dialect::DayClock;
 use crate::job::HeldSlot;
 use crate::pace::Slot;
 use crate::preflight::Preflight;
@@ -151,14 +149,9 @@ impl Engine {
         Ok(())
     }
 
-    /// When `route`'s pool day ends: its day clock's next midnight (a rolling day counts by
-    /// UTC days).
+    /// When `route`'s pool day ends.
     fn day_end(&self, route: &Route) -> u64 {
-        let zone = match route.day {
-            DayClock::Fixed(zone) => zone,
-            DayClock::Rolling => chrono_tz::UTC,
-        };
-        next_midnight_ms(zone, self.clock.now_ms())
+        route.day.day_end_ms(self.clock.now_ms())
     }
 }
 

@@ -11,6 +11,10 @@
 //! | `freeway_workers{state}` | gauge | apalis's workers set: `live` or `stale` |
 //! | `freeway_calls_per_run` | histogram | Redis: each run's calls when it settles |
 //! | `freeway_call_latency_seconds` | histogram | Redis: each call's latency |
+//! | `freeway_pool_used{pool,period}` | gauge | the limiter: calls counted this `window` and `day` on the platform's instance |
+//! | `freeway_pool_limit{pool,period}` | gauge | the pool's declared limits |
+//! | `freeway_pool_reserved{pool}` | gauge | slots of later windows held by waiting runs |
+//! | `freeway_pacing_misses_total{pool}` | counter | refusals of calls the limiter admitted |
 //!
 //! Counters that the workers add to live in Redis ([`freeway::metrics`]) so that the producer
 //! serves fleet-wide values and replicas need no port of their own. The route is outside `/v1`:
@@ -118,6 +122,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
         workers.len() as u64 - stale,
     );
     out.sample("freeway_workers", &[("state", "stale")], stale);
+    pools(&mut out, &state).await?;
     out.family(
         "freeway_calls_per_run",
         "histogram",
@@ -150,6 +155,57 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
 }
 
 /// Prometheus text exposition, written as it goes.
+/// The limiter's view of each pool's platform instance (docs/design.md §4.4).
+async fn pools(out: &mut Text, state: &AppState) -> Result<(), ApiError> {
+    let spent = super::pools::platform_use(state).await?;
+    let catalog = state.enqueuer.catalog();
+    let limits = |instance: &str| {
+        let name = instance.split('@').next().unwrap_or(instance);
+        catalog.pools().find(|p| p.name == name).cloned()
+    };
+    out.family(
+        "freeway_pool_used",
+        "gauge",
+        "Calls the limiter counted on the pool's platform instance, this window and today.",
+    );
+    for u in &spent {
+        let labels = |period| [("pool", u.instance.as_str()), ("period", period)];
+        out.sample("freeway_pool_used", &labels("window"), u.spent.window_used);
+        out.sample("freeway_pool_used", &labels("day"), u.spent.day_used);
+    }
+    out.family("freeway_pool_limit", "gauge", "The pool's declared limits.");
+    for u in &spent {
+        let Some(pool) = limits(&u.instance) else {
+            continue;
+        };
+        for (period, limit) in [("window", pool.rpm), ("day", pool.rpd)] {
+            if let Some(limit) = limit {
+                let labels = [("pool", u.instance.as_str()), ("period", period)];
+                out.sample("freeway_pool_limit", &labels, limit);
+            }
+        }
+    }
+    out.family(
+        "freeway_pool_reserved",
+        "gauge",
+        "Slots of later windows held by waiting runs.",
+    );
+    for u in &spent {
+        let labels = [("pool", u.instance.as_str())];
+        out.sample("freeway_pool_reserved", &labels, u.spent.reserved);
+    }
+    out.family(
+        "freeway_pacing_misses_total",
+        "counter",
+        "Refusals for the pool's quota of calls the limiter admitted: a sign its limit is wrong.",
+    );
+    for u in &spent {
+        let labels = [("pool", u.instance.as_str())];
+        out.sample("freeway_pacing_misses_total", &labels, u.spent.misses);
+    }
+    Ok(())
+}
+
 #[derive(Default)]
 struct Text(String);
 

@@ -1,16 +1,18 @@
 //! `GET /v1/pools` and `GET /v1/providers`: the shapes freeway knows, and how each stands.
 //!
 //! An operator who pairs free tiers by shape needs to see them side by side: each pool's
-//! limits, window and day clock, with the rests that close any of its instances right now (a
-//! per-key pool has one instance per connection, `{pool}@{connection}`). Use and pace arrive
-//! with pacing.
+//! limits, window and day clock, what the platform's instance has spent this window and today
+//! (from the limiter, docs/design.md §4.4), and the rests that close any of its instances right
+//! now (a per-key pool has one instance per connection, `{pool}@{connection}`).
 
 use super::AppState;
 use super::error::ApiError;
 use axum::Json;
 use axum::extract::State;
-use freeway::catalog::{Pool, Provider};
+use freeway::catalog::{Pool, PoolKeys, Provider};
+use freeway::pace::{Pacer, PoolUse};
 use freeway::rest::{ActiveRest, Rests};
+use freeway::route::Connection;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -23,8 +25,41 @@ pub struct PoolList {
 struct PoolView {
     #[serde(flatten)]
     pool: Pool,
+    /// What the platform's instance has spent, when the pool declares limits.
+    #[serde(rename = "use", skip_serializing_if = "Option::is_none")]
+    spent: Option<InstanceUse>,
     /// The pool rests of its instances, longest first.
     rests: Vec<InstanceRest>,
+}
+
+/// A pool instance's use, as its limiter counts it.
+#[derive(Serialize)]
+pub(super) struct InstanceUse {
+    pub instance: String,
+    #[serde(flatten)]
+    pub spent: PoolUse,
+}
+
+/// The use of every pool's platform instance that declares limits (`pool`, or `pool@platform`
+/// for a per-key pool), for this view and `/metrics`.
+pub(super) async fn platform_use(state: &AppState) -> Result<Vec<InstanceUse>, ApiError> {
+    let catalog = state.enqueuer.catalog();
+    let pacer = state.enqueuer.pacer();
+    let now = freeway::clock::epoch_ms();
+    let mut out = Vec::new();
+    for pool in catalog.pools() {
+        let Some(limits) = pool.limits() else {
+            continue;
+        };
+        let instance = match pool.keys {
+            PoolKeys::Platform => pool.name.clone(),
+            PoolKeys::Each => format!("{}@{}", pool.name, Connection::Platform.id()),
+        };
+        let day_end = catalog.day_clock(pool).day_end_ms(now);
+        let spent = pacer.usage(&instance, &limits, day_end).await?;
+        out.push(InstanceUse { instance, spent });
+    }
+    Ok(out)
 }
 
 #[derive(Serialize)]
@@ -36,11 +71,16 @@ struct InstanceRest {
 
 pub async fn pools(State(state): State<Arc<AppState>>) -> Result<Json<PoolList>, ApiError> {
     let rests = state.enqueuer.rests().list().await?;
+    let mut spent = platform_use(&state).await?;
     let catalog = state.enqueuer.catalog();
     let pools = catalog
         .pools()
         .map(|pool| PoolView {
             rests: rests_of(pool, &rests),
+            spent: spent
+                .iter()
+                .position(|u| u.instance.split('@').next() == Some(pool.name.as_str()))
+                .map(|i| spent.swap_remove(i)),
             pool: pool.clone(),
         })
         .collect();

@@ -90,7 +90,7 @@ fn thread_id() -> Option<u32> {
 /// A namespace with its store, its queue and its worker processes.
 pub struct Cluster {
     ns: String,
-    dir: PathBuf,
+    pub dir: PathBuf,
     db_url: String,
     /// With `--postgres`: the admin URL and the database made for this scenario.
     pg_database: Option<(String, String)>,
@@ -159,12 +159,15 @@ impl Cluster {
     }
 
     /// Start `replicas` worker processes against `sim_url`; each logs to `worker-N.log`.
+    /// Start `replicas` worker processes on the simulator at `sim_url`, each also getting
+    /// `env` (a `FREEWAY_CONFIG`, …).
     pub fn spawn_workers(
         &mut self,
         bin: &Path,
         replicas: u16,
         concurrency: u16,
         sim_url: &str,
+        env: &[(&str, &str)],
     ) -> Result<(), BoxError> {
         // Per-run info lines would cost the workers CPU the benchmark should measure elsewhere.
         let log_level = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
@@ -181,6 +184,7 @@ impl Cluster {
                 .env("OPENROUTER_BASE_URL", sim_url)
                 .env("OPENROUTER_API_KEY", PLATFORM_KEY)
                 .env("RUST_LOG", &log_level)
+                .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()

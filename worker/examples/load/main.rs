@@ -30,6 +30,12 @@ use std::process::ExitCode;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Chain {
+    FreePaid,
+    Free,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
     Throughput,
     Quota,
@@ -75,6 +81,14 @@ pub struct Args {
     /// quota: offered load as a multiple of the account's rate (R per window).
     #[arg(long, default_value_t = 1.5)]
     pub offered: f64,
+    /// quota: the runs' chain: `free-paid` ([free A, free B, paid], on_rest refuse: a full pool
+    /// sends runs to the paid model) or `free` ([free A, free B], on_rest queue: runs wait).
+    #[arg(long, value_enum, default_value_t = Chain::FreePaid)]
+    pub chain: Chain,
+    /// The worker binary to run (default: `worker` next to this binary's folder): an older
+    /// build's, to compare two builds on one load.
+    #[arg(long, value_name = "PATH")]
+    pub worker: Option<PathBuf>,
     /// Give up waiting for a phase after this many seconds.
     #[arg(long, default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_s: u64,
@@ -97,7 +111,7 @@ fn main() -> ExitCode {
         eprintln!("load: --offered must be a positive number");
         return ExitCode::from(2);
     }
-    let worker = match worker_binary() {
+    let worker = match args.worker.clone().map_or_else(worker_binary, Ok) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("load: {e}");

@@ -1,12 +1,15 @@
-//! The shared-quota scenario: K replicas serve M users whose runs all go to free models of one
-//! simulated account (R calls a window), offered faster than R. What freeway promises here
-//! (docs/design.md §2.2, §4.2): it does not spend calls into a resting account, so about one 429 a
-//! window (the call that discovers the rest), runs wait instead of failing, and the account's R
-//! calls a window are all used (goodput near 1).
+//! The shared-quota scenario: K replicas serve M users whose runs go to free models of one
+//! simulated account (R calls a window), offered faster than R, with the pool declared at R a
+//! window (`FREEWAY_CONFIG`). What freeway promises here (docs/design.md §2.2, §4.2, §4.4): it
+//! paces calls so the account's R calls a window are all used (goodput near 1) without earning
+//! a 429; with `--chain free-paid` the overflow goes to the paid model (R·windows free calls,
+//! the rest paid), with `--chain free` runs wait, holding slots of later windows, and the last
+//! one ends when the pool's rate allows it. An older worker (`--worker`) shows the same load
+//! without pacing.
 
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile};
-use crate::{Args, BoxError};
+use crate::{Args, BoxError, Chain};
 use freeway::catalog::Catalog;
 use freeway::job::{MAX_DEADLINE_S, OnRest, RunJob, RunRequest};
 use freeway::route::RouteSpec;
@@ -18,6 +21,7 @@ use std::time::{Duration, Instant};
 
 const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
 const FREE_B: &str = "qwen/qwen3-coder:free";
+const PAID: &str = "openai/gpt-4o-mini";
 /// How often the store is read for runs that have not ended yet.
 const POLL: Duration = Duration::from_millis(250);
 /// The account's daily limit, out of the way: the scenario is about the per-window limit.
@@ -45,12 +49,26 @@ async fn scenario(
 ) -> Result<(), BoxError> {
     let (r, window_s) = (args.rpm, args.window_s);
     let rate = args.offered * f64::from(r) / window_s as f64;
+    let chain = match args.chain {
+        Chain::FreePaid => format!("[{FREE_A}, {FREE_B}, {PAID}] (on_rest: refuse)"),
+        Chain::Free => format!("[{FREE_A}, {FREE_B}] (on_rest: queue)"),
+    };
     println!(
         "quota: {} worker processes × concurrency {}, {} users offering {:.2} runs/s ({} × R) \
-         for {} s to [{FREE_A}, {FREE_B}] (on_rest: queue); sim account R = {r} free calls per \
-         {window_s} s window",
-        args.replicas, args.concurrency, args.users, rate, args.offered, args.duration_s
+         for {} s to {chain}; sim account R = {r} free calls per {window_s} s window, declared \
+         to freeway; worker {}",
+        args.replicas,
+        args.concurrency,
+        args.users,
+        rate,
+        args.offered,
+        args.duration_s,
+        worker.display()
     );
+    let config = cluster.dir.join("freeway.toml");
+    let declared = format!("[pools.openrouter-free]\nrpm = {r}\nwindow_s = {window_s}\n");
+    std::fs::write(&config, declared)?;
+    let config = config.to_string_lossy().into_owned();
     let mut conn = cluster.conn.clone();
     let before = Snapshot::take(&mut conn, &[], sim.tid).await?;
     cluster.spawn_workers(
@@ -58,6 +76,7 @@ async fn scenario(
         args.replicas,
         args.concurrency,
         &sim.handle().base_url(),
+        &[("FREEWAY_CONFIG", &config)],
     )?;
     let started = Instant::now();
     let jobs = offer(args, rate, &cluster.queue).await?;
@@ -85,6 +104,7 @@ async fn offer(args: &Args, rate: f64, queue: &queue::Queue) -> Result<Vec<RunJo
     let end = start + Duration::from_secs(args.duration_s);
     // Long enough for the whole backlog to be served: a run must wait, never miss its deadline.
     let deadline_s = (args.duration_s + args.timeout_s).clamp(600, MAX_DEADLINE_S);
+    let chain = args.chain;
     let tasks: Vec<_> = (0..users)
         .map(|u| {
             let queue = queue.clone();
@@ -93,7 +113,8 @@ async fn offer(args: &Args, rate: f64, queue: &queue::Queue) -> Result<Vec<RunJo
                 let mut at = start + Duration::from_secs_f64(u as f64 / rate);
                 while at < end {
                     tokio::time::sleep_until(at).await;
-                    let job = RunJob::new(request(u, deadline_s), freeway::clock::epoch_ms());
+                    let job =
+                        RunJob::new(request(u, deadline_s, chain), freeway::clock::epoch_ms());
                     queue.push(std::slice::from_ref(&job)).await?;
                     jobs.push(job);
                     at += period;
@@ -214,6 +235,8 @@ fn report_calls(
         .values()
         .map(|r| u64::from(r.state.counters.calls))
         .sum();
+    let free: Vec<&sim::CallRecord> = calls.iter().filter(|c| c.model != PAID).collect();
+    let paid = calls.len() - free.len();
     let rejected: Vec<&sim::CallRecord> = calls.iter().filter(|c| c.status == 429).collect();
     let mut variants: BTreeMap<&str, u64> = BTreeMap::new();
     for c in &rejected {
@@ -221,18 +244,34 @@ fn report_calls(
     }
     let variants: Vec<String> = variants.iter().map(|(v, n)| format!("{v} {n}")).collect();
     println!(
-        "  calls            {} sim calls = {:.2} a run (the runs' own counters: {counted}); {} \
-         got 429 ({})",
+        "  calls            {} sim calls = {:.2} a run (the runs' own counters: {counted}): {} \
+         free, {paid} paid; {} got 429 ({})",
         calls.len(),
         calls.len() as f64 / runs.max(1) as f64,
+        free.len(),
         rejected.len(),
         variants.join(", ")
     );
+    // The n-th free success can come no earlier than the start of window first + (n-1)/R.
+    let window_ms = args.window_s * 1000;
+    let ok_free: Vec<u64> = free
+        .iter()
+        .filter(|c| c.status == 200)
+        .map(|c| c.t_ms)
+        .collect();
+    if let (Some(&first), Some(&last)) = (ok_free.iter().min(), ok_free.iter().max()) {
+        let n = ok_free.len() as u64;
+        let earliest = (first / window_ms + (n - 1) / u64::from(args.rpm)) * window_ms;
+        println!(
+            "  pace             last of {n} free calls {:.1} s after the start of the window the \
+             pool's rate allows it in",
+            last.saturating_sub(earliest) as f64 / 1000.0
+        );
+    }
 
     // The simulator's windows are aligned to multiples of the window since the epoch.
-    let window_ms = args.window_s * 1000;
     let mut windows: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for c in calls {
+    for c in &free {
         let w = windows.entry(c.t_ms / window_ms).or_default();
         match c.status {
             200 => w.0 += 1,
@@ -270,20 +309,24 @@ fn report_calls(
     );
 }
 
-fn request(user: u64, deadline_s: u64) -> RunRequest {
+fn request(user: u64, deadline_s: u64, chain: Chain) -> RunRequest {
+    let (models, on_rest) = match chain {
+        Chain::FreePaid => (&[FREE_A, FREE_B, PAID][..], OnRest::Refuse),
+        Chain::Free => (&[FREE_A, FREE_B][..], OnRest::Queue),
+    };
     RunRequest {
         user_id: format!("user-{user}"),
         conversation_id: None,
         kind: Default::default(),
         input: Some("Say something about shared quotas, please.".into()),
-        routes: vec![
-            RouteSpec::parse_cli(FREE_A, &Catalog::builtin()),
-            RouteSpec::parse_cli(FREE_B, &Catalog::builtin()),
-        ],
+        routes: models
+            .iter()
+            .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+            .collect(),
         tools: vec![],
         system: None,
         deadline_s: Some(deadline_s),
-        on_rest: OnRest::Queue,
+        on_rest,
         regenerate: false,
         idempotency_key: None,
         max_tokens: None,

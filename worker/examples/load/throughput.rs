@@ -132,6 +132,7 @@ async fn pipeline(
         args.replicas,
         args.concurrency,
         &sim.handle().base_url(),
+        &[],
     )?;
     let queue = cluster.queue.clone();
     let drain = drain(&queue, n, args.timeout_s, || cluster.check_workers()).await?;
