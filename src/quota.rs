@@ -1,24 +1,29 @@
-//! Lifting a spent day early when the provider's quota endpoint shows requests left
-//! (docs/design.md §3.4).
+//! Reading providers' quota endpoints for the fleet (docs/design.md §3.2, §4.4).
 //!
-//! A day refusal rests its pool until the day clock's midnight, so no chat call is spent probing
-//! a closed day. The day can come back sooner: on OpenRouter, buying credits raises the free
-//! requests of the same day from 50 to 1,000. The provider says so without spending a call, in
-//! its quota endpoint, so while a day rest lasts one replica of the fleet reads that endpoint
-//! every [`DayWatch::EVERY`] and lifts the rest when it shows `remaining > 0`.
+//! A provider's quota endpoint says what is left of a key's day without spending a call
+//! (OpenRouter's `GET /api/v1/key`: `free_model_daily_requests`). One replica of the fleet reads
+//! it for each pool of the platform key once every [`DayWatch::EVERY`] and:
 //!
-//! The first read waits one period after the rest is first seen: the endpoint's `used` lags the
-//! refusals by about a minute, and a read at once could show the spent day as open.
+//! - resynchronises the pool's limiter: its day counter is raised to the provider's count (other
+//!   clients of the key, a day begun before a restart) and the day's limit (50, or 1,000 once
+//!   credits were bought) is learned when the pool declares none, so the limiter closes the day
+//!   before the provider has to refuse it;
+//! - lifts a day rest when the endpoint shows `remaining > 0`: credits were bought, and the day
+//!   came back before midnight. The endpoint's `used` lags the refusals by about a minute, so a
+//!   day rest is lifted at the earliest one read after it was first seen.
+//!
+//! A pool reopened either way is returned, so the caller can wake the runs it delayed.
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Pool, PoolKeys};
 use crate::fleet::{Fleet, FleetError};
+use crate::pace::Limits;
 use crate::provider::{EnvTargets, HttpProvider};
 use crate::rest::ActiveRest;
 use crate::route::Connection;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Watches the fleet's day rests on pools whose provider has a quota endpoint.
+/// Reads the quota endpoints of the platform key's pools.
 pub struct DayWatch {
     catalog: Arc<Catalog>,
     keys: Arc<EnvTargets>,
@@ -27,7 +32,7 @@ pub struct DayWatch {
     every: Duration,
 }
 
-/// A day rest the watch lifted.
+/// A pool the watch reopened: its day rest lifted, or its limiter's day no longer full.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lifted {
     /// The pool instance, as rests name it.
@@ -37,8 +42,8 @@ pub struct Lifted {
 }
 
 impl DayWatch {
-    /// How often a spent day's quota endpoint is read, fleet-wide.
-    pub const EVERY: Duration = Duration::from_secs(300);
+    /// How often each pool's quota endpoint is read, fleet-wide.
+    pub const EVERY: Duration = Duration::from_secs(60);
 
     pub fn new(
         catalog: Arc<Catalog>,
@@ -65,28 +70,20 @@ impl DayWatch {
         self.every
     }
 
-    /// One round, safe on every replica at once: each day rest whose turn has come is checked
-    /// by exactly one replica. Returns the rests it lifted; the caller wakes the runs they
-    /// delayed. A quota endpoint that cannot be read leaves the rest as it is.
+    /// One round, safe on every replica at once: each pool whose turn has come is read by
+    /// exactly one replica. An endpoint that cannot be read changes nothing.
     pub async fn round(&self) -> Result<Vec<Lifted>, FleetError> {
+        let rests = self.fleet.rests.list().await?;
         let mut lifted = Vec::new();
-        for rest in self.fleet.rests.list().await? {
-            if let Some(found) = self.check(&rest).await? {
+        for pool in self.catalog.pools() {
+            if let Some(found) = self.check(pool, &rests).await? {
                 lifted.push(found);
             }
         }
         Ok(lifted)
     }
 
-    async fn check(&self, rest: &ActiveRest) -> Result<Option<Lifted>, FleetError> {
-        if !rest.is_day_rest() {
-            return Ok(None);
-        }
-        // Only the operator's key is the watch's to use; a user's spent day holds until its
-        // reset or the operator's clear.
-        let Some((pool, Connection::Platform)) = self.catalog.pool_instance(&rest.key) else {
-            return Ok(None);
-        };
+    async fn check(&self, pool: &Pool, rests: &[ActiveRest]) -> Result<Option<Lifted>, FleetError> {
         let Some(path) = self
             .catalog
             .provider(&pool.provider)
@@ -94,48 +91,77 @@ impl DayWatch {
         else {
             return Ok(None);
         };
+        // Only the operator's key is the watch's to read; a user's spent day holds until its
+        // reset or the operator's clear.
+        let instance = match pool.keys {
+            PoolKeys::Platform => pool.name.clone(),
+            PoolKeys::Each => format!("{}@{}", pool.name, Connection::Platform.id()),
+        };
         let leases = &self.fleet.leases;
-        let first_sight = leases
-            .take_turn(
-                &format!("day-seen:{}", rest.key),
-                Duration::from_millis(rest.remaining_ms),
-            )
-            .await?;
-        let turn = leases
-            .take_turn(&format!("quota:{}", rest.key), self.every)
-            .await?;
-        if first_sight || !turn {
+        let day_rest = rests.iter().find(|r| r.key == instance && r.is_day_rest());
+        let first_sight = match day_rest {
+            Some(rest) => {
+                let lasts = Duration::from_millis(rest.remaining_ms);
+                leases
+                    .take_turn(&format!("day-seen:{instance}"), lasts)
+                    .await?
+            }
+            None => false,
+        };
+        if !leases
+            .take_turn(&format!("quota:{instance}"), self.every)
+            .await?
+        {
             return Ok(None);
         }
         let target = match self.keys.platform(&pool.provider) {
             Ok(target) => target,
             Err(error) => {
-                tracing::debug!(pool = %rest.key, %error, "no key to read the quota endpoint with");
+                tracing::debug!(pool = %instance, %error, "no key to read the quota endpoint with");
                 return Ok(None);
             }
         };
         let quota = match self.http.day_quota(&target, path).await {
             Ok(quota) => quota,
             Err(error) => {
-                tracing::warn!(pool = %rest.key, %error, "the quota endpoint could not be read; the day rest holds");
+                tracing::warn!(pool = %instance, %error, "the quota endpoint could not be read");
                 return Ok(None);
             }
         };
-        if quota.remaining == 0 {
-            tracing::debug!(pool = %rest.key, used = quota.used, limit = quota.limit, "the day is still spent");
+        let limits = pool.limits().unwrap_or(Limits {
+            per_window: None,
+            window_ms: 60_000,
+            rolling: false,
+            per_day: None,
+        });
+        let lift = day_rest.is_some() && !first_sight && quota.remaining > 0;
+        if lift {
+            // The refusal that rested the day also marked the limiter's window full; the day is
+            // back, so both go, and the sync below sets the day's count and limit again.
+            self.fleet.rests.clear("pool", &instance).await?;
+            self.fleet.pace.reopen(&instance).await?;
+        }
+        let day_end = self
+            .catalog
+            .day_clock(pool)
+            .day_end_ms(crate::clock::epoch_ms());
+        let synced = self
+            .fleet
+            .pace
+            .sync(&instance, &limits, day_end, quota.used, quota.limit)
+            .await?;
+        tracing::debug!(pool = %instance, used = quota.used, limit = quota.limit, full = synced.full, "synced the day from the quota endpoint");
+        if !(lift || synced.reopened) {
             return Ok(None);
         }
-        let removed = self.fleet.rests.clear("pool", &rest.key).await?;
-        self.fleet.pace.reopen(&rest.key).await?;
         tracing::info!(
-            pool = %rest.key,
+            pool = %instance,
             remaining = quota.remaining,
             limit = quota.limit,
-            removed,
             "the quota endpoint shows requests left today: lifted the day rest"
         );
-        Ok(removed.then(|| Lifted {
-            pool: rest.key.clone(),
+        Ok(Some(Lifted {
+            pool: instance,
             remaining: quota.remaining,
         }))
     }

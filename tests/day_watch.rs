@@ -135,18 +135,19 @@ async fn a_spent_day_rests_until_midnight_and_a_top_up_the_key_endpoint_shows_li
     );
     assert_eq!(chat_calls(&sim), 2);
 
-    // The first look only starts the clock: the endpoint's `used` lags the refusal.
+    // The first read syncs the limiter but lifts nothing: the endpoint's `used` lags the
+    // refusal, so a day rest is lifted by a later read at the earliest.
     assert_eq!(watch.round().await.unwrap(), vec![]);
-    assert_eq!(key_reads(&sim), 0);
+    assert_eq!(key_reads(&sim), 1);
+    assert_eq!(watch.round().await.unwrap(), vec![], "one read a period");
+    assert_eq!(key_reads(&sim), 1);
     h.clock.advance(DayWatch::EVERY);
     assert_eq!(
         watch.round().await.unwrap(),
         vec![],
         "the day is still spent"
     );
-    assert_eq!(key_reads(&sim), 1);
-    assert_eq!(watch.round().await.unwrap(), vec![], "one read a period");
-    assert_eq!(key_reads(&sim), 1);
+    assert_eq!(key_reads(&sim), 2);
     assert!(h.rests.remaining(&pool).await.unwrap().is_some());
 
     top_up(&sim);
@@ -178,7 +179,7 @@ async fn a_spent_day_rests_until_midnight_and_a_top_up_the_key_endpoint_shows_li
 }
 
 #[tokio::test]
-async fn rests_the_quota_endpoint_cannot_tell_about_are_never_read_for() {
+async fn rests_that_are_no_spent_day_are_never_lifted() {
     let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
@@ -187,52 +188,118 @@ async fn rests_the_quota_endpoint_cannot_tell_about_are_never_read_for() {
         &sim.base_url(),
     );
     let watch = watch(&sim, h.fleet());
-    let now = h.clock.now_ms();
-    let far = now + 3_600_000;
+    let far = h.clock.now_ms() + 3_600_000;
     // A pool rest within the pool cap (a minute's window), a dead route's hour, a connection's
-    // circuit: none is a spent day.
+    // circuit, and a day rest on a pool the configuration does not know: the endpoint shows
+    // requests left, and none of them is lifted for it.
     let rests = &h.rests;
-    rests
-        .write(
-            &RestScope::Pool(OPENROUTER_FREE_POOL.into()),
+    let kept = [
+        (
+            RestScope::Pool(OPENROUTER_FREE_POOL.into()),
             RestLength::For(60_000),
-            "minute",
-        )
-        .await
-        .unwrap();
-    rests
-        .write(
-            &RestScope::Route {
+        ),
+        (
+            RestScope::Route {
                 pool: None,
                 route_key: "platform:openrouter/x/gone".into(),
             },
             RestLength::Long(far),
-            "gone",
-        )
-        .await
-        .unwrap();
-    rests
-        .write(
-            &RestScope::Connection("platform:openrouter".into()),
+        ),
+        (
+            RestScope::Connection("platform:openrouter".into()),
             RestLength::For(3_600_000),
-            "billing",
-        )
-        .await
-        .unwrap();
-    // A day rest on a pool the configuration does not know.
-    rests
-        .write(
-            &RestScope::Pool("somebody-else".into()),
+        ),
+        (
+            RestScope::Pool("somebody-else".into()),
             RestLength::Long(far),
-            "day",
-        )
-        .await
-        .unwrap();
+        ),
+    ];
+    for (scope, length) in &kept {
+        rests.write(scope, *length, "kept").await.unwrap();
+    }
     for _ in 0..3 {
         assert_eq!(watch.round().await.unwrap(), vec![]);
-        h.clock.advance(DayWatch::EVERY);
+        h.clock.advance(Duration::from_secs(15));
     }
-    assert_eq!(key_reads(&sim), 0);
+    assert!(key_reads(&sim) >= 1, "the endpoint was read");
+    for (scope, _) in &kept {
+        assert!(rests.remaining(scope).await.unwrap().is_some(), "{scope:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_limiter_learns_the_day_from_the_endpoint_and_closes_it_without_a_refusal() {
+    let sim = sim::start(
+        sim::SimConfig {
+            rpd: 3,
+            ..Default::default()
+        },
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
+    let h = support::harness(provider, &sim.base_url());
+    let watch = watch(&sim, h.fleet());
+    if to_utc_midnight(h.clock.now_ms()) < 30 * 60_000 {
+        h.clock.advance(Duration::from_secs(3600));
+    }
+    let catalog = Catalog::builtin();
+    let run = |job: RunJob| {
+        let routes = job.check(&catalog).unwrap();
+        let engine = &h.engine;
+        async move {
+            engine
+                .execute(&job, &routes, WhenResting::Snooze)
+                .await
+                .unwrap()
+        }
+    };
+    // The pool declares no day limit; the endpoint says 3.
+    assert_eq!(watch.round().await.unwrap(), vec![]);
+    for n in 0..3 {
+        let job = RunJob::new(request(&format!("u{n}")), h.clock.now_ms());
+        assert!(matches!(run(job).await, Outcome::Finished { .. }));
+    }
+    let fourth = RunJob::new(request("u4"), h.clock.now_ms());
+    let outcome = run(fourth.clone()).await;
+    let Outcome::Snoozed { until_ms, slot, .. } = outcome else {
+        panic!("the spent day delays the run, got {outcome:?}")
+    };
+    let now = h.clock.now_ms();
+    assert!(until_ms >= now + to_utc_midnight(now), "until midnight");
+    assert_eq!(slot, None, "no slot today");
+    let statuses: Vec<u16> = sim
+        .calls()
+        .iter()
+        .filter(|c| c.variant != "key_info")
+        .map(|c| c.status)
+        .collect();
+    assert_eq!(
+        statuses,
+        [200, 200, 200],
+        "the day closed without a refusal"
+    );
+
+    top_up(&sim);
+    h.clock.advance(DayWatch::EVERY);
+    let lifted = watch.round().await.unwrap();
+    assert_eq!(
+        lifted.len(),
+        1,
+        "the bought day reopens the pool: {lifted:?}"
+    );
+    let outcome = run(fourth).await;
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Finished {
+                status: RunStatus::Succeeded,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
 }
 
 #[tokio::test]
@@ -265,7 +332,7 @@ async fn replicas_sharing_redis_read_the_endpoint_once_a_period() {
     for lifted in everyone().await {
         assert_eq!(lifted.unwrap(), vec![]);
     }
-    assert_eq!(key_reads(&sim), 0, "the first look only starts the period");
+    assert_eq!(key_reads(&sim), 1, "of three replicas, one reads");
     let turn = format!("{ns}:turn:quota:{OPENROUTER_FREE_POOL}");
     let mut c = conn.clone();
     let pttl: i64 = redis::cmd("PTTL")
@@ -279,7 +346,7 @@ async fn replicas_sharing_redis_read_the_endpoint_once_a_period() {
         "the turn lasts a period: {pttl} ms"
     );
 
-    // The period lapses: of three replicas, one reads.
+    // The period lapses: of three replicas, one reads again.
     let _: () = redis::cmd("DEL")
         .arg(&turn)
         .query_async(&mut c)
@@ -288,11 +355,11 @@ async fn replicas_sharing_redis_read_the_endpoint_once_a_period() {
     for lifted in everyone().await {
         assert_eq!(lifted.unwrap(), vec![], "rpd 0: nothing left");
     }
-    assert_eq!(key_reads(&sim), 1);
+    assert_eq!(key_reads(&sim), 2);
     for lifted in everyone().await {
         assert_eq!(lifted.unwrap(), vec![]);
     }
-    assert_eq!(key_reads(&sim), 1, "the period has not lapsed");
+    assert_eq!(key_reads(&sim), 2, "the period has not lapsed");
 
     top_up(&sim);
     let _: () = redis::cmd("DEL")
@@ -306,6 +373,6 @@ async fn replicas_sharing_redis_read_the_endpoint_once_a_period() {
         .flat_map(|l| l.unwrap())
         .collect();
     assert_eq!(lifted.len(), 1, "{lifted:?}");
-    assert_eq!(key_reads(&sim), 2);
+    assert_eq!(key_reads(&sim), 3);
     assert!(fleet.rests.list().await.unwrap().is_empty());
 }

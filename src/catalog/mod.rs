@@ -211,21 +211,6 @@ impl Catalog {
         }
     }
 
-    /// The pool and the connection of a pool instance as rests name it: `pool`, or
-    /// `pool@connection` for a per-key pool; `None` when no configured pool has that instance.
-    pub fn pool_instance(&self, instance: &str) -> Option<(&Pool, Connection)> {
-        let (name, connection) = match instance.split_once('@') {
-            Some((name, connection)) => (name, Connection::parse(connection).ok()?),
-            None => (instance, Connection::Platform),
-        };
-        let pool = self.pools.get(name)?;
-        let spelled = match pool.keys {
-            PoolKeys::Platform => name.to_string(),
-            PoolKeys::Each => format!("{name}@{}", connection.id()),
-        };
-        (spelled == instance).then_some((pool, connection))
-    }
-
     /// Whether `id` may not name a user's connection: `platform`, and every provider's name (a
     /// connection called `groq` would read, in logs and on the board, as the platform's).
     pub fn is_reserved_connection_id(&self, id: &str) -> bool {

@@ -1,6 +1,6 @@
 //! The limiter in one process: [`MemoryPacer`], the rules of `pace.lua` on a [`Clock`].
 
-use super::{Limits, Pacer, PoolUse, Reservation, Slot, WINDOW_GUARD_MS};
+use super::{DaySync, Limits, Pacer, PoolUse, Reservation, Slot, WINDOW_GUARD_MS};
 use crate::clock::{Clock, SystemClock};
 use crate::fleet::FleetError;
 use async_trait::async_trait;
@@ -16,6 +16,8 @@ struct State {
     tat: u64,
     day_end_ms: u64,
     day_used: u32,
+    /// A day limit learned from the quota endpoint, used when none is declared.
+    learned_day_limit: Option<u32>,
     misses: u32,
 }
 
@@ -58,9 +60,12 @@ impl View<'_> {
         w
     }
 
+    fn day_limit(&self) -> Option<u32> {
+        self.limits.per_day.or(self.st.learned_day_limit)
+    }
+
     fn day_full(&self) -> bool {
-        self.limits
-            .per_day
+        self.day_limit()
             .is_some_and(|limit| self.st.day_used >= limit)
     }
 
@@ -219,6 +224,28 @@ impl Pacer for MemoryPacer {
             }
             v.st.misses += 1;
             v.st.misses
+        }))
+    }
+
+    async fn sync(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        used: u64,
+        limit: u64,
+    ) -> Result<DaySync, FleetError> {
+        Ok(self.with(pool, limits, day_end_ms, |v| {
+            let was = v.day_full();
+            v.st.day_used = v.st.day_used.max(used.min(u64::from(u32::MAX)) as u32);
+            if limit > 0 {
+                v.st.learned_day_limit = Some(limit.min(u64::from(u32::MAX)) as u32);
+            }
+            let full = v.day_full();
+            DaySync {
+                reopened: was && !full,
+                full,
+            }
         }))
     }
 

@@ -56,6 +56,15 @@ pub struct Reservation {
     pub valid_ms: u64,
 }
 
+/// What a quota endpoint's count did to a pool's day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaySync {
+    /// The day was full before, and is not now (the limit grew: credits were bought).
+    pub reopened: bool,
+    /// The day is full.
+    pub full: bool,
+}
+
 /// What a pool has spent, for `GET /v1/pools` and the board.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PoolUse {
@@ -91,6 +100,17 @@ pub trait Pacer: Send + Sync {
     /// A call the limiter admitted was refused for the pool's quota: this window is full.
     /// Returns the misses counted so far.
     async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError>;
+    /// The provider's own count of the day from its quota endpoint: the day counter is raised
+    /// to `used` (never lowered: the endpoint lags) and `limit` is learned as the day's limit
+    /// when none is declared. Says whether that reopened a full day.
+    async fn sync(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        used: u64,
+        limit: u64,
+    ) -> Result<DaySync, FleetError>;
     /// Forget what the pool has counted (the operator cleared its rest, or its quota endpoint
     /// shows the day back): it admits again at once. Slots held by waiting runs stay theirs.
     async fn reopen(&self, pool: &str) -> Result<(), FleetError>;

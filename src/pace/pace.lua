@@ -4,9 +4,10 @@
 --   tat     rolling windows: the theoretical arrival time (GCRA), in ms
 --   dend/dn the day (its end, epoch ms) and the calls counted in it
 --   miss    pacing misses
--- ARGV: op (peek | admit | reserve | missed | usage), limit per window (0: none), window ms,
+--   dlim    a day limit learned from the quota endpoint (used when none is declared)
+-- ARGV: op (peek | admit | reserve | missed | usage | sync), limit per window (0: none), window ms,
 -- rolling (1/0), limit per day (0: none), the day's end (epoch ms; 0: unknown, keep the count),
--- the guard after a window's start (ms).
+-- the guard after a window's start (ms); for sync, the endpoint's used and limit.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local key = KEYS[1]
@@ -25,6 +26,8 @@ end
 if dend > 0 and num('dend') ~= dend then
   redis.call('HSET', key, 'dend', dend, 'dn', 0)
 end
+-- A day limit not declared may have been learned from the provider's quota endpoint.
+if dlimit == 0 then dlimit = num('dlim') end
 local day_used = num('dn')
 local day_full = dlimit > 0 and day_used >= dlimit
 
@@ -90,6 +93,26 @@ if op == 'usage' then
     end
   end
   return {used, resets, day_used, reserved, num('miss')}
+end
+
+-- The quota endpoint's count of the day (ARGV[8], refusals included, lagging a little: it
+-- never lowers ours) and its day limit (ARGV[9]). Returns whether the day was full, and is.
+if op == 'sync' then
+  local used = tonumber(ARGV[8])
+  local learned = tonumber(ARGV[9])
+  if used > day_used then
+    redis.call('HSET', key, 'dn', used)
+    day_used = used
+  end
+  if learned > 0 then redis.call('HSET', key, 'dlim', learned) end
+  local limit_now = tonumber(ARGV[5])
+  if limit_now == 0 then limit_now = learned end
+  keep(now)
+  local was = 0
+  if day_full then was = 1 end
+  local is = 0
+  if limit_now > 0 and day_used >= limit_now then is = 1 end
+  return {was, is}
 end
 
 if op == 'missed' then

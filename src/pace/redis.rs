@@ -5,7 +5,7 @@
 //! concurrent callers are serialised by Redis: ten replicas asking at once get exactly the
 //! window's room.
 
-use super::{Limits, Pacer, PoolUse, Reservation, Slot, WINDOW_GUARD_MS};
+use super::{DaySync, Limits, Pacer, PoolUse, Reservation, Slot, WINDOW_GUARD_MS};
 use crate::fleet::FleetError;
 use async_trait::async_trait;
 use redis::Script;
@@ -41,6 +41,17 @@ impl RedisPacer {
         limits: &Limits,
         day_end_ms: u64,
     ) -> Result<Vec<u64>, FleetError> {
+        self.call_with(op, pool, limits, day_end_ms, &[]).await
+    }
+
+    async fn call_with(
+        &self,
+        op: &str,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        more: &[u64],
+    ) -> Result<Vec<u64>, FleetError> {
         let mut conn = self.conn.clone();
         let reply: Vec<i64> = PACE
             .key(self.key(pool))
@@ -51,6 +62,7 @@ impl RedisPacer {
             .arg(limits.per_day.unwrap_or(0))
             .arg(day_end_ms)
             .arg(WINDOW_GUARD_MS)
+            .arg(more)
             .invoke_async(&mut conn)
             .await?;
         Ok(reply.into_iter().map(|v| v.max(0) as u64).collect())
@@ -97,6 +109,24 @@ impl Pacer for RedisPacer {
     async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError> {
         let reply = self.call("missed", pool, limits, 0).await?;
         Ok(reply.first().copied().unwrap_or(0) as u32)
+    }
+
+    async fn sync(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        used: u64,
+        limit: u64,
+    ) -> Result<DaySync, FleetError> {
+        let reply = self
+            .call_with("sync", pool, limits, day_end_ms, &[used, limit])
+            .await?;
+        let at = |i: usize| reply.get(i).copied().unwrap_or(0) == 1;
+        Ok(DaySync {
+            reopened: at(0) && !at(1),
+            full: at(1),
+        })
     }
 
     async fn reopen(&self, pool: &str) -> Result<(), FleetError> {

@@ -42,9 +42,10 @@ struct Cli {
     /// delayed or running, untouched for two rounds, that Redis no longer knows is pushed again.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     reconcile_s: u64,
-    /// Seconds between reads of a provider's quota endpoint (one replica a read) while a pool
-    /// rests for a spent day: requests left (credits bought) lift the rest early.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    /// Seconds between reads of each platform pool's quota endpoint (OpenRouter's `/key`; one
+    /// replica a read): they resynchronise the pool's day count and limit, and requests left
+    /// (credits bought) lift a spent day's rest early.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
     quota_check_s: u64,
     #[command(subcommand)]
     command: Option<Command>,
