@@ -144,26 +144,29 @@ async fn a_chain_of_free_tiers_overflows_by_shape_into_groq_then_into_paid() {
     let or_rest = s.pool_rest_ms(OPENROUTER_FREE_POOL).await;
     assert!(or_rest.is_some_and(|ms| ms <= 60_000), "{or_rest:?}");
 
-    // The next run skips the resting OpenRouter pool without a call, and Groq's declared
-    // window (one call) is spent: the limiter closes it without a 429, and the run goes to the
+    // The next run skips the resting OpenRouter pool without a call, and Groq's window (one
+    // call) is spent — its limiter says so, and so did its answer (`remaining-requests: 0`,
+    // which rests the model's pool instance until the reset): no 429, and the run goes to the
     // paid provider.
     assert_eq!(s.run("u2", &CHAIN).await, succeeded());
     assert_eq!(
         s.calls()[2..],
         [(Provider::Generic, "sk-paid-platform".into(), 200)]
     );
-    let listed: Vec<(String, String)> =
+    let listed: Vec<(String, String, bool)> =
         s.h.rests
             .list()
             .await
             .unwrap()
             .into_iter()
-            .map(|r| (r.scope, r.key))
+            .map(|r| (r.scope, r.key, r.reason.starts_with("headroom")))
             .collect();
     assert_eq!(
         listed,
-        [("pool".to_string(), OPENROUTER_FREE_POOL.to_string())],
-        "a paced-out pool rests nothing"
+        [
+            ("pool".to_string(), format!("{GROQ_POOL}@platform"), true),
+            ("pool".to_string(), OPENROUTER_FREE_POOL.to_string(), false),
+        ]
     );
 }
 
@@ -423,4 +426,36 @@ async fn a_gemini_turn_sent_back_without_its_signature_is_refused_as_a_client_er
         freeway::clock::epoch_ms(),
     );
     assert_eq!(class.verdict, freeway::classify::Verdict::Client);
+}
+
+#[tokio::test]
+async fn an_answer_that_leaves_no_request_closes_the_route_until_its_reset_without_a_429() {
+    let s = setup(sim::SimConfig {
+        groq_rpm: 2,
+        ..sim::SimConfig::default()
+    })
+    .await;
+    // A Groq model outside the configured pool: off-quota, so only its headers can tell.
+    let groq = "groq:gemma2-9b-it";
+    assert_eq!(s.run("u1", &[groq, "paid:gpt-4o-mini"]).await, succeeded());
+    assert_eq!(s.run("u2", &[groq, "paid:gpt-4o-mini"]).await, succeeded());
+    // The second answer said `x-ratelimit-remaining-requests: 0` with its reset: the third run
+    // goes to the paid provider without asking Groq for the 429.
+    assert_eq!(s.run("u3", &[groq, "paid:gpt-4o-mini"]).await, succeeded());
+    assert_eq!(
+        s.calls(),
+        [
+            (Provider::Groq, "gsk_platform".into(), 200),
+            (Provider::Groq, "gsk_platform".into(), 200),
+            (Provider::Generic, "sk-paid-platform".into(), 200),
+        ]
+    );
+    let rests = s.h.rests.list().await.unwrap();
+    assert_eq!(rests.len(), 1, "{rests:?}");
+    assert_eq!(rests[0].scope, "route");
+    assert!(rests[0].reason.starts_with("headroom"), "{rests:?}");
+    assert!(
+        rests[0].remaining_ms <= 60_000,
+        "until the window's reset: {rests:?}"
+    );
 }

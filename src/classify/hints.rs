@@ -135,9 +135,59 @@ fn message_duration_ms(message: &str) -> Option<u64> {
     })
 }
 
+/// When the provider's request allowance refills, from a successful answer's headers (docs/
+/// design.md §4.6): `x-ratelimit-reset-requests` (a duration, Groq and OpenAI) or OpenRouter's
+/// `X-RateLimit-Reset` (epoch ms), as ms from `now_ms`.
+pub fn headroom_reset_ms(headers: &Headers, now_ms: u64) -> Option<u64> {
+    if let Some(ms) = headers
+        .get("x-ratelimit-reset-requests")
+        .and_then(duration_ms)
+    {
+        return Some(ms);
+    }
+    let epoch_ms = headers
+        .get("x-ratelimit-reset")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    // Seconds-valued resets exist too; only an epoch in ms is a moment worth waiting for.
+    (epoch_ms > 1_000_000_000_000).then(|| epoch_ms.saturating_sub(now_ms))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headroom_resets_read_durations_and_epoch_milliseconds_only() {
+        let with = |pairs: &[(&str, &str)]| {
+            let mut h = Headers::new();
+            for (k, v) in pairs {
+                h.push(*k, *v);
+            }
+            headroom_reset_ms(&h, 1_800_000_000_000)
+        };
+        assert_eq!(
+            with(&[("x-ratelimit-reset-requests", "2m59.56s")]),
+            Some(179_560)
+        );
+        assert_eq!(
+            with(&[("x-ratelimit-reset", "1800000042000")]),
+            Some(42_000)
+        );
+        assert_eq!(
+            with(&[("x-ratelimit-reset", "1700000000000")]),
+            Some(0),
+            "a past reset"
+        );
+        assert_eq!(
+            with(&[("x-ratelimit-reset", "60")]),
+            None,
+            "seconds are no moment"
+        );
+        assert_eq!(with(&[("x-ratelimit-reset-requests", "soon")]), None);
+        assert_eq!(with(&[]), None);
+    }
 
     #[test]
     fn seconds_round_up_to_ms() {

@@ -30,6 +30,8 @@
 
 mod hints;
 mod rules;
+
+pub use hints::headroom_reset_ms;
 mod signals;
 
 use crate::headers::Headers;

@@ -10,6 +10,7 @@ use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::metrics;
 use crate::provider::{CallError, ChatRequest, Completion, Target};
+use crate::route::Route;
 use crate::run::AttemptRecord;
 use crate::store::Attached;
 use tokio::sync::mpsc;
@@ -164,6 +165,7 @@ impl Engine {
             Ok(c) => {
                 record.ratelimit_remaining = c.ratelimit_remaining;
                 record.provider_name = c.provider_name.clone();
+                self.spend_headroom(route, &c).await?;
                 Ok(c)
             }
             Err(error) => {
@@ -230,6 +232,32 @@ impl Engine {
         if let Err(error) = self.publish(run, Event::Delta { text }).await {
             tracing::warn!(run_id = %run.rec.run_id, %error, "a delta could not be published; the call goes on");
         }
+    }
+
+    /// docs/design.md §4.6: an answer that says no request is left until a known reset closes
+    /// the route until then (its pool, when it spends one), so the next call is not a 429.
+    async fn spend_headroom(&self, route: &Route, c: &Completion) -> Result<(), EngineError> {
+        let (Some(0), Some(reset_ms)) = (c.ratelimit_remaining, c.ratelimit_reset_ms) else {
+            return Ok(());
+        };
+        let scope = match &route.pool {
+            Some(pool) => RestScope::Pool(pool.clone()),
+            None => RestScope::Route {
+                pool: None,
+                route_key: route.key(),
+            },
+        };
+        let reason = format!(
+            "headroom: no request left on {} until its reset",
+            route.key()
+        );
+        self.fleet
+            .rests
+            .write(&scope, classify::RestLength::For(reset_ms), &reason)
+            .await?;
+        let rest = metrics::rest(scope_name(&scope), "headroom");
+        self.fleet.metrics.add(rest).await;
+        Ok(())
     }
 
     /// Write what the classification calls for. A mid-stream rate limit rests nothing and records

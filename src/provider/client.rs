@@ -180,6 +180,7 @@ impl HttpProvider {
         }
 
         let ratelimit_remaining = ratelimit_remaining(response.headers());
+        let ratelimit_reset_ms = ratelimit_reset_ms(response.headers());
         let media_type = media_type(response.headers());
         let mut completion = match media_type.as_str() {
             "text/event-stream" if request.stream => {
@@ -208,6 +209,7 @@ impl HttpProvider {
             }
         };
         completion.ratelimit_remaining = ratelimit_remaining;
+        completion.ratelimit_reset_ms = ratelimit_reset_ms;
         Ok(completion)
     }
 
@@ -363,6 +365,17 @@ fn ratelimit_remaining(headers: &HeaderMap) -> Option<i64> {
     ["x-ratelimit-remaining", "x-ratelimit-remaining-requests"]
         .iter()
         .find_map(|name| headers.get(*name)?.to_str().ok()?.trim().parse().ok())
+}
+
+/// When the request allowance refills, read from the two headers that can say.
+fn ratelimit_reset_ms(headers: &HeaderMap) -> Option<u64> {
+    let mut read = crate::headers::Headers::new();
+    for name in ["x-ratelimit-reset-requests", "x-ratelimit-reset"] {
+        if let Some(v) = headers.get(name).and_then(|v| v.to_str().ok()) {
+            read.push(name, v);
+        }
+    }
+    crate::classify::headroom_reset_ms(&read, crate::clock::epoch_ms())
 }
 
 #[cfg(test)]

@@ -78,6 +78,9 @@ pub struct Completion {
     pub usage: Option<Usage>,
     /// `X-RateLimit-Remaining` or `x-ratelimit-remaining-requests`, when present.
     pub ratelimit_remaining: Option<i64>,
+    /// Ms until the request allowance refills, when the headers say
+    /// ([`crate::classify::headroom_reset_ms`]).
+    pub ratelimit_reset_ms: Option<u64>,
 }
 
 /// Why a transport-level failure happened. All of these classify as `server` (docs/design.md §3).

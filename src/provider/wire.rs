@@ -280,6 +280,7 @@ pub(super) fn completion(body: &[u8]) -> Result<Completion, CallError> {
         finish_reason,
         usage: usage(&value),
         ratelimit_remaining: None,
+        ratelimit_reset_ms: None,
     })
 }
 
