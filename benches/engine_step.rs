@@ -89,6 +89,7 @@ fn bench(c: &mut Criterion) {
         regenerate: false,
         idempotency_key: None,
         max_tokens: None,
+        wait_for_free_s: None,
     };
     c.bench_function("engine: one-step run (fake provider, real Redis)", |b| {
         b.iter(|| {

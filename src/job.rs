@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
 /// The payload version a worker understands. A job with another version is dead-lettered.
+/// The longest a run may wait in place for a slot (`wait_for_free_s`).
+pub const MAX_WAIT_FOR_FREE_S: u32 = 60;
 /// The largest `max_tokens` a job may ask for.
 pub const MAX_TOKENS: u32 = 200_000;
 pub const JOB_VERSION: u32 = 1;
@@ -56,6 +58,11 @@ pub struct RunRequest {
     /// OpenRouter reserves the model's whole output and answers "can only afford" 402s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// Seconds (0–60) the run may wait in place for a full pool's next slot on a route before
+    /// it, rather than move on to a later route (docs/design.md §2.2): for users who would
+    /// rather wait a few seconds than pay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_free_s: Option<u32>,
 }
 
 /// Why a request or a job is not acceptable. The message names the field.
@@ -177,6 +184,14 @@ impl RunRequest {
             return Err(invalid(
                 "max_tokens",
                 format!("must be between 1 and {MAX_TOKENS}"),
+            ));
+        }
+        if let Some(s) = self.wait_for_free_s
+            && s > MAX_WAIT_FOR_FREE_S
+        {
+            return Err(invalid(
+                "wait_for_free_s",
+                format!("must be between 0 and {MAX_WAIT_FOR_FREE_S}"),
             ));
         }
         if let Some(k) = &self.idempotency_key
@@ -369,6 +384,19 @@ mod tests {
         let ok =
             RunRequest::from_json(&body(r#","max_tokens":1024"#), &Catalog::builtin()).unwrap();
         assert_eq!(ok.max_tokens, Some(1024));
+        for bad in ["61", "-1", "1.5", "\"5\""] {
+            let e = RunRequest::from_json(
+                &body(&format!(r#","wait_for_free_s":{bad}"#)),
+                &Catalog::builtin(),
+            )
+            .unwrap_err();
+            assert!(
+                e.field == "wait_for_free_s" || e.field == "body",
+                "{bad}: {e}"
+            );
+        }
+        let ok = RunRequest::from_json(&body(r#","wait_for_free_s":60"#), &Catalog::builtin());
+        assert_eq!(ok.unwrap().wait_for_free_s, Some(60));
         let e =
             RunRequest::from_json(&body(r#","colour":"red""#), &Catalog::builtin()).unwrap_err();
         assert_eq!(e.field, "body");

@@ -37,6 +37,7 @@ fn request(user: &str) -> RunRequest {
         regenerate: false,
         idempotency_key: None,
         max_tokens: None,
+        wait_for_free_s: None,
     }
 }
 

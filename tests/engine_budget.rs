@@ -274,6 +274,7 @@ async fn check_case(
         regenerate: false,
         idempotency_key: None,
         max_tokens: None,
+        wait_for_free_s: None,
     };
     let mut job = RunJob::new(request, freeway::clock::epoch_ms());
     if continuation {

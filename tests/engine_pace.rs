@@ -68,6 +68,7 @@ impl Setup {
             regenerate: false,
             idempotency_key: None,
             max_tokens: None,
+            wait_for_free_s: None,
         };
         RunJob::new(request, self.h.clock.now_ms())
     }
@@ -246,4 +247,90 @@ async fn a_continuation_is_never_paced_out() {
         "a continuation tries once, full pool or not: {outcome:?}"
     );
     assert_eq!(s.calls().len(), 21);
+}
+
+/// `wait_for_free_s` on the system clock: a pool declared at 2 calls per 2 s window, as the
+/// simulator plays it.
+async fn waiting_run(wait_for_free_s: Option<u32>) -> Vec<(String, u16)> {
+    let config = sim::SimConfig {
+        rpm: 2,
+        window_s: 2,
+        ..Default::default()
+    };
+    let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let toml = format!(
+        "[providers.openrouter]\nbase_url = \"{}\"\n[pools.openrouter-free]\nrpm = 2\nwindow_s = 2\n",
+        sim.base_url()
+    );
+    let catalog = Arc::new(Catalog::from_toml(&toml).unwrap());
+    let keys = [(
+        "openrouter".to_string(),
+        freeway::provider::ApiKey::new("k"),
+    )];
+    let targets = Arc::new(freeway::provider::EnvTargets::new(
+        catalog.clone(),
+        keys.into_iter().collect(),
+    ));
+    let engine = freeway::engine::Engine::new(
+        Arc::new(HttpProvider::new(Timeouts::default()).unwrap()),
+        targets,
+        Arc::new(freeway::store::MemoryStore::default()),
+        freeway::fleet::Fleet::in_memory(),
+    );
+    // Start early in a window, so that the window's two calls and the third run fall in it.
+    let now = freeway::clock::epoch_ms();
+    if now % 2_000 > 1_000 {
+        tokio::time::sleep(Duration::from_millis(2_050 - now % 2_000)).await;
+    }
+    let request = |user: &str, models: &[&str], wait: Option<u32>| RunRequest {
+        user_id: user.into(),
+        conversation_id: None,
+        kind: Default::default(),
+        input: Some("hi".into()),
+        routes: models
+            .iter()
+            .map(|m| RouteSpec::parse_cli(m, &catalog))
+            .collect(),
+        tools: vec![],
+        system: None,
+        deadline_s: None,
+        on_rest: Default::default(),
+        regenerate: false,
+        idempotency_key: None,
+        max_tokens: None,
+        wait_for_free_s: wait,
+    };
+    for (user, wait) in [("u1", None), ("u2", None), ("u3", wait_for_free_s)] {
+        let job = RunJob::new(
+            request(user, &[FREE_A, PAID], wait),
+            freeway::clock::epoch_ms(),
+        );
+        let routes = job.check(&catalog).unwrap();
+        let outcome = engine
+            .execute(&job, &routes, WhenResting::Snooze)
+            .await
+            .unwrap();
+        assert!(succeeded(&outcome), "{outcome:?}");
+    }
+    sim.calls()
+        .into_iter()
+        .map(|c| (c.model, c.status))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_run_may_wait_in_place_for_the_next_free_slot_instead_of_paying() {
+    let free = |n: usize| vec![(FREE_A.to_string(), 200); n];
+    assert_eq!(
+        waiting_run(None).await,
+        [free(2), vec![(PAID.to_string(), 200)]].concat(),
+        "without a wait, a full pool sends the run on"
+    );
+    assert_eq!(
+        waiting_run(Some(5)).await,
+        free(3),
+        "with one, the run takes the next window's slot"
+    );
 }

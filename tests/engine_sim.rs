@@ -82,6 +82,7 @@ fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
         regenerate: false,
         idempotency_key: None,
         max_tokens: None,
+        wait_for_free_s: None,
     }
 }
 

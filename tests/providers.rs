@@ -92,6 +92,7 @@ impl Setup {
             regenerate: false,
             idempotency_key: None,
             max_tokens: None,
+            wait_for_free_s: None,
         };
         RunJob::new(request, freeway::clock::epoch_ms())
     }

@@ -132,6 +132,54 @@ impl Engine {
         })
     }
 
+    /// docs/design.md §2.2 (`wait_for_free_s`): the first untried route before `before` that a
+    /// full pool closes for no longer than the job allows is waited for in place, holding a
+    /// slot, instead of being skipped for a later route. Returns the route waited for.
+    pub(crate) async fn wait_in_place(
+        &self,
+        run: &mut Run<'_>,
+        closures: &[Option<Closure>],
+        tried: &[bool],
+        before: usize,
+    ) -> Result<Option<usize>, EngineError> {
+        let allowed_ms = u64::from(run.job.request.wait_for_free_s.unwrap_or(0)) * 1000;
+        if allowed_ms == 0 {
+            return Ok(None);
+        }
+        let routes = run.routes;
+        let candidate = (0..before).find(|&i| !tried[i] && closures[i].is_some());
+        let Some(i) = candidate.filter(|&i| {
+            closures[i]
+                .as_ref()
+                .is_some_and(|c| c.kind == RestKind::Pace && c.remaining_ms <= allowed_ms)
+        }) else {
+            return Ok(None);
+        };
+        let (Some(pool), Some(limits)) = (&routes[i].pool, &routes[i].pace) else {
+            return Ok(None);
+        };
+        let day_end = self.day_end(&routes[i]);
+        let Some(held) = self.fleet.pace.reserve(pool, limits, day_end).await? else {
+            return Ok(None);
+        };
+        let now = self.clock.now_ms();
+        run.slot = Some(HeldSlot {
+            pool: pool.clone(),
+            from_ms: now + held.wait_ms,
+            until_ms: now + held.valid_ms,
+        });
+        if held.wait_ms > allowed_ms {
+            // Others hold the earlier slots: the run moves on, keeping this one should it come
+            // to wait after all.
+            return Ok(None);
+        }
+        tracing::info!(pool = %pool, wait_ms = held.wait_ms, "waiting in place for the pool's next slot");
+        self.clock
+            .sleep(std::time::Duration::from_millis(held.wait_ms))
+            .await;
+        Ok(Some(i))
+    }
+
     /// A refusal for the pool's quota of a call the limiter let through: the configured limit
     /// is probably wrong. The window is marked full so no replica calls into it again.
     pub(crate) async fn pacing_miss(&self, route: &Route) -> Result<(), EngineError> {

@@ -47,7 +47,15 @@ impl Engine {
             let index = if retry_next {
                 Some(0)
             } else {
-                (0..run.routes.len()).find(|&i| open(i))
+                let first_open = (0..run.routes.len()).find(|&i| open(i));
+                let before = first_open.unwrap_or(run.routes.len());
+                match self.wait_in_place(run, &closures, &tried, before).await? {
+                    Some(waited) => {
+                        closures[waited] = None;
+                        Some(waited)
+                    }
+                    None => first_open,
+                }
             };
             retry_next = false;
             let Some(index) = index else {

@@ -169,6 +169,7 @@ fn job(
         regenerate,
         idempotency_key: None,
         max_tokens: None,
+        wait_for_free_s: None,
     };
     let job = RunJob::new(request, epoch_ms());
     let routes = job.check(&Catalog::builtin()).expect("a valid job");

@@ -330,5 +330,6 @@ fn request(user: u64, deadline_s: u64, chain: Chain) -> RunRequest {
         regenerate: false,
         idempotency_key: None,
         max_tokens: None,
+        wait_for_free_s: None,
     }
 }

@@ -386,5 +386,6 @@ pub fn request(i: u64) -> RunRequest {
         regenerate: false,
         idempotency_key: None,
         max_tokens: None,
+        wait_for_free_s: None,
     }
 }

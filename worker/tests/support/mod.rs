@@ -364,6 +364,7 @@ pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
         regenerate: false,
         idempotency_key: None,
         max_tokens: None,
+        wait_for_free_s: None,
     }
 }
 
