@@ -245,7 +245,7 @@ fn a_reset_that_is_not_epoch_ms_is_ignored() {
         Scope::Pool,
         "1:x-ratelimit",
     );
-    assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+    assert_eq!(c.length, Some(RestLength::Guess(DEFAULT_REST_MS)));
 }
 
 // ---- §2.3 B and C: platform daily limits (#2, #3) ----
@@ -418,7 +418,7 @@ fn e_upstream_pool_rests_the_route() {
     for r in SHARED {
         let c = run(429, &[], E_2026, r, NOW_A);
         expect(&c, r, Verdict::Provider, Scope::ThisRoute, "0:limit_source");
-        assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+        assert_eq!(c.length, Some(RestLength::Guess(DEFAULT_REST_MS)));
         assert_eq!(c.provider_name.as_deref(), Some("DigitalOcean"));
 
         let c = run(429, &[], E_2025, r, NOW_A);
@@ -528,7 +528,7 @@ fn typed_without_a_provider_marker_is_the_account() {
             Scope::Pool,
             "3:rate_limit_exceeded",
         );
-        assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+        assert_eq!(c.length, Some(RestLength::Guess(DEFAULT_REST_MS)));
     }
 }
 
@@ -555,7 +555,7 @@ fn bare_429_is_ambiguous_on_shared_routes() {
     for r in SHARED {
         let c = run(429, &[], BARE_429, r, NOW_A);
         expect(&c, r, Verdict::Ambiguous, Scope::ThisRoute, "4:ambiguous");
-        assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+        assert_eq!(c.length, Some(RestLength::Guess(DEFAULT_REST_MS)));
     }
     for r in [PAID, USER_FREE] {
         let c = run(429, &[], BARE_429, r, NOW_A);
@@ -690,7 +690,7 @@ fn credits_402s_open_the_platform_circuit() {
                 Scope::Connection("platform:openrouter"),
                 "3.1:billing",
             );
-            assert_eq!(c.length, Some(RestLength::For(CIRCUIT_MS)));
+            assert_eq!(c.length, Some(RestLength::Guess(CIRCUIT_MS)));
             assert_eq!(c.rest_ms(NOW_A), 3_600_000);
         }
     }
@@ -758,7 +758,7 @@ fn a_402_that_says_credits_are_missing_opens_the_connection_circuit() {
                     Scope::Connection(connection),
                     "3.1:billing",
                 );
-                assert_eq!(c.length, Some(RestLength::For(CIRCUIT_MS)));
+                assert_eq!(c.length, Some(RestLength::Guess(CIRCUIT_MS)));
             }
         }
     }
@@ -1049,7 +1049,7 @@ fn malformed_bodies_never_panic_and_carry_no_signal() {
         for r in SHARED {
             let c = classify_response(429, &Headers::new(), body, &route(r), NOW_A);
             expect(&c, r, Verdict::Ambiguous, Scope::ThisRoute, "4:ambiguous");
-            assert_eq!(c.length, Some(RestLength::For(DEFAULT_REST_MS)));
+            assert_eq!(c.length, Some(RestLength::Guess(DEFAULT_REST_MS)));
         }
         let c = classify_response(500, &Headers::new(), body, &route(PAID), NOW_A);
         assert_eq!(c.verdict, Verdict::Server);

@@ -334,3 +334,52 @@ async fn a_run_may_wait_in_place_for_the_next_free_slot_instead_of_paying() {
         "with one, the run takes the next window's slot"
     );
 }
+
+#[tokio::test]
+async fn the_end_of_a_guessed_rest_is_probed_by_one_call_of_the_whole_fleet() {
+    let s = setup(20).await;
+    let pool = freeway::classify::RestScope::Pool(OPENROUTER_FREE_POOL.into());
+    let length = freeway::classify::RestLength::Guess(60_000);
+    s.h.rests.write(&pool, length, "ambiguous").await.unwrap();
+    s.advance(61_000);
+    // Three replicas share the fleet; thirty runs were waiting for the rest to end.
+    let replicas: Vec<freeway::engine::Engine> = (0..3)
+        .map(|_| s.h.engine_on(s.h.targets.clone(), s.h.fleet()))
+        .collect();
+    let jobs: Vec<RunJob> = (0..30)
+        .map(|n| s.job(&format!("u{n}"), &[FREE_A]))
+        .collect();
+    let outcomes = futures_util::future::join_all(jobs.iter().enumerate().map(|(n, job)| {
+        let engine = &replicas[n % 3];
+        let routes = job.check(&Catalog::builtin()).unwrap();
+        async move {
+            engine
+                .execute(job, &routes, WhenResting::Snooze)
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    assert_eq!(s.calls().len(), 1, "one probe: {:?}", s.calls());
+    let now = s.h.clock.now_ms();
+    let waiting: Vec<u64> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Outcome::Snoozed { until_ms, .. } => Some(*until_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waiting.len(), 29, "{outcomes:?}");
+    assert!(
+        waiting.iter().all(|&t| t <= now + 4_000),
+        "they look again soon: {waiting:?}"
+    );
+
+    // The probe answered: the others call now, as the pool's pace allows.
+    for job in &jobs {
+        s.execute(job).await;
+    }
+    let calls = s.calls();
+    assert_eq!(calls.len(), 20, "the window's 20 slots");
+    assert!(calls.iter().all(|(_, status)| *status == 200));
+}

@@ -13,7 +13,7 @@ use freeway::classify::{
 use freeway::clock::{Clock, InstantClock};
 use freeway::headers::Headers;
 use freeway::lease::{LEASE_TTL, Lease, Leases, MemoryLeases, RedisLeases};
-use freeway::rest::{ActiveRest, MemoryRests, RedisRests, RestKind, Rests};
+use freeway::rest::{ActiveRest, MemoryRests, Probe, RedisRests, RestKind, Rests};
 use freeway::route::Route;
 use redis::aio::ConnectionManager;
 use std::sync::Arc;
@@ -112,6 +112,25 @@ impl Fixture {
             .expect("ZADD");
     }
 
+    /// Let the rest of `scope` end, as its TTL would.
+    async fn end_rest(&self, scope: &RestScope) {
+        match &self.backend {
+            Backend::Memory { clock, .. } => {
+                let left = self.rests.remaining(scope).await.expect("remaining");
+                clock.advance(Duration::from_millis(left.unwrap_or(0) + 1));
+            }
+            Backend::Redis { rests, conn, .. } => {
+                let mut conn = conn.clone();
+                let key = rests.key_for(scope).expect("a rest key");
+                let _: () = redis::cmd("DEL")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("DEL");
+            }
+        }
+    }
+
     /// Let a run's lease get within a second of expiring.
     async fn age_lease(&self, run_id: &str) {
         match &self.backend {
@@ -147,9 +166,116 @@ async fn pttl(conn: &ConnectionManager, key: &str) -> i64 {
         .expect("PTTL")
 }
 
+async fn a_guessed_rest_that_ends_is_probed_by_one_call_before_the_others(f: Fixture) {
+    let free = route(LLAMA_FREE);
+    f.rests
+        .write(&pool(), RestLength::Guess(60_000), "ambiguous")
+        .await
+        .expect("write");
+    assert_eq!(
+        f.rests.claim_probes(&free, "a").await.expect("claim"),
+        Probe::NotDue,
+        "the rest still holds"
+    );
+    f.end_rest(&pool()).await;
+    assert_eq!(
+        f.rests.claim_probes(&free, "a").await.expect("claim"),
+        Probe::Claimed
+    );
+    let held = f.rests.claim_probes(&free, "b").await.expect("claim");
+    let Probe::Held(closure) = held else {
+        panic!("a second caller waits for the probe: {held:?}")
+    };
+    assert!(
+        closure.remaining_ms <= 2_000,
+        "it looks again soon: {closure:?}"
+    );
+    let seen = f
+        .rests
+        .closures(std::slice::from_ref(&free))
+        .await
+        .expect("closures");
+    assert!(
+        seen[0]
+            .as_ref()
+            .is_some_and(|c| c.reason.starts_with("probing")),
+        "{seen:?}"
+    );
+
+    // The probe succeeds: every caller may call.
+    f.rests
+        .probes_answered(&free, "a", true)
+        .await
+        .expect("answer");
+    assert_eq!(
+        f.rests.claim_probes(&free, "b").await.expect("claim"),
+        Probe::NotDue
+    );
+    let seen = f
+        .rests
+        .closures(std::slice::from_ref(&free))
+        .await
+        .expect("closures");
+    assert_eq!(seen, vec![None]);
+}
+
+async fn a_failed_probe_hands_the_next_probe_to_another_call(f: Fixture) {
+    let free = route(LLAMA_FREE);
+    let circuit = RestScope::Connection(free.connection_scope());
+    f.rests
+        .write(&circuit, RestLength::Guess(3_600_000), "auth")
+        .await
+        .expect("write");
+    f.end_rest(&circuit).await;
+    assert_eq!(
+        f.rests.claim_probes(&free, "a").await.expect("claim"),
+        Probe::Claimed
+    );
+    f.rests
+        .probes_answered(&free, "a", false)
+        .await
+        .expect("answer");
+    assert_eq!(
+        f.rests.claim_probes(&free, "b").await.expect("claim"),
+        Probe::Claimed
+    );
+    // Only the holder's answer counts.
+    f.rests
+        .probes_answered(&free, "a", true)
+        .await
+        .expect("answer");
+    assert!(matches!(
+        f.rests.claim_probes(&free, "c").await.expect("claim"),
+        Probe::Held(_)
+    ));
+}
+
+async fn a_rest_the_provider_timed_needs_no_probe(f: Fixture) {
+    let free = route(LLAMA_FREE);
+    let now = f.now_ms().await;
+    f.rests
+        .write(
+            &pool(),
+            RestLength::Until(now + 30_000),
+            "X-RateLimit-Reset",
+        )
+        .await
+        .expect("write");
+    f.end_rest(&pool()).await;
+    for owner in ["a", "b"] {
+        assert_eq!(
+            f.rests.claim_probes(&free, owner).await.expect("claim"),
+            Probe::NotDue
+        );
+    }
+}
+
 // Each named test (an `async fn(Fixture)`) runs once per implementation: `in_memory::name` and
 // `in_redis::name`.
 on_both!(
+    a_guessed_rest_that_ends_is_probed_by_one_call_before_the_others,
+    a_failed_probe_hands_the_next_probe_to_another_call,
+    a_rest_the_provider_timed_needs_no_probe,
     concurrent_writers_keep_the_longest,
     a_shorter_write_never_shortens,
     writes_are_capped_by_scope,

@@ -166,8 +166,11 @@ impl fmt::Display for RestScope {
 /// How long a rest lasts, before clamping to [1 s, cap].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RestLength {
-    /// A fixed length in ms.
+    /// A fixed length in ms, as the provider gave it.
     For(u64),
+    /// A length in ms nobody gave (the default, a circuit's hour): when it ends, one call
+    /// fleet-wide probes the scope before the others call (docs/design.md §3.3).
+    Guess(u64),
     /// Until an epoch-ms moment (`X-RateLimit-Reset`), measured against Redis time when written.
     Until(u64),
     /// Until an epoch-ms moment past the scope's cap (a spent day's midnight, a dead route's
@@ -188,7 +191,7 @@ impl RestLength {
     /// `("for", ms)` or `("until", epoch ms)`: how the rest scripts take it.
     pub fn mode(self) -> (&'static str, u64) {
         match self {
-            RestLength::For(ms) => ("for", ms),
+            RestLength::For(ms) | RestLength::Guess(ms) => ("for", ms),
             RestLength::Until(at_ms) | RestLength::Long(at_ms) => ("until", at_ms),
         }
     }

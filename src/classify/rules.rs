@@ -74,14 +74,14 @@ fn billing(status: u16, s: &Signals, route: &Route) -> Option<Decision> {
             "can only afford",
         ]);
     if in_flight || (status == 402 && s.hint.is_some() && !credits) {
-        let wait = s
-            .hint
-            .map_or(DEFAULT_REST_MS, |h| h.ms)
-            .min(POOL_REST_CAP_MS);
+        let length = match s.hint {
+            Some(h) => RestLength::For(h.ms.min(POOL_REST_CAP_MS)),
+            None => RestLength::Guess(DEFAULT_REST_MS),
+        };
         return Some(Decision {
             verdict: Verdict::BillingWait,
             scope: RestScope::Connection(route.connection_scope()),
-            length: Some(RestLength::For(wait)),
+            length: Some(length),
             evidence: false,
             rule: "3.1:billing_wait",
             day: false,
@@ -238,7 +238,7 @@ impl Decision {
         Decision {
             verdict,
             scope: RestScope::Connection(route.connection_scope()),
-            length: Some(RestLength::For(super::CIRCUIT_MS)),
+            length: Some(RestLength::Guess(super::CIRCUIT_MS)),
             evidence: false,
             rule,
             day: false,
@@ -265,7 +265,7 @@ fn pool_length(s: &Signals, now_ms: u64) -> RestLength {
             RestLength::For(POOL_REST_CAP_MS)
         }
         Some(at) => RestLength::Until(at),
-        None => RestLength::For(DEFAULT_REST_MS),
+        None => RestLength::Guess(DEFAULT_REST_MS),
     }
 }
 
@@ -276,7 +276,7 @@ fn route_length(s: &Signals) -> RestLength {
     }
     match reset_at_ms(s) {
         Some(at) => RestLength::Until(at),
-        None => RestLength::For(DEFAULT_REST_MS),
+        None => RestLength::Guess(DEFAULT_REST_MS),
     }
 }
 

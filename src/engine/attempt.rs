@@ -10,6 +10,7 @@ use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::metrics;
 use crate::provider::{CallError, ChatRequest, Completion, Target};
+use crate::rest::Probe;
 use crate::route::Route;
 use crate::run::AttemptRecord;
 use crate::store::Attached;
@@ -41,8 +42,9 @@ pub(crate) enum Miss {
     /// user's, a provider without its key). That is no provider's answer, so nothing is counted,
     /// classified or rested: the route is skipped for this run.
     NoKey,
-    /// No call was made: the route's pool has no slot before this closure ends.
-    Paced(crate::rest::Closure),
+    /// No call was made: the route closed since the closures were read (its pool has no slot,
+    /// or another call is probing it) until this closure ends.
+    Closed(crate::rest::Closure),
 }
 
 /// A counted attempt, ready to be made.
@@ -53,6 +55,8 @@ struct Call<'m> {
     target: Target,
     messages: &'m [crate::chat::Message],
     stream: bool,
+    /// The probe this call claimed, if it is the fleet's probe of the route.
+    probe: Option<String>,
 }
 
 impl Engine {
@@ -84,8 +88,25 @@ impl Engine {
                 return Err(unavailable.into());
             }
         };
+        // docs/design.md §3.3: after a guessed rest, one call fleet-wide goes first. A
+        // continuation tries once whatever rests, so it neither waits for a probe nor is one.
+        let owner = format!("{}:{}", run.rec.run_id, run.rec.state.counters.calls + 1);
+        let probe = match run.job.is_continuation() {
+            true => None,
+            false => match self.fleet.rests.claim_probes(route, &owner).await? {
+                Probe::Held(probing) => return Ok(Err(Miss::Closed(probing))),
+                Probe::Claimed => Some(owner),
+                Probe::NotDue => None,
+            },
+        };
         if let Some(full) = self.take_slot(run, route).await? {
-            return Ok(Err(Miss::Paced(full)));
+            if let Some(owner) = &probe {
+                self.fleet
+                    .rests
+                    .probes_answered(route, owner, false)
+                    .await?;
+            }
+            return Ok(Err(Miss::Closed(full)));
         }
         let counters = &mut run.rec.state.counters;
         counters.calls += 1;
@@ -113,6 +134,7 @@ impl Engine {
             target,
             messages,
             stream,
+            probe,
         };
         self.attempt_numbered(run, call).instrument(span).await
     }
@@ -130,6 +152,7 @@ impl Engine {
             target,
             messages,
             stream,
+            probe,
         } = call;
         let route = &run.routes[index];
         // Counted and logged `lost` before the call: if this executor dies during it, the log
@@ -188,6 +211,12 @@ impl Engine {
         // A failure's flags (an ambiguous stop, the route's state) are saved at once; a success's
         // attempt rides on the next save, which follows within the step.
         let failed = outcome.is_err();
+        if let Some(owner) = &probe {
+            self.fleet
+                .rests
+                .probes_answered(route, owner, !failed)
+                .await?;
+        }
         run.unsaved.push(Attached::Attempt(record.clone()));
         if failed {
             self.save(run).await?;

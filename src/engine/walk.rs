@@ -97,8 +97,9 @@ impl Engine {
                     keyless = true;
                     continue;
                 }
-                Err(Miss::Paced(full)) => {
-                    // Another replica took the pool's last slot since the closures were read.
+                Err(Miss::Closed(full)) => {
+                    // Another replica took the pool's last slot, or is probing the route, since
+                    // the closures were read.
                     closures[index] = Some(full);
                     continue;
                 }
@@ -152,7 +153,7 @@ impl Engine {
             }
             Err(Miss::NoKey) => Ok(Err(Stop::End(Code::ConnectionMissing))),
             // A continuation is never paced out.
-            Err(Miss::Paced(_)) => Ok(Err(Stop::End(Code::RoutesExhausted))),
+            Err(Miss::Closed(_)) => Ok(Err(Stop::End(Code::RoutesExhausted))),
             Err(Miss::Failed(failure)) => Ok(Err(self
                 .stop_after_failure(run, &failure)
                 .unwrap_or_else(|| Stop::End(Code::for_verdict(failure.class.verdict))))),
@@ -180,7 +181,7 @@ impl Engine {
         match self.attempt(run, index, step, messages, true).await? {
             Ok(c) => Ok(Ok(c)),
             Err(Miss::NoKey) => Ok(Err(Stop::End(Code::ConnectionMissing))),
-            Err(Miss::Paced(full)) => {
+            Err(Miss::Closed(full)) => {
                 let closures = [Some(full)];
                 let stop = self.wait_on(run, route, &closures, when_resting).await?;
                 Ok(Err(stop.unwrap_or(Stop::End(Code::RoutesExhausted))))

@@ -6,8 +6,9 @@
 //! suite on it and on [`super::RedisRests`] so the two cannot drift apart.
 
 use super::{
-    ActiveRest, Closure, EVIDENCE_REASON, FleetError, Rests, evidence_member, listed, longest,
-    scopes_closing, sort_listing,
+    ActiveRest, Closure, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
+    Probe, RestKind, Rests, evidence_member, listed, longest, probing, scopes_closing,
+    sort_listing,
 };
 use crate::classify::{
     EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS,
@@ -31,6 +32,10 @@ struct State {
     rests: HashMap<RestScope, (u64, String)>,
     /// Pool → evidence member → when it was recorded.
     evidence: HashMap<String, HashMap<String, u64>>,
+    /// Scope → until when its guessed rest's end still calls for a probe.
+    guesses: HashMap<RestScope, u64>,
+    /// Scope → (until, owner) of the probe one call holds.
+    probes: HashMap<RestScope, (u64, String)>,
 }
 
 impl Default for MemoryRests {
@@ -110,7 +115,60 @@ impl Rests for MemoryRests {
             (_, at_ms) => at_ms as i64 - now as i64,
         };
         let cap_ms = length.cap_ms(scope);
-        Ok(self.lock().extend(scope, requested, cap_ms, reason, now))
+        let mut state = self.lock();
+        let remaining = state.extend(scope, requested, cap_ms, reason, now);
+        if matches!(length, RestLength::Guess(_)) {
+            let until = now + remaining + GUESS_MEMORY_MS;
+            state.guesses.insert(scope.clone(), until);
+        }
+        Ok(remaining)
+    }
+
+    async fn claim_probes(&self, route: &Route, owner: &str) -> Result<Probe, FleetError> {
+        let now = self.clock.now_ms();
+        let mut state = self.lock();
+        let due: Vec<RestScope> = scopes_closing(route)
+            .into_iter()
+            .map(|(_, scope)| scope)
+            .filter(|scope| {
+                state.guesses.get(scope).is_some_and(|&until| until > now)
+                    && state.held(scope, now).is_none()
+            })
+            .collect();
+        if due.is_empty() {
+            return Ok(Probe::NotDue);
+        }
+        for scope in due {
+            match state.probes.get(&scope) {
+                Some((until, holder)) if *until > now && holder != owner => {
+                    return Ok(Probe::Held(probing(until - now)));
+                }
+                _ => {
+                    state
+                        .probes
+                        .insert(scope, (now + PROBE_MS, owner.to_string()));
+                }
+            }
+        }
+        Ok(Probe::Claimed)
+    }
+
+    async fn probes_answered(
+        &self,
+        route: &Route,
+        owner: &str,
+        reopened: bool,
+    ) -> Result<(), FleetError> {
+        let mut state = self.lock();
+        for (_, scope) in scopes_closing(route) {
+            if state.probes.get(&scope).is_some_and(|(_, h)| h == owner) {
+                state.probes.remove(&scope);
+                if reopened {
+                    state.guesses.remove(&scope);
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn record_evidence(
@@ -152,7 +210,19 @@ impl Rests for MemoryRests {
             .map(|route| {
                 let held: Vec<_> = scopes_closing(route)
                     .into_iter()
-                    .map(|(kind, scope)| (kind, state.held(&scope, now)))
+                    .flat_map(|(kind, scope)| {
+                        let probe = state
+                            .probes
+                            .get(&scope)
+                            .filter(|(until, _)| *until > now)
+                            .map(|(until, _)| {
+                                (
+                                    probing(until - now).remaining_ms,
+                                    PROBING_REASON.to_string(),
+                                )
+                            });
+                        [(kind, state.held(&scope, now)), (RestKind::Route, probe)]
+                    })
                     .collect();
                 longest(held.iter().map(|(kind, h)| (*kind, h.as_ref())))
             })

@@ -7,6 +7,8 @@
 //! failures from enough users fall inside the window, and recording one failure twice counts
 //! once; a route is closed by the longest of its pool's rest, its connection's circuit and its
 //! own rest. The only way to shorten a rest is [`Rests::clear`], the operator's explicit clear.
+//! When a rest whose length was a guess ends, one call fleet-wide probes it before the others
+//! call ([`Rests::claim_probes`]).
 //!
 //! [`RedisRests`] is the fleet's: Redis keys with TTLs, written by Lua scripts on Redis time.
 //! [`MemoryRests`] keeps the same rules in one process, for tests and benchmarks that need no
@@ -25,6 +27,35 @@ use async_trait::async_trait;
 
 /// The reason stored with a pool rest that corroborated evidence called for.
 const EVIDENCE_REASON: &str = "ambiguous rate limits from several users";
+
+/// The longest a claimed probe closes its scope to everyone else: its call answers sooner.
+pub const PROBE_MS: u64 = 120_000;
+/// How long after a guessed rest ends its probe is still due.
+const GUESS_MEMORY_MS: u64 = 600_000;
+/// Runs that find a scope being probed look again this soon, not when the probe would lapse.
+const PROBING_CLOSURE_MS: u64 = 2_000;
+const PROBING_REASON: &str = "probing: one call checks whether it reopened";
+
+/// Whether a call on a route may go ahead as far as probes are concerned (docs/design.md §3.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// No scope of the route is waiting for a probe.
+    NotDue,
+    /// This call is the fleet's probe of the route's scopes whose guessed rest ended.
+    Claimed,
+    /// Another call is probing: the route is closed until it answers.
+    Held(Closure),
+}
+
+/// The closure a probe held by another call makes: short, so waiting runs look again soon after
+/// it answers.
+fn probing(remaining_ms: u64) -> Closure {
+    Closure {
+        kind: RestKind::Route,
+        remaining_ms: remaining_ms.clamp(1, PROBING_CLOSURE_MS),
+        reason: PROBING_REASON.to_string(),
+    }
+}
 
 /// What kind of rest closes a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +148,20 @@ pub trait Rests: Send + Sync {
 
     /// Every active rest and circuit, sorted by scope and key.
     async fn list(&self) -> Result<Vec<ActiveRest>, FleetError>;
+
+    /// docs/design.md §3.3, one probe per fleet: before a call on `route`, claim the probe of
+    /// each of its scopes whose rest was a guess and has ended. `owner` names this call.
+    async fn claim_probes(&self, route: &Route, owner: &str) -> Result<Probe, FleetError>;
+
+    /// The call that claimed `route`'s probes answered: when `reopened` (it succeeded) the
+    /// scopes are open to every run again; otherwise the probes are released, and the rest its
+    /// failure wrote, if any, closes the route.
+    async fn probes_answered(
+        &self,
+        route: &Route,
+        owner: &str,
+        reopened: bool,
+    ) -> Result<(), FleetError>;
 
     /// The operator's clear: the only way to shorten a rest. `scope` and `key` are as
     /// [`Rests::list`] shows them (`pool`/`route`/`connection`); returns whether a rest was

@@ -33,8 +33,8 @@
 //! `route:`, `conn:` or `platform:`: the hash tags and the parsing of listed keys rely on it.
 
 use super::{
-    ActiveRest, Closure, EVIDENCE_REASON, FleetError, RestKind, Rests, evidence_member, longest,
-    scopes_closing, sort_listing,
+    ActiveRest, Closure, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
+    Probe, RestKind, Rests, evidence_member, longest, probing, scopes_closing, sort_listing,
 };
 use crate::classify::{
     EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS,
@@ -179,7 +179,76 @@ impl Rests for RedisRests {
             .await?;
         let remaining = non_negative(remaining);
         self.index(&key, remaining, now).await;
+        if matches!(length, RestLength::Guess(_)) {
+            // Remember past the rest's end that it was a guess: its end calls for a probe.
+            let _: () = redis::cmd("SET")
+                .arg(guess_key(&key))
+                .arg(1)
+                .arg("PX")
+                .arg(remaining.saturating_add(GUESS_MEMORY_MS))
+                .query_async(&mut conn)
+                .await?;
+        }
         Ok(remaining)
+    }
+
+    async fn claim_probes(&self, route: &Route, owner: &str) -> Result<Probe, FleetError> {
+        let keys: Vec<String> = scopes_closing(route)
+            .iter()
+            .filter_map(|(_, scope)| self.key_for(scope))
+            .collect();
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.exists(guess_key(key)).exists(key);
+        }
+        let mut conn = self.conn.clone();
+        let found: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let due: Vec<&String> = keys
+            .iter()
+            .zip(found.chunks(2))
+            .filter(|(_, f)| matches!(f, [true, false]))
+            .map(|(key, _)| key)
+            .collect();
+        if due.is_empty() {
+            return Ok(Probe::NotDue);
+        }
+        let value = probe_value(owner);
+        for key in due {
+            let (held_ms, holder): (i64, Option<String>) = CLAIM
+                .key(probe_key(key))
+                .arg(&value)
+                .arg(PROBE_MS)
+                .invoke_async(&mut conn)
+                .await?;
+            if held_ms > 0 && holder.as_deref() != Some(value.as_str()) {
+                // Probes this call claimed on other scopes stay until they lapse: short.
+                return Ok(Probe::Held(probing(held_ms as u64)));
+            }
+        }
+        Ok(Probe::Claimed)
+    }
+
+    async fn probes_answered(
+        &self,
+        route: &Route,
+        owner: &str,
+        reopened: bool,
+    ) -> Result<(), FleetError> {
+        let value = probe_value(owner);
+        let mut conn = self.conn.clone();
+        for (_, scope) in scopes_closing(route) {
+            let Some(key) = self.key_for(&scope) else {
+                continue;
+            };
+            let _: i64 = ANSWER
+                .key(probe_key(&key))
+                .key(guess_key(&key))
+                .arg(&value)
+                .arg(u8::from(reopened))
+                .invoke_async(&mut conn)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn record_evidence(
@@ -223,19 +292,34 @@ impl Rests for RedisRests {
                 next
             })
         };
-        let candidates: Vec<Vec<(RestKind, usize)>> = routes
+        // Each scope's rest, and the probe another call may hold on it.
+        let candidates: Vec<Vec<(RestKind, usize, usize)>> = routes
             .iter()
             .map(|route| {
                 scopes_closing(route)
                     .into_iter()
-                    .filter_map(|(kind, scope)| Some((kind, slot(self.key_for(&scope)?))))
+                    .filter_map(|(kind, scope)| {
+                        let key = self.key_for(&scope)?;
+                        Some((kind, slot(probe_key(&key)), slot(key)))
+                    })
                     .collect()
             })
             .collect();
         let states = self.read_rests(&keys).await?;
         Ok(candidates
             .into_iter()
-            .map(|mine| longest(mine.into_iter().map(|(kind, i)| (kind, states[i].as_ref()))))
+            .map(|mine| {
+                let held: Vec<_> = mine
+                    .into_iter()
+                    .flat_map(|(kind, probe, rest)| {
+                        let probe = states[probe]
+                            .as_ref()
+                            .map(|(ms, _)| (probing(*ms).remaining_ms, PROBING_REASON.to_string()));
+                        [(kind, states[rest].clone()), (RestKind::Route, probe)]
+                    })
+                    .collect();
+                longest(held.iter().map(|(kind, state)| (*kind, state.as_ref())))
+            })
             .collect())
     }
 
@@ -347,6 +431,44 @@ fn rest_key(ns: &str, scope: &RestScope) -> Option<String> {
         RestScope::None => None,
     }
 }
+
+/// Set while a guessed rest of `rest_key` lasts, and for a while after: its end needs a probe.
+fn guess_key(rest_key: &str) -> String {
+    format!("{rest_key}:guess")
+}
+
+/// The probe of `rest_key`'s scope, held by one call.
+fn probe_key(rest_key: &str) -> String {
+    format!("{rest_key}:probe")
+}
+
+/// A probe's value: the reason listings show, and the call that holds it.
+fn probe_value(owner: &str) -> String {
+    serde_json::json!({ "reason": PROBING_REASON, "owner": owner }).to_string()
+}
+
+/// Claims the probe (KEYS[1]) for ARGV[1] for ARGV[2] ms; returns its remaining ms and holder.
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+        return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
+        ",
+    )
+});
+
+/// Releases the probe (KEYS[1]) if ARGV[1] holds it, forgetting the guess (KEYS[2]) when the
+/// probe reopened the scope (ARGV[2] = 1).
+static ANSWER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+        redis.call('DEL', KEYS[1])
+        if ARGV[2] == '1' then redis.call('DEL', KEYS[2]) end
+        return 1
+        ",
+    )
+});
 
 fn pool_key(ns: &str, pool: &str) -> String {
     format!("{ns}:{{{pool}}}:rest")
