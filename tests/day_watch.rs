@@ -52,17 +52,11 @@ fn watch(sim: &sim::SimHandle, fleet: Fleet) -> DayWatch {
 }
 
 fn chat_calls(sim: &sim::SimHandle) -> usize {
-    sim.calls()
-        .iter()
-        .filter(|c| c.variant != "key_info")
-        .count()
+    sim.calls().len()
 }
 
-fn key_reads(sim: &sim::SimHandle) -> usize {
-    sim.calls()
-        .iter()
-        .filter(|c| c.variant == "key_info")
-        .count()
+fn key_reads(sim: &sim::SimHandle) -> u64 {
+    sim.key_reads()
 }
 
 /// Buy credits: the day's free requests go from `rpd` to 1,000.
@@ -270,12 +264,7 @@ async fn the_limiter_learns_the_day_from_the_endpoint_and_closes_it_without_a_re
     let now = h.clock.now_ms();
     assert!(until_ms >= now + to_utc_midnight(now), "until midnight");
     assert_eq!(slot, None, "no slot today");
-    let statuses: Vec<u16> = sim
-        .calls()
-        .iter()
-        .filter(|c| c.variant != "key_info")
-        .map(|c| c.status)
-        .collect();
+    let statuses: Vec<u16> = sim.calls().iter().map(|c| c.status).collect();
     assert_eq!(
         statuses,
         [200, 200, 200],

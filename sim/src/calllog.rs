@@ -22,8 +22,7 @@ pub struct CallRecord {
     pub provider: Provider,
     pub status: u16,
     /// What was served: `ok`, `free_per_min`, `free_per_day`, `free_per_day_high_balance`,
-    /// `groq_rpm`, `groq_rpd`, `gemini_per_minute`, `gemini_per_day`, a fault kind, `missing_auth` (401) or `invalid_request` (400);
-    /// `key_info` for a read of `GET /key` (no chat call).
+    /// `groq_rpm`, `groq_rpd`, `gemini_per_minute`, `gemini_per_day`, a fault kind, `missing_auth` (401) or `invalid_request` (400).
     pub variant: String,
     pub stream: bool,
 }

@@ -77,7 +77,6 @@ async fn not_found() -> Response {
 
 async fn key_info(State(sim): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let Some(key) = bearer(&headers) else {
-        sim.log_rejected(Some(Provider::OpenRouter), "", 401, "missing_auth");
         return wire::missing_auth_header().into_response();
     };
     let (used, limit, high_balance) = sim.read_key(key);
@@ -327,6 +326,11 @@ impl SimHandle {
     /// with `count: 0` never fires.
     pub fn inject(&self, fault: FaultSpec) -> u64 {
         self.shared.add_fault(fault)
+    }
+
+    /// How many times `GET /key` was read (it is no chat call, so it is not in [`Self::calls`]).
+    pub fn key_reads(&self) -> u64 {
+        self.shared.key_reads()
     }
 
     /// Changes live settings (as `POST /_sim/config`) and returns the settings now in force.

@@ -208,8 +208,11 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
 async fn tick(app: Arc<App>) {
     let mut last_vacuum = tokio::time::Instant::now();
     let mut last_reconcile = tokio::time::Instant::now();
-    let mut last_day_watch = tokio::time::Instant::now();
     let day_watch_round = app.day_watch.period().min(DAY_WATCH_ROUND);
+    // The first look is at once: a day already spent elsewhere must close before a call finds it.
+    let mut last_day_watch = tokio::time::Instant::now()
+        .checked_sub(day_watch_round)
+        .unwrap_or_else(tokio::time::Instant::now);
     loop {
         tokio::time::sleep(TICK).await;
         let now = freeway::clock::epoch_ms();

@@ -483,10 +483,7 @@ async fn a_spent_day_delays_runs_until_a_top_up_the_key_endpoint_shows_wakes_the
     );
 
     // The watch reads the key once a second; the day is spent, so the rest holds.
-    c.sim_until(WAIT, |calls| {
-        calls.iter().filter(|r| r.variant == "key_info").count() >= 2
-    })
-    .await;
+    c.sim_until(WAIT, |sim| sim.key_reads() >= 2).await;
     assert_eq!(c.chat_calls(), 2, "no chat call probed the closed day");
     let pttl: i64 = redis::cmd("PTTL")
         .arg(&key)

@@ -71,6 +71,11 @@ pub struct Args {
     /// shorter than 60 s it is a per-window limit, not per minute).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub rpm: u32,
+    /// quota: free-model calls the simulated account allows per UTC day (OpenRouter's 50 for an
+    /// account that never bought credits); out of the way by default. freeway is not told: it
+    /// learns the day's limit from the simulated `GET /key`.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rpd: u32,
     /// quota: the account's window in seconds. 10 s keeps the scenario quick; freeway reads the
     /// rest's end from `X-RateLimit-Reset`, so it behaves as with the real 60 s window.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]

@@ -24,13 +24,11 @@ const FREE_B: &str = "qwen/qwen3-coder:free";
 const PAID: &str = "openai/gpt-4o-mini";
 /// How often the store is read for runs that have not ended yet.
 const POLL: Duration = Duration::from_millis(250);
-/// The account's daily limit, out of the way: the scenario is about the per-window limit.
-const RPD: u32 = 1_000_000;
 
 pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let sim = Sim::start(sim::SimConfig {
         rpm: args.rpm,
-        rpd: RPD,
+        rpd: args.rpd,
         window_s: args.window_s,
         latency_ms: 0,
         ..Default::default()
@@ -91,7 +89,8 @@ async fn scenario(
          the first enqueue"
     );
     report_runs(&jobs, &records);
-    report_calls(args, &sim.handle().calls(), &records, n);
+    let (calls, key_reads) = (sim.handle().calls(), sim.handle().key_reads());
+    report_calls(args, &calls, key_reads, &records, n);
     println!("  cpu              {}", after.cpu(&before, total_s));
     Ok(())
 }
@@ -228,9 +227,11 @@ fn report_runs(jobs: &[RunJob], records: &HashMap<String, RunRecord>) {
 fn report_calls(
     args: &Args,
     calls: &[sim::CallRecord],
+    key_reads: u64,
     records: &HashMap<String, RunRecord>,
     runs: u64,
 ) {
+    println!("  quota endpoint   read {key_reads} times (GET /key, one replica a minute)");
     let counted: u64 = records
         .values()
         .map(|r| u64::from(r.state.counters.calls))

@@ -126,23 +126,22 @@ impl Cluster {
         );
     }
 
-    /// Block until the sim's log satisfies `done` (it is polled: the sim has no log stream).
-    pub async fn sim_until(&self, timeout: Duration, done: impl Fn(&[sim::CallRecord]) -> bool) {
+    /// Block until `done` holds of the simulator (it is polled: the sim has no event stream).
+    pub async fn sim_until(&self, timeout: Duration, done: impl Fn(&sim::SimHandle) -> bool) {
         let deadline = tokio::time::Instant::now() + timeout;
-        while !done(&self.sim.calls()) {
+        while !done(&self.sim) {
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the sim's log did not get there in {timeout:?}: {:?}",
+                "the sim did not get there in {timeout:?}: {:?}",
                 self.sim.calls()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
-    /// The chat calls the sim saw (reads of its quota endpoint are no calls).
+    /// The chat calls the sim saw.
     pub fn chat_calls(&self) -> usize {
-        let calls = self.sim.calls();
-        calls.iter().filter(|c| c.variant != "key_info").count()
+        self.sim.calls().len()
     }
 
     pub fn log(&self, n: usize) -> String {
