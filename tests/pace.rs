@@ -258,3 +258,23 @@ async fn the_next_window_admits_again_and_a_held_slot_comes_due() {
     clock.advance(Duration::from_millis(HOUR));
     assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
 }
+
+#[tokio::test]
+async fn a_call_admitted_at_a_windows_end_is_counted_in_the_next_window_too() {
+    let f = Fixture::memory();
+    let clock = f.clock.clone().unwrap();
+    let limits = fixed(2);
+    let end = day_end();
+    // Just before the window ends: the call may reach the provider in the next one.
+    clock.advance(Duration::from_millis(to_window_end() - WINDOW_GUARD_MS / 2));
+    assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
+    clock.advance(Duration::from_millis(WINDOW_GUARD_MS));
+    let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
+    assert_eq!(usage.window_used, 1, "the next window counts it too");
+    let slots = f.admits(&limits, 2, end).await;
+    assert_eq!(slots[0], Slot::Now);
+    assert!(
+        matches!(slots[1], Slot::In(_)),
+        "one slot was left: {slots:?}"
+    );
+}

@@ -60,6 +60,15 @@ impl View<'_> {
         w
     }
 
+    /// Whether a call now may reach the provider in the next fixed window (see
+    /// [`WINDOW_GUARD_MS`]).
+    fn tail(&self) -> bool {
+        let win = self.limits.window_ms.max(1);
+        !self.limits.rolling
+            && self.limits.per_window.is_some()
+            && (self.window() + 1) * win - self.now <= WINDOW_GUARD_MS
+    }
+
     fn day_limit(&self) -> Option<u32> {
         self.limits.per_day.or(self.st.learned_day_limit)
     }
@@ -82,7 +91,10 @@ impl View<'_> {
                 let allow_at = self.tat() as f64 - f64::from(limit - 1) * self.emission(limit);
                 (allow_at - self.now as f64).max(0.0).ceil() as u64
             }
-            Some(limit) if self.used_in(self.window()) >= limit => {
+            Some(limit)
+                if self.used_in(self.window()) >= limit
+                    || (self.tail() && self.used_in(self.window() + 1) >= limit) =>
+            {
                 self.free_from(self.window() + 1, limit) * win + WINDOW_GUARD_MS - self.now
             }
             Some(_) => 0,
@@ -95,7 +107,12 @@ impl View<'_> {
             Some(limit) if self.limits.rolling => {
                 self.st.tat = (self.tat() as f64 + self.emission(limit)).ceil() as u64;
             }
-            Some(_) => *self.st.counts.entry(window).or_default() += 1,
+            Some(_) => {
+                if window == self.window() && self.tail() {
+                    *self.st.counts.entry(window + 1).or_default() += 1;
+                }
+                *self.st.counts.entry(window).or_default() += 1;
+            }
             None => {}
         }
     }
@@ -195,7 +212,10 @@ impl Pacer for MemoryPacer {
                     }
                 }
                 Some(limit) => {
-                    let x = v.free_from(w, limit);
+                    let mut x = v.free_from(w, limit);
+                    if x == w && v.tail() {
+                        x = v.free_from(w + 1, limit);
+                    }
                     v.count(x);
                     Reservation {
                         wait_ms: if x > w {

@@ -123,6 +123,8 @@ pub trait Pacer: Send + Sync {
     ) -> Result<PoolUse, FleetError>;
 }
 
-/// Reserved slots of a fixed window start this long after it: a provider whose clock runs a
-/// little behind must not count a call at our window's first instant in its previous window.
-pub const WINDOW_GUARD_MS: u64 = 250;
+/// A fixed window's edges, where a call may reach the provider in the window next to the one
+/// it was admitted in (the time from admission to the provider, clocks a little apart):
+/// reserved slots start this long into their window, and a call admitted this close to a
+/// window's end is counted in the next window too.
+pub const WINDOW_GUARD_MS: u64 = 500;

@@ -7,7 +7,7 @@
 --   dlim    a day limit learned from the quota endpoint (used when none is declared)
 -- ARGV: op (peek | admit | reserve | missed | usage | sync), limit per window (0: none), window ms,
 -- rolling (1/0), limit per day (0: none), the day's end (epoch ms; 0: unknown, keep the count),
--- the guard after a window's start (ms); for sync, the endpoint's used and limit.
+-- the guard at a window's edges (ms); for sync, the endpoint's used and limit.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local key = KEYS[1]
@@ -56,6 +56,10 @@ local function free_from(x)
   while used_in(x) >= limit do x = x + 1 end
   return x
 end
+
+-- A call admitted this close to a fixed window's end may reach the provider in the next
+-- window: it needs room in both and is counted in both.
+local tail = (not rolling) and limit > 0 and ((w + 1) * win - now) <= guard
 
 local emission = 0
 local tat = now
@@ -144,6 +148,7 @@ if op == 'reserve' then
     return {1, math.ceil(slot - now), math.ceil(slot - now + win)}
   end
   local x = free_from(w)
+  if x == w and tail then x = free_from(w + 1) end
   redis.call('HINCRBY', key, 'c:' .. x, 1)
   keep((x + 1) * win)
   local wait = 0
@@ -155,7 +160,7 @@ end
 local wait = 0
 if limit > 0 and rolling then
   wait = math.max(0, math.ceil(rolling_wait()))
-elseif limit > 0 and used_in(w) >= limit then
+elseif limit > 0 and (used_in(w) >= limit or (tail and used_in(w + 1) >= limit)) then
   wait = free_from(w + 1) * win + guard - now
 end
 if wait > 0 then return {0, wait} end
@@ -166,7 +171,8 @@ if op == 'admit' then
     keep(math.ceil(tat + emission))
   elseif limit > 0 then
     redis.call('HINCRBY', key, 'c:' .. w, 1)
-    keep((w + 1) * win)
+    if tail then redis.call('HINCRBY', key, 'c:' .. (w + 1), 1) end
+    keep((w + 2) * win)
   else
     keep(now)
   end
