@@ -73,35 +73,46 @@ fn to_utc_midnight(now_ms: u64) -> u64 {
     freeway::day::next_midnight_ms(chrono_tz::UTC, now_ms) - now_ms
 }
 
+/// A simulator allowing `rpd` free calls a day, an engine on it and the fleet's watch, with the
+/// clock kept clear of midnight (the watch reads only rests longer than the pool cap).
+struct Day {
+    sim: sim::SimHandle,
+    h: support::Harness,
+    watch: DayWatch,
+}
+
+impl Day {
+    async fn start(rpd: u32) -> Day {
+        let config = sim::SimConfig {
+            rpd,
+            ..Default::default()
+        };
+        let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
+        let h = support::harness(provider, &sim.base_url());
+        let watch = watch(&sim, h.fleet());
+        if to_utc_midnight(h.clock.now_ms()) < 30 * 60_000 {
+            h.clock.advance(Duration::from_secs(3600));
+        }
+        Day { sim, h, watch }
+    }
+}
+
+/// Execute `job` as a worker would (a run that must wait snoozes).
+async fn execute(h: &support::Harness, job: RunJob) -> Outcome {
+    let routes = job.check(&Catalog::builtin()).unwrap();
+    h.engine
+        .execute(&job, &routes, WhenResting::Snooze)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_spent_day_rests_until_midnight_and_a_top_up_the_key_endpoint_shows_lifts_it() {
-    let sim = sim::start(
-        sim::SimConfig {
-            rpd: 1,
-            ..Default::default()
-        },
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
-    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
-    let h = support::harness(provider, &sim.base_url());
-    let watch = watch(&sim, h.fleet());
-    if to_utc_midnight(h.clock.now_ms()) < 30 * 60_000 {
-        // The watch reads only rests longer than the pool cap: keep clear of midnight.
-        h.clock.advance(Duration::from_secs(3600));
-    }
-    let catalog = Catalog::builtin();
-    let run = |job: RunJob| {
-        let routes = job.check(&catalog).unwrap();
-        let engine = &h.engine;
-        async move {
-            engine
-                .execute(&job, &routes, WhenResting::Snooze)
-                .await
-                .unwrap()
-        }
-    };
+    let Day { sim, h, watch } = Day::start(1).await;
+    let run = |job: RunJob| execute(&h, job);
 
     let first = RunJob::new(request("u1"), h.clock.now_ms());
     assert!(matches!(run(first).await, Outcome::Finished { .. }));
@@ -224,32 +235,8 @@ async fn rests_that_are_no_spent_day_are_never_lifted() {
 
 #[tokio::test]
 async fn the_limiter_learns_the_day_from_the_endpoint_and_closes_it_without_a_refusal() {
-    let sim = sim::start(
-        sim::SimConfig {
-            rpd: 3,
-            ..Default::default()
-        },
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
-    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
-    let h = support::harness(provider, &sim.base_url());
-    let watch = watch(&sim, h.fleet());
-    if to_utc_midnight(h.clock.now_ms()) < 30 * 60_000 {
-        h.clock.advance(Duration::from_secs(3600));
-    }
-    let catalog = Catalog::builtin();
-    let run = |job: RunJob| {
-        let routes = job.check(&catalog).unwrap();
-        let engine = &h.engine;
-        async move {
-            engine
-                .execute(&job, &routes, WhenResting::Snooze)
-                .await
-                .unwrap()
-        }
-    };
+    let Day { sim, h, watch } = Day::start(3).await;
+    let run = |job: RunJob| execute(&h, job);
     // The pool declares no day limit; the endpoint says 3.
     assert_eq!(watch.round().await.unwrap(), vec![]);
     for n in 0..3 {
