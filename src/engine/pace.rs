@@ -101,34 +101,26 @@ impl Engine {
         let paced = earliest
             .filter(|(_, c)| c.kind == RestKind::Pace)
             .map(|(i, _)| &routes[i]);
-        let Some((route, pool, limits)) =
-            paced.and_then(|r| Some((r, r.pool.as_ref()?, r.pace.as_ref()?)))
-        else {
+        let Some(held) = paced.map(|r| self.reserve_slot(r)) else {
             return Ok(Preflight::Wait { until_ms, reason });
         };
-        let Some(held) = self
-            .fleet
-            .pace
-            .reserve(pool, limits, self.day_end(route))
-            .await?
-        else {
+        let Some(held) = held.await? else {
             return Ok(Preflight::Wait { until_ms, reason });
         };
-        let now = self.clock.now_ms();
-        let from_ms = now + held.wait_ms;
-        if from_ms >= run.job.deadline_ms {
+        if held.from_ms >= run.job.deadline_ms {
             // The slot is counted but the run cannot wait for it: the decision stands.
             return Ok(Preflight::Wait { until_ms, reason });
         }
-        run.slot = Some(HeldSlot {
-            pool: pool.clone(),
-            from_ms,
-            until_ms: now + held.valid_ms,
-        });
+        let (from_ms, wait_ms) = (
+            held.from_ms,
+            held.from_ms.saturating_sub(self.clock.now_ms()),
+        );
+        let pool = held.pool.clone();
+        run.slot = Some(held);
         let jitter = self.clock.jitter_ms(SLOT_JITTER_MS.0, SLOT_JITTER_MS.1);
         Ok(Preflight::Wait {
             until_ms: from_ms + jitter,
-            reason: format!("holding a slot of {pool} in {} ms", held.wait_ms),
+            reason: format!("holding a slot of {pool} in {wait_ms} ms"),
         })
     }
 
@@ -155,29 +147,41 @@ impl Engine {
         }) else {
             return Ok(None);
         };
-        let (Some(pool), Some(limits)) = (&routes[i].pool, &routes[i].pace) else {
+        let Some(held) = self.reserve_slot(&routes[i]).await? else {
             return Ok(None);
         };
-        let day_end = self.day_end(&routes[i]);
-        let Some(held) = self.fleet.pace.reserve(pool, limits, day_end).await? else {
-            return Ok(None);
-        };
-        let now = self.clock.now_ms();
-        run.slot = Some(HeldSlot {
-            pool: pool.clone(),
-            from_ms: now + held.wait_ms,
-            until_ms: now + held.valid_ms,
-        });
-        if held.wait_ms > allowed_ms {
+        let wait_ms = held.from_ms.saturating_sub(self.clock.now_ms());
+        let pool = held.pool.clone();
+        run.slot = Some(held);
+        if wait_ms > allowed_ms {
             // Others hold the earlier slots: the run moves on, keeping this one should it come
             // to wait after all.
             return Ok(None);
         }
-        tracing::info!(pool = %pool, wait_ms = held.wait_ms, "waiting in place for the pool's next slot");
+        tracing::info!(pool = %pool, wait_ms, "waiting in place for the pool's next slot");
         self.clock
-            .sleep(std::time::Duration::from_millis(held.wait_ms))
+            .sleep(std::time::Duration::from_millis(wait_ms))
             .await;
         Ok(Some(i))
+    }
+
+    /// Count a slot of `route`'s pool in its first window with room, for this run to call in;
+    /// `None` when the pool is not paced or its day is spent.
+    async fn reserve_slot(&self, route: &Route) -> Result<Option<HeldSlot>, EngineError> {
+        let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
+            return Ok(None);
+        };
+        let held = self
+            .fleet
+            .pace
+            .reserve(pool, limits, self.day_end(route))
+            .await?;
+        let now = self.clock.now_ms();
+        Ok(held.map(|held| HeldSlot {
+            pool: pool.clone(),
+            from_ms: now + held.wait_ms,
+            until_ms: now + held.valid_ms,
+        }))
     }
 
     /// A refusal for the pool's quota of a call the limiter let through: the configured limit

@@ -159,10 +159,8 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
 async fn pools(out: &mut Text, state: &AppState) -> Result<(), ApiError> {
     let spent = super::pools::platform_use(state).await?;
     let catalog = state.enqueuer.catalog();
-    let limits = |instance: &str| {
-        let name = instance.split('@').next().unwrap_or(instance);
-        catalog.pools().find(|p| p.name == name).cloned()
-    };
+    let limits =
+        |u: &super::pools::InstanceUse| catalog.pools().find(|p| p.name == u.pool).cloned();
     out.family(
         "freeway_pool_used",
         "gauge",
@@ -175,7 +173,7 @@ async fn pools(out: &mut Text, state: &AppState) -> Result<(), ApiError> {
     }
     out.family("freeway_pool_limit", "gauge", "The pool's declared limits.");
     for u in &spent {
-        let Some(pool) = limits(&u.instance) else {
+        let Some(pool) = limits(u) else {
             continue;
         };
         for (period, limit) in [("window", pool.rpm), ("day", pool.rpd)] {

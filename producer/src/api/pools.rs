@@ -35,6 +35,9 @@ struct PoolView {
 /// A pool instance's use, as its limiter counts it.
 #[derive(Serialize)]
 pub(super) struct InstanceUse {
+    /// The pool's name (the instance is `name` or `name@platform`).
+    #[serde(skip)]
+    pub pool: String,
     pub instance: String,
     #[serde(flatten)]
     pub spent: PoolUse,
@@ -57,7 +60,11 @@ pub(super) async fn platform_use(state: &AppState) -> Result<Vec<InstanceUse>, A
         };
         let day_end = catalog.day_clock(pool).day_end_ms(now);
         let spent = pacer.usage(&instance, &limits, day_end).await?;
-        out.push(InstanceUse { instance, spent });
+        out.push(InstanceUse {
+            pool: pool.name.clone(),
+            instance,
+            spent,
+        });
     }
     Ok(out)
 }
@@ -79,7 +86,7 @@ pub async fn pools(State(state): State<Arc<AppState>>) -> Result<Json<PoolList>,
             rests: rests_of(pool, &rests),
             spent: spent
                 .iter()
-                .position(|u| u.instance.split('@').next() == Some(pool.name.as_str()))
+                .position(|u| u.pool == pool.name)
                 .map(|i| spent.swap_remove(i)),
             pool: pool.clone(),
         })
