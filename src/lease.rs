@@ -41,6 +41,11 @@ pub trait Leases: Send + Sync {
     /// period lapses. A periodic chore that one replica does for all (reconciling, reading a
     /// quota endpoint) runs only on a true.
     async fn take_turn(&self, name: &str, period: Duration) -> Result<bool, FleetError>;
+    /// Claim the fleet's turn at a chore due once every `period`, the first time one period
+    /// after the fleet first asked: true for exactly one caller as each period ends. A chore
+    /// that spends something (a canary's call) so costs nothing when a fleet starts or a replica
+    /// joins. A fleet that stops asking for a whole period starts over.
+    async fn take_period(&self, name: &str, period: Duration) -> Result<bool, FleetError>;
 }
 
 /// Leases as Redis keys with a TTL.
@@ -66,6 +71,11 @@ impl RedisLeases {
     /// The Redis key of the turn at `name`.
     pub fn turn_key(&self, name: &str) -> String {
         format!("{}:turn:{name}", self.ns)
+    }
+
+    /// The Redis key holding when the period of chore `name` ends (ms, Redis time).
+    pub fn period_key(&self, name: &str) -> String {
+        format!("{}:period:{name}", self.ns)
     }
 }
 
@@ -119,12 +129,24 @@ impl Leases for RedisLeases {
             .await?;
         Ok(taken.is_some())
     }
+
+    async fn take_period(&self, name: &str, period: Duration) -> Result<bool, FleetError> {
+        let mut conn = self.conn.clone();
+        let taken: i64 = TAKE_PERIOD
+            .key(self.period_key(name))
+            .arg(period.as_millis().max(1) as u64)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(taken == 1)
+    }
 }
 
 /// Leases in one process, timed by a [`Clock`]: run id → (owner, expiry in clock ms).
 pub struct MemoryLeases {
     clock: Arc<dyn Clock>,
     held: Mutex<HashMap<String, (String, u64)>>,
+    /// Chore name → when its period ends (clock ms).
+    periods: Mutex<HashMap<String, u64>>,
 }
 
 impl Default for MemoryLeases {
@@ -138,6 +160,7 @@ impl MemoryLeases {
         MemoryLeases {
             clock,
             held: Mutex::new(HashMap::new()),
+            periods: Mutex::new(HashMap::new()),
         }
     }
 
@@ -193,6 +216,20 @@ impl Leases for MemoryLeases {
             true
         }))
     }
+
+    async fn take_period(&self, name: &str, period: Duration) -> Result<bool, FleetError> {
+        let (now, period) = (self.clock.now_ms(), period.as_millis().max(1) as u64);
+        let mut periods = self.periods.lock().unwrap_or_else(|e| e.into_inner());
+        let ends = periods.get(name).copied();
+        // As in Redis, a period's end is kept one more period, and forgotten after that.
+        let taken = match ends {
+            Some(end) if now < end => return Ok(false),
+            Some(end) => now < end + period,
+            None => false,
+        };
+        periods.insert(name.to_string(), now + period);
+        Ok(taken)
+    }
 }
 
 /// Returns 0 when granted, else the holder's remaining ms. Owners are unique per delivery, so a
@@ -202,6 +239,23 @@ static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| {
         r"
         if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
         return math.max(redis.call('PTTL', KEYS[1]), 1)
+        ",
+    )
+});
+
+/// 1 for the caller that finds the period of KEYS[1] ended, which starts the next; 0 for the
+/// others, and for the first ask, which starts the first period. An end is kept one period more.
+static TAKE_PERIOD: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+        local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        local period = tonumber(ARGV[1])
+        local ends = tonumber(redis.call('GET', KEYS[1]))
+        if ends and now < ends then return 0 end
+        redis.call('SET', KEYS[1], now + period, 'PX', 2 * period)
+        if ends then return 1 end
+        return 0
         ",
     )
 });

@@ -8,6 +8,7 @@
 //! `producer` crates wire it to the queue and the web.
 
 pub mod budget;
+pub mod canary;
 pub mod catalog;
 pub mod chat;
 pub mod classify;

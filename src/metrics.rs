@@ -13,6 +13,7 @@
 //! | `ns:metrics:rests` | `["<scope>","<verdict>"]` | rests written (extended) by scope and verdict |
 //! | `ns:metrics:latency` | `le:<ms>`, `le:+Inf`, `sum`, `count` | call latency in ms |
 //! | `ns:metrics:calls_per_run` | `le:<n>`, `le:+Inf`, `sum`, `count` | calls of each run when it settles |
+//! | `ns:metrics:canary_failures` | `["<provider>","<verdict>"]` | canaries the provider refused or failed |
 //!
 //! The keys never expire: they are counters, and their size is bounded by the routes in use.
 //! Recording never fails a run; a failed write is logged and that count is lost.
@@ -72,6 +73,15 @@ pub fn rest(scope: &str, verdict: &str) -> Vec<Increment> {
     }]
 }
 
+/// A provider's canary failed with `verdict`.
+pub fn canary_failure(provider: &str, verdict: &str) -> Vec<Increment> {
+    vec![Increment {
+        family: CANARY_FAILURES,
+        field: pair(provider, verdict),
+        by: 1,
+    }]
+}
+
 /// A run settled (finished, refused or paused for an approval) after `calls` calls in all.
 pub fn run(calls: u32) -> Vec<Increment> {
     observe(CALLS_PER_RUN, CALLS_PER_RUN_BUCKETS, u64::from(calls))
@@ -81,6 +91,7 @@ const CALLS: &str = "calls";
 const RESTS: &str = "rests";
 const LATENCY: &str = "latency";
 const CALLS_PER_RUN: &str = "calls_per_run";
+const CANARY_FAILURES: &str = "canary_failures";
 
 /// The counters in Redis hashes, one per family (see the module's table).
 #[derive(Clone)]
@@ -115,6 +126,8 @@ pub struct Snapshot {
     pub rests: Vec<Labelled>,
     pub latency_ms: Histogram,
     pub calls_per_run: Histogram,
+    /// `[provider, verdict]`, sorted.
+    pub canary_failures: Vec<Labelled>,
 }
 
 impl RedisMetrics {
@@ -146,14 +159,16 @@ impl Metrics for RedisMetrics {
 
     async fn read(&self) -> Result<Snapshot, FleetError> {
         let mut conn = self.conn.clone();
-        let (calls, rests, latency, per_run): (Fields, Fields, Fields, Fields) = redis::pipe()
+        let families: [Fields; 5] = redis::pipe()
             .hgetall(self.key(CALLS))
             .hgetall(self.key(RESTS))
             .hgetall(self.key(LATENCY))
             .hgetall(self.key(CALLS_PER_RUN))
-            .query_async(&mut conn)
-            .await?;
-        Ok(snapshot(&calls, &rests, &latency, &per_run))
+            .hgetall(self.key(CANARY_FAILURES))
+            .query_async::<(Fields, Fields, Fields, Fields, Fields)>(&mut conn)
+            .await?
+            .into();
+        Ok(snapshot(families.each_ref()))
     }
 }
 
@@ -182,21 +197,24 @@ impl Metrics for MemoryMetrics {
         let families = self.families.lock().unwrap_or_else(|e| e.into_inner());
         let empty = Fields::new();
         let family = |name| families.get(name).unwrap_or(&empty);
-        Ok(snapshot(
+        Ok(snapshot([
             family(CALLS),
             family(RESTS),
             family(LATENCY),
             family(CALLS_PER_RUN),
-        ))
+            family(CANARY_FAILURES),
+        ]))
     }
 }
 
-fn snapshot(calls: &Fields, rests: &Fields, latency: &Fields, per_run: &Fields) -> Snapshot {
+/// The counters from their families, in the order the module's table lists them.
+fn snapshot([calls, rests, latency, per_run, canary_failures]: [&Fields; 5]) -> Snapshot {
     Snapshot {
         calls: labelled(calls),
         rests: labelled(rests),
         latency_ms: histogram(latency, LATENCY_BUCKETS_MS),
         calls_per_run: histogram(per_run, CALLS_PER_RUN_BUCKETS),
+        canary_failures: labelled(canary_failures),
     }
 }
 

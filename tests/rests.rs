@@ -131,6 +131,14 @@ impl Fixture {
         }
     }
 
+    /// Let `ms` pass on the clock the leases are timed by (Redis's own: real time).
+    async fn pass(&self, ms: u64) {
+        match &self.backend {
+            Backend::Memory { clock, .. } => clock.advance(Duration::from_millis(ms)),
+            Backend::Redis { .. } => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+    }
+
     /// Let a run's lease get within a second of expiring.
     async fn age_lease(&self, run_id: &str) {
         match &self.backend {
@@ -290,6 +298,7 @@ on_both!(
     list_and_clear,
     closures_of_an_empty_chain_make_no_call,
     a_run_lease_has_one_holder_until_it_lets_go,
+    a_period_is_taken_by_one_caller_as_it_ends_and_never_at_the_first_ask,
 );
 
 fn pool() -> RestScope {
@@ -952,6 +961,52 @@ async fn a_run_lease_has_one_holder_until_it_lets_go(f: Fixture) {
     assert!(
         !leases.renew("run_1", first).await.unwrap(),
         "a lost lease is not renewed"
+    );
+}
+
+/// Four replicas ask for a periodic chore's turn at once, each time.
+async fn four_ask(leases: &Arc<dyn Leases>, period: Duration) -> usize {
+    let asks = (0..4).map(|_| leases.take_period("canary:openrouter", period));
+    let taken = futures_util::future::join_all(asks).await;
+    taken
+        .into_iter()
+        .filter(|t| *t.as_ref().expect("take_period"))
+        .count()
+}
+
+async fn a_period_is_taken_by_one_caller_as_it_ends_and_never_at_the_first_ask(f: Fixture) {
+    let period = Duration::from_millis(400);
+    assert_eq!(
+        four_ask(&f.leases, period).await,
+        0,
+        "the first ask starts the first period"
+    );
+    assert_eq!(four_ask(&f.leases, period).await, 0, "within the period");
+    f.pass(450).await;
+    assert_eq!(
+        four_ask(&f.leases, period).await,
+        1,
+        "one turn as the period ends"
+    );
+    assert_eq!(
+        four_ask(&f.leases, period).await,
+        0,
+        "and the next period began"
+    );
+    if let Backend::Redis { leases, conn, .. } = &f.backend {
+        let kept = pttl(conn, &leases.period_key("canary:openrouter")).await;
+        assert!(
+            (600..=800).contains(&kept),
+            "an end is kept one period more: {kept} ms"
+        );
+    }
+    f.pass(450).await;
+    assert_eq!(four_ask(&f.leases, period).await, 1);
+    f.pass(900).await;
+    assert_eq!(
+        four_ask(&f.leases, period).await,
+        0,
+        "a fleet that did not ask for a whole period starts over"
     );
 }
 

@@ -2,7 +2,8 @@
 //! `FREEWAY_CONFIG` naming Groq, Gemini and a paid provider, all played by one simulator with
 //! OpenRouter.
 //! A chain free OpenRouter → free Groq → paid answers from Groq while OpenRouter's minute is
-//! spent; `/v1/pools` and `/v1/providers` show the shapes and the rest.
+//! spent; `/v1/pools` and `/v1/providers` show the shapes and the rest. A provider's canary that
+//! fails shows in `/v1/providers`, on the board and in `/metrics`.
 
 mod common;
 
@@ -125,5 +126,74 @@ async fn a_configured_chain_fails_over_from_openrouter_to_groq_and_the_api_shows
     assert!(
         !providers.to_string().contains("gsk_fleet"),
         "no key: {providers}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_canary_shows_in_the_providers_the_board_and_the_metrics() {
+    let dir = std::env::temp_dir().join(format!("freeway-canary-{}", ulid::Ulid::generate()));
+    let fleet = Fleet::start_with(
+        "canary",
+        sim::SimConfig::default(),
+        1,
+        Logging::default(),
+        |sim| {
+            let spec =
+                json!({"kind": "upstream_429", "model": "openrouter/free", "retry_after_s": 30});
+            sim.inject(serde_json::from_value(spec).expect("a fault"));
+            std::fs::create_dir_all(&dir).expect("a temp dir");
+            let path = dir.join("freeway.toml");
+            std::fs::write(&path, "[pools.openrouter-free]\ncanary_every = \"1s\"\n")
+                .expect("the file");
+            vec![("FREEWAY_CONFIG".into(), path.display().to_string())]
+        },
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let canary = loop {
+        let providers = fleet.json("/v1/providers").await;
+        let canary = providers["providers"][0]["last_canary"].clone();
+        if !canary.is_null() {
+            break canary;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no canary: {providers}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        canary["route"], "platform:openrouter/openrouter/free",
+        "{canary}"
+    );
+    assert_eq!(
+        (&canary["ok"], &canary["http_status"], &canary["verdict"]),
+        (&json!(false), &json!(429), &json!("provider")),
+        "{canary}"
+    );
+    assert_eq!(canary["retry_hint_ms"], 30_000, "{canary}");
+    let board = fleet.json("/v1/board/overview").await;
+    assert_eq!(board["canaries"][0]["provider"], "openrouter", "{board}");
+    assert_eq!(board["canaries"][0]["verdict"], "provider", "{board}");
+    let metrics = fleet.metrics().await;
+    assert_eq!(
+        common::fleet::sample(
+            &metrics,
+            r#"freeway_canary_failures_total{provider="openrouter",verdict="provider"}"#
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    let rests = fleet.json("/v1/rests").await;
+    assert!(
+        rests
+            .to_string()
+            .contains("platform:openrouter/openrouter/free"),
+        "the refusal rested the canary's route: {rests}"
+    );
+    assert!(
+        fleet.log_of("worker-0").contains("the canary failed"),
+        "{:?}",
+        fleet.logs()
     );
 }

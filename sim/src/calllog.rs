@@ -25,6 +25,9 @@ pub struct CallRecord {
     /// `groq_rpm`, `groq_rpd`, `gemini_per_minute`, `gemini_per_day`, a fault kind, `missing_auth` (401) or `invalid_request` (400).
     pub variant: String,
     pub stream: bool,
+    /// The answer's token cap the request set (`max_tokens`, or `max_completion_tokens`).
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -36,6 +39,7 @@ struct Entry {
     status: u16,
     variant: &'static str,
     stream: bool,
+    max_tokens: Option<u64>,
 }
 
 /// One request as the server hands it to the log.
@@ -46,6 +50,7 @@ pub(crate) struct Logged<'a> {
     pub status: u16,
     pub variant: &'static str,
     pub stream: bool,
+    pub max_tokens: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -77,6 +82,7 @@ impl CallLog {
             status: call.status,
             variant: call.variant,
             stream: call.stream,
+            max_tokens: call.max_tokens,
         });
     }
 
@@ -93,6 +99,7 @@ impl CallLog {
                 status: e.status,
                 variant: e.variant.to_owned(),
                 stream: e.stream,
+                max_tokens: e.max_tokens,
             })
             .collect()
     }
@@ -117,6 +124,7 @@ mod tests {
                 status: 200,
                 variant: "ok",
                 stream: false,
+                max_tokens: None,
             };
             log.push(t, call);
         }

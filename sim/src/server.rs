@@ -116,7 +116,7 @@ async fn chat(
     }
     let turn = model::respond(&req, style);
     let tokens = turn.prompt_tokens + turn.completion_tokens;
-    let adm = sim.admit(provider, key, &req.model, req.stream, tokens);
+    let adm = sim.admit(provider, key, &req, tokens);
     match adm.verdict {
         Verdict::FreeTier(refusal) => {
             wire::free_tier_429(refusal, adm.config.shape, key).into_response()

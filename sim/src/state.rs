@@ -15,6 +15,7 @@ use crate::calllog::{CallLog, CallRecord, Logged};
 use crate::clock::Clock;
 use crate::config::{ConfigPatch, Provider, SimConfig};
 use crate::faults::{FaultQueue, FaultSpec, PendingFault};
+use crate::model::Request;
 
 struct State {
     config: SimConfig,
@@ -99,10 +100,10 @@ impl Shared {
         &self,
         provider: Option<Provider>,
         key: &str,
-        model: &str,
-        stream: bool,
+        req: &Request,
         tokens: u64,
     ) -> Admission {
+        let model = req.model.as_str();
         let mut guard = self.lock();
         let st = &mut *guard;
         let now_ms = st.clock.now_ms();
@@ -166,7 +167,8 @@ impl Shared {
             provider,
             status,
             variant,
-            stream,
+            stream: req.stream,
+            max_tokens: req.max_tokens,
         };
         st.log.push(now_ms, call);
         Admission {
@@ -195,6 +197,7 @@ impl Shared {
             status,
             variant,
             stream: false,
+            max_tokens: None,
         };
         st.log.push(now_ms, call);
     }

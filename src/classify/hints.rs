@@ -136,7 +136,7 @@ fn message_duration_ms(message: &str) -> Option<u64> {
 }
 
 /// When the provider's request allowance refills, from a successful answer's headers (docs/
-/// design.md §4.6): `x-ratelimit-reset-requests` (a duration, Groq and OpenAI) or OpenRouter's
+/// design.md §4.5): `x-ratelimit-reset-requests` (a duration, Groq and OpenAI) or OpenRouter's
 /// `X-RateLimit-Reset` (epoch ms), as ms from `now_ms`.
 pub fn headroom_reset_ms(headers: &Headers, now_ms: u64) -> Option<u64> {
     if let Some(ms) = headers

@@ -193,16 +193,7 @@ impl Engine {
             }
             Err(error) => {
                 let class = classify::classify(&error, route, finished);
-                record.http_status = match &error {
-                    CallError::Http { status, .. } => Some(*status),
-                    CallError::InBand { .. } => Some(200),
-                    CallError::Transport(_) => None,
-                };
-                record.error = Some(error.to_string());
-                record.verdict = Some(class.verdict);
-                record.retry_hint_ms = class.retry_hint_ms;
-                record.ratelimit_remaining = class.ratelimit_remaining;
-                record.provider_name = class.provider_name.clone();
+                record_failure(&mut record, &error, &class);
                 let failure = Failure { error, class };
                 self.write_rests(run, index, &failure).await?;
                 Err(Miss::Failed(Box::new(failure)))
@@ -263,9 +254,13 @@ impl Engine {
         }
     }
 
-    /// docs/design.md §4.6: an answer that says no request is left until a known reset closes
+    /// docs/design.md §4.5: an answer that says no request is left until a known reset closes
     /// the route until then (its pool, when it spends one), so the next call is not a 429.
-    async fn spend_headroom(&self, route: &Route, c: &Completion) -> Result<(), EngineError> {
+    pub(super) async fn spend_headroom(
+        &self,
+        route: &Route,
+        c: &Completion,
+    ) -> Result<(), EngineError> {
         let (Some(0), Some(reset_ms)) = (c.ratelimit_remaining, c.ratelimit_reset_ms) else {
             return Ok(());
         };
@@ -302,23 +297,7 @@ impl Engine {
         }
         let class = &failure.class;
         let route = &run.routes[index];
-        if let (Some(length), false) = (class.length, class.scope == RestScope::None) {
-            let reason = format!(
-                "{} on {} ({})",
-                class.verdict.as_str(),
-                route.key(),
-                class.rule
-            );
-            self.fleet
-                .rests
-                .write(&class.scope, length, &reason)
-                .await?;
-            let rest = metrics::rest(scope_name(&class.scope), class.verdict.as_str());
-            self.fleet.metrics.add(rest).await;
-            if class.verdict == Verdict::Account && matches!(class.scope, RestScope::Pool(_)) {
-                self.pacing_miss(route).await?;
-            }
-        }
+        self.write_rest(route, class).await?;
         if class.evidence
             && let Some(pool) = &route.pool
         {
@@ -338,6 +317,55 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+impl Engine {
+    /// Write the rest `class` calls for after a call on `route`, and count it; the pool's own
+    /// limit refusing a call its limiter admitted is a pacing miss.
+    pub(super) async fn write_rest(
+        &self,
+        route: &Route,
+        class: &Classification,
+    ) -> Result<(), EngineError> {
+        let (Some(length), false) = (class.length, class.scope == RestScope::None) else {
+            return Ok(());
+        };
+        let reason = format!(
+            "{} on {} ({})",
+            class.verdict.as_str(),
+            route.key(),
+            class.rule
+        );
+        self.fleet
+            .rests
+            .write(&class.scope, length, &reason)
+            .await?;
+        let rest = metrics::rest(scope_name(&class.scope), class.verdict.as_str());
+        self.fleet.metrics.add(rest).await;
+        if class.verdict == Verdict::Account && matches!(class.scope, RestScope::Pool(_)) {
+            self.pacing_miss(route).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Fill in how a failed call ended: its status (an in-band error came in a 200), the error,
+/// and what the classification read from it.
+pub(super) fn record_failure(
+    record: &mut AttemptRecord,
+    error: &CallError,
+    class: &Classification,
+) {
+    record.http_status = match error {
+        CallError::Http { status, .. } => Some(*status),
+        CallError::InBand { .. } => Some(200),
+        CallError::Transport(_) => None,
+    };
+    record.error = Some(error.to_string());
+    record.verdict = Some(class.verdict);
+    record.retry_hint_ms = class.retry_hint_ms;
+    record.ratelimit_remaining = class.ratelimit_remaining;
+    record.provider_name = class.provider_name.clone();
 }
 
 /// The scope label of a rest, as `/v1/rests` and the metrics name it.

@@ -7,6 +7,7 @@
 //! spent still counted.
 
 mod attempt;
+mod canary;
 mod pace;
 mod walk;
 

@@ -202,7 +202,7 @@ impl Engine {
     }
 
     /// When `route`'s pool day ends.
-    fn day_end(&self, route: &Route) -> u64 {
+    pub(super) fn day_end(&self, route: &Route) -> u64 {
         route.day.day_end_ms(self.clock.now_ms())
     }
 }

@@ -1,7 +1,11 @@
 //! An in-process [`Store`]: everything in maps behind one lock, for tests and benchmarks that
 //! need the engine without a database. It keeps the SQL store's contract, not its durability.
 
-use super::{ConnectionInfo, RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts};
+use super::{
+    ConnectionInfo, RECENT_RUNS_MAX, StatusCount, Store, StoreError, newest_per_provider,
+    sort_counts,
+};
+use crate::canary::CanaryRecord;
 use crate::chat::{Message, Role};
 use crate::job::RunJob;
 use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunStatus};
@@ -23,6 +27,7 @@ struct Memory {
     approvals: HashMap<String, Vec<ApprovalRecord>>,
     owners: HashMap<String, String>,
     jobs: HashMap<String, String>,
+    canaries: Vec<AttemptRecord>,
 }
 
 impl MemoryStore {
@@ -174,6 +179,14 @@ impl Store for MemoryStore {
 
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
         self.with(|m| m.attempts.get(run_id).cloned().unwrap_or_default())
+    }
+
+    async fn record_canary(&self, canary: &CanaryRecord) -> Result<(), StoreError> {
+        self.with(|m| m.canaries.push(canary.attempt.clone()))
+    }
+
+    async fn last_canaries(&self) -> Result<Vec<CanaryRecord>, StoreError> {
+        self.with(|m| newest_per_provider(m.canaries.clone()))
     }
 
     async fn record_decision(

@@ -26,6 +26,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "turn_fields",
         include_str!("../../migrations/0005_turn_fields.sql"),
     ),
+    (
+        6,
+        "canaries",
+        include_str!("../../migrations/0006_canaries.sql"),
+    ),
 ];
 
 pub(super) fn migrator() -> Migrator {
@@ -57,12 +62,13 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    const PINNED: [(i64, u64); 5] = [
+    const PINNED: [(i64, u64); 6] = [
         (1, 0xe69cb70d1b7d5fbf),
         (2, 0x8a2f765eeb19a40e),
         (3, 0xd7ae84a71a3089de),
         (4, 0x692db48c8c99cdc3),
         (5, 0x191c380e2c5cacb0),
+        (6, 0x9def6c565ac5b24e),
     ];
 
     /// FNV-1a: a fingerprint of a migration's text, enough to notice an edit.

@@ -21,6 +21,7 @@ pub use migrations::MIGRATIONS;
 pub use retention::Pruned;
 pub use sql::{Backend, SqlStore};
 
+use crate::canary::CanaryRecord;
 use crate::chat::Message;
 use crate::job::RunJob;
 use crate::run::{ApprovalRecord, AttemptRecord, Code, Decided, RunRecord, RunStatus};
@@ -163,6 +164,11 @@ pub trait Store: Send + Sync {
     /// (the engine records an attempt `lost` as it counts it, then how its call ended).
     async fn record_attempt(&self, attempt: &AttemptRecord) -> Result<(), StoreError>;
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError>;
+    /// Record a provider's canary in the attempt log, as an attempt of kind `canary` (its run id
+    /// is [`CanaryRecord::run_id`]; no run has it).
+    async fn record_canary(&self, canary: &CanaryRecord) -> Result<(), StoreError>;
+    /// Each provider's newest canary, sorted by provider.
+    async fn last_canaries(&self) -> Result<Vec<CanaryRecord>, StoreError>;
     /// Answer the tool call `tool_call_id` that run `run_id` paused on (a run saved awaiting
     /// approval records the call); the first answer stays.
     async fn record_decision(
@@ -184,6 +190,26 @@ pub trait Store: Send + Sync {
     /// an index over (status, code): cheap next to a scrape interval, and exact, where a counter
     /// kept beside the store could drift from it.
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, StoreError>;
+}
+
+/// [`Store::last_canaries`] from canary attempts: each provider's newest, sorted by provider.
+pub(crate) fn newest_per_provider(attempts: Vec<AttemptRecord>) -> Vec<CanaryRecord> {
+    let mut newest: std::collections::BTreeMap<String, AttemptRecord> = Default::default();
+    for attempt in attempts {
+        let Some(provider) = CanaryRecord::provider_of(&attempt.run_id) else {
+            continue;
+        };
+        match newest.get(provider) {
+            Some(kept) if kept.t_ms >= attempt.t_ms => {}
+            _ => {
+                newest.insert(provider.to_string(), attempt);
+            }
+        }
+    }
+    newest
+        .into_iter()
+        .map(|(provider, attempt)| CanaryRecord { provider, attempt })
+        .collect()
 }
 
 /// The order [`Store::count_by_status`] promises, by the text forms people read.

@@ -3,7 +3,7 @@
 //! the run ends (see [`crate::events`]).
 //!
 //! Pruning deletes finished runs (succeeded, failed, refused) last updated before the cutoff,
-//! with their attempts and approvals. Transcripts are the users' conversations, not run records:
+//! with their attempts and approvals, and canaries made before the cutoff. Transcripts are the users' conversations, not run records:
 //! their messages stay, except turns a regenerate replaced (soft-deleted) before the cutoff.
 //! Runs still queued, delayed, running or awaiting approval are never pruned.
 
@@ -15,6 +15,7 @@ use super::sql::{SqlStore, WriteTx, db_error, on_db, to_i64};
 pub struct Pruned {
     pub runs: u64,
     pub attempts: u64,
+    pub canaries: u64,
     pub approvals: u64,
     pub messages: u64,
 }
@@ -34,6 +35,7 @@ impl SqlStore {
             concat!("DELETE FROM approvals WHERE run_id IN (", old_runs!(), ")");
         const JOBS: &str = concat!("DELETE FROM run_jobs WHERE run_id IN (", old_runs!(), ")");
         const RUNS: &str = concat!("DELETE FROM runs WHERE run_id IN (", old_runs!(), ")");
+        const CANARIES: &str = "DELETE FROM attempts WHERE kind = 'canary' AND t_ms < $1";
         const MESSAGES: &str =
             "DELETE FROM messages WHERE deleted_ms IS NOT NULL AND deleted_ms < $1";
         let cutoff = to_i64(cutoff_ms, "cutoff_ms")?;
@@ -42,6 +44,7 @@ impl SqlStore {
             let mut pruned = Pruned::default();
             for (sql, count) in [
                 (ATTEMPTS, &mut pruned.attempts),
+                (CANARIES, &mut pruned.canaries),
                 (APPROVALS, &mut pruned.approvals),
                 (JOBS, &mut Default::default()),
                 (RUNS, &mut pruned.runs),

@@ -12,8 +12,10 @@
 
 use super::file_lock::FileLock;
 use super::{
-    Attached, ConnectionInfo, RECENT_RUNS_MAX, StatusCount, Store, StoreError, sort_counts,
+    Attached, ConnectionInfo, RECENT_RUNS_MAX, StatusCount, Store, StoreError, newest_per_provider,
+    sort_counts,
 };
+use crate::canary::CanaryRecord;
 use crate::chat::Message;
 use crate::job::RunJob;
 use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunStatus};
@@ -218,7 +220,7 @@ const COUNT_BY_STATUS: &str =
 
 mod open;
 mod writer;
-use writer::{Write, Writer};
+use writer::{AttemptRow, Write, Writer};
 
 pub(super) fn now_ms() -> Result<i64, StoreError> {
     to_i64(crate::clock::epoch_ms(), "now")
@@ -416,6 +418,28 @@ impl Store for SqlStore {
         const SQL: &str = "SELECT run_id, n, step, route, http_status, error, verdict, retry_hint_ms, \
              ratelimit_remaining, provider_name, latency_ms, t_ms FROM attempts WHERE run_id = $1 ORDER BY n";
         rows_for!(self, SQL, run_id, attempt_from)
+    }
+
+    async fn record_canary(&self, canary: &CanaryRecord) -> Result<(), StoreError> {
+        let row = AttemptRow {
+            kind: "canary",
+            ..attempt_row(&canary.attempt)?
+        };
+        self.writer.write(Write::Attempt(row)).await?;
+        Ok(())
+    }
+
+    async fn last_canaries(&self) -> Result<Vec<CanaryRecord>, StoreError> {
+        // The newest canary of each route; a provider whose canary changed routes keeps only
+        // its newest.
+        const SQL: &str = "SELECT a.run_id, a.n, a.step, a.route, a.http_status, a.error, a.verdict, \
+             a.retry_hint_ms, a.ratelimit_remaining, a.provider_name, a.latency_ms, a.t_ms \
+             FROM attempts a JOIN (SELECT route, MAX(t_ms) AS t_ms FROM attempts \
+             WHERE kind = 'canary' GROUP BY route) newest \
+             ON a.route = newest.route AND a.t_ms = newest.t_ms WHERE a.kind = $1";
+        let attempts: Result<Vec<AttemptRecord>, StoreError> =
+            rows_for!(self, SQL, "canary", attempt_from);
+        Ok(newest_per_provider(attempts?))
     }
 
     async fn record_decision(

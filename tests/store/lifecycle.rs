@@ -2,7 +2,9 @@
 //! and pruning what retention no longer keeps.
 
 use crate::{call, drop_database, fresh, fresh_urls, record, unique};
+use freeway::canary::CanaryRecord;
 use freeway::chat::Message;
+use freeway::classify::Verdict;
 use freeway::clock::epoch_ms;
 use freeway::run::{AttemptRecord, RunStatus};
 use freeway::store::{Backend, SqlStore, Store, StoreError};
@@ -169,6 +171,63 @@ async fn prune_deletes_finished_runs_older_than_the_cutoff_and_keeps_transcripts
             s.prune(now - 30 * day).await.unwrap(),
             Default::default(),
             "{}: nothing left to prune",
+            db.label
+        );
+        db.finish().await;
+    }
+}
+
+fn canary(provider: &str, t_ms: u64, status: u16) -> CanaryRecord {
+    let attempt = AttemptRecord {
+        http_status: Some(status),
+        verdict: (status != 200).then_some(Verdict::Account),
+        latency_ms: 7,
+        ..AttemptRecord::succeeded(
+            &CanaryRecord::run_id(provider, t_ms),
+            1,
+            0,
+            format!("platform:{provider}/m"),
+            t_ms,
+        )
+    };
+    CanaryRecord {
+        provider: provider.into(),
+        attempt,
+    }
+}
+
+#[tokio::test]
+async fn canaries_are_attempts_of_their_own_kind_read_newest_per_provider_and_pruned_by_age() {
+    for db in fresh("canaries").await {
+        let s = &db.store;
+        let day = 86_400_000;
+        let now = epoch_ms();
+        let (old, new) = (now - 40 * day, now - day);
+        for c in [
+            canary("openrouter", old, 429),
+            canary("openrouter", new, 200),
+            canary("groq", old, 200),
+        ] {
+            s.record_canary(&c).await.unwrap();
+        }
+        let last = s.last_canaries().await.unwrap();
+        assert_eq!(
+            last,
+            vec![canary("groq", old, 200), canary("openrouter", new, 200)],
+            "{}",
+            db.label
+        );
+        assert!(
+            s.count_by_status().await.unwrap().is_empty(),
+            "{}: no run",
+            db.label
+        );
+        let pruned = s.prune(now - 30 * day).await.unwrap();
+        assert_eq!((pruned.canaries, pruned.attempts), (2, 0), "{}", db.label);
+        assert_eq!(
+            s.last_canaries().await.unwrap(),
+            vec![canary("openrouter", new, 200)],
+            "{}",
             db.label
         );
         db.finish().await;

@@ -10,6 +10,7 @@ use crate::payload::LenientJson;
 use apalis::prelude::*;
 use apalis_core::backend::ext::with_codec::WithCodec;
 use apalis_core::error::AbortError;
+use freeway::canary::Canary;
 use freeway::engine::{Engine, Outcome, WhenResting};
 use freeway::job::RunJob;
 use queue::Queue;
@@ -27,6 +28,9 @@ const POLL: Duration = Duration::from_millis(50);
 /// The longest between two looks at the day rests; each rest's endpoint is read at its own
 /// period, by one replica.
 const DAY_WATCH_ROUND: Duration = Duration::from_secs(30);
+/// The longest between two looks at the canaries; a canary runs within a round of its period's
+/// end, or a quarter of its period when that is shorter.
+const CANARY_ROUND: Duration = Duration::from_secs(30);
 
 /// What every handler call shares.
 pub struct App {
@@ -38,6 +42,17 @@ pub struct App {
     pub reconcile: Duration,
     /// Lifts spent days early; its rounds run every [`DAY_WATCH_ROUND`] at most.
     pub day_watch: freeway::quota::DayWatch,
+    /// The providers' canaries; a round runs every [`CANARY_ROUND`] at most.
+    pub canaries: Vec<Canary>,
+}
+
+/// The canaries the catalog calls for, saying which providers have none and why.
+pub fn canaries(catalog: &freeway::catalog::Catalog) -> Vec<Canary> {
+    let (canaries, without) = freeway::canary::plan(catalog);
+    for provider in without {
+        info!(%provider, "no canary: none of the provider's pools names a model without a pattern");
+    }
+    canaries
 }
 
 /// Why a job was dead-lettered: shown as the task's result in apalis's record.
@@ -204,7 +219,8 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
 }
 
 /// The replica's housekeeping: wake snoozed runs, promote due jobs, vacuum old records, and
-/// take its turn at reconciling the store with Redis and at reading quota endpoints.
+/// take its turn at reconciling the store with Redis, at reading quota endpoints and at sending
+/// the providers' canaries.
 async fn tick(app: Arc<App>) {
     let mut last_vacuum = tokio::time::Instant::now();
     let mut last_reconcile = tokio::time::Instant::now();
@@ -212,6 +228,15 @@ async fn tick(app: Arc<App>) {
     // The first look is at once: a day already spent elsewhere must close before a call finds it.
     let mut last_day_watch = tokio::time::Instant::now()
         .checked_sub(day_watch_round)
+        .unwrap_or_else(tokio::time::Instant::now);
+    let canary_round = app
+        .canaries
+        .iter()
+        .map(|c| c.every / 4)
+        .fold(CANARY_ROUND, Duration::min);
+    // The first round starts the fleet's first period (no call): at once, like the day watch.
+    let mut last_canaries = tokio::time::Instant::now()
+        .checked_sub(canary_round)
         .unwrap_or_else(tokio::time::Instant::now);
     loop {
         tokio::time::sleep(TICK).await;
@@ -237,6 +262,12 @@ async fn tick(app: Arc<App>) {
         if last_day_watch.elapsed() >= day_watch_round {
             last_day_watch = tokio::time::Instant::now();
             watch_days(&app).await;
+        }
+        if last_canaries.elapsed() >= canary_round {
+            last_canaries = tokio::time::Instant::now();
+            if let Err(e) = app.engine.canaries(&app.canaries).await {
+                warn!(error = %e, "the canary round failed");
+            }
         }
         if last_vacuum.elapsed() >= VACUUM_EVERY {
             last_vacuum = tokio::time::Instant::now();

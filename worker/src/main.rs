@@ -194,6 +194,7 @@ fn serve(
             enqueuer,
             reconcile,
             day_watch: wired.day_watch.every(quota_check),
+            canaries: consume::canaries(&settings.catalog),
         });
         match consume::run(app, concurrency, grace).await {
             Ok(()) => ExitCode::SUCCESS,

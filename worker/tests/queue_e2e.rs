@@ -560,3 +560,49 @@ async fn ten_replicas_never_call_a_declared_pool_past_its_limit_in_any_window() 
     assert!(per_window.len() >= 6, "{per_window:?}");
     c.assert_budgets(&runs).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_replicas_send_one_canary_per_period_for_the_fleet() {
+    const PERIOD_MS: u64 = 2_000;
+    let mut c = Cluster::start("canary", sim::SimConfig::default()).await;
+    let file = c.dir.join("freeway.toml");
+    std::fs::write(&file, "[pools.openrouter-free]\ncanary_every = \"2s\"\n").unwrap();
+    let file = file.to_str().unwrap().to_string();
+    for _ in 0..3 {
+        c.spawn_worker_with(&[], &[("FREEWAY_CONFIG", &file)]);
+    }
+    c.sim_until(Duration::from_secs(30), |sim| sim.calls().len() >= 2)
+        .await;
+    let calls = c.sim.calls();
+    assert!(
+        calls
+            .iter()
+            .all(|r| r.model == "openrouter/free" && r.max_tokens == Some(1)),
+        "only canaries: {calls:?}"
+    );
+    // Three replicas sending their own would land within one round (a quarter period) of each
+    // other; the fleet's canaries are a period apart.
+    let gap = calls[1].t_ms - calls[0].t_ms;
+    assert!(
+        gap >= PERIOD_MS - 100,
+        "one canary per period, {gap} ms apart: {calls:?}"
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        use freeway::store::Store;
+        let stored = c.store.last_canaries().await.unwrap();
+        if stored
+            .first()
+            .is_some_and(|s| s.attempt.t_ms >= calls[1].t_ms - 50)
+        {
+            assert_eq!(stored.len(), 1, "one provider");
+            assert_eq!(stored[0].attempt.http_status, Some(200));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the canary was not stored: {stored:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -18,6 +18,7 @@
 use super::AppState;
 use super::auth::presents_admin;
 use super::error::{ApiError, PathParams};
+use super::pools::CanaryView;
 use super::user::ForUser;
 use crate::view::RunView;
 use axum::Json;
@@ -111,6 +112,15 @@ pub struct Overview {
     depths: Depths,
     workers: Vec<Worker>,
     rests: Vec<ActiveRest>,
+    /// Each provider's newest canary.
+    canaries: Vec<ProviderCanary>,
+}
+
+#[derive(Serialize)]
+struct ProviderCanary {
+    provider: String,
+    #[serde(flatten)]
+    canary: CanaryView,
 }
 
 #[derive(Serialize)]
@@ -120,7 +130,7 @@ struct Viewer {
     clear_enabled: bool,
 }
 
-/// `GET /v1/board/overview`: depths, workers and rests in one poll.
+/// `GET /v1/board/overview`: depths, workers, rests and canaries in one poll.
 pub async fn overview(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -129,6 +139,7 @@ pub async fn overview(
     let (depths, mut replicas) = state.enqueuer.queue().snapshot().await?;
     replicas.truncate(MAX_WORKERS);
     let rests = state.enqueuer.rests().list().await?;
+    let canaries = state.store.last_canaries().await?;
     Ok(Json(Overview {
         now_ms,
         namespace: state.enqueuer.namespace().to_string(),
@@ -139,6 +150,13 @@ pub async fn overview(
         depths,
         workers: workers(replicas, now_ms),
         rests,
+        canaries: canaries
+            .into_iter()
+            .map(|c| ProviderCanary {
+                provider: c.provider.clone(),
+                canary: c.into(),
+            })
+            .collect(),
     }))
 }
 

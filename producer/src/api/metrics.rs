@@ -5,6 +5,7 @@
 //! | `freeway_runs{status,code}` | gauge | the store: runs it holds (`code=""` while a run has none) |
 //! | `freeway_calls_total{route,outcome}` | counter | Redis, added by every worker: `outcome` is `ok` or the verdict |
 //! | `freeway_rests_written_total{scope,verdict}` | counter | Redis, added by every worker |
+//! | `freeway_canary_failures_total{provider,verdict}` | counter | Redis, added by the replica that sent the canary |
 //! | `freeway_active_rests{scope}` | gauge | the rest index |
 //! | `freeway_delayed_jobs` | gauge | snoozed runs waiting for a rest to end |
 //! | `freeway_queue_jobs{state}` | gauge | apalis's keys and ours (waiting, scheduled, delayed, running, done, dead) |
@@ -79,6 +80,17 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
         "freeway_rests_written_total",
         ["scope", "verdict"],
         &counters.rests,
+    );
+    out.family(
+        "freeway_canary_failures_total",
+        "counter",
+        "Canaries the provider refused or failed, by the failure's verdict.",
+    );
+    labelled(
+        &mut out,
+        "freeway_canary_failures_total",
+        ["provider", "verdict"],
+        &counters.canary_failures,
     );
     out.family(
         "freeway_active_rests",

@@ -9,10 +9,12 @@ use super::AppState;
 use super::error::ApiError;
 use axum::Json;
 use axum::extract::State;
+use freeway::canary::CanaryRecord;
 use freeway::catalog::{Pool, PoolKeys, Provider};
 use freeway::pace::{Pacer, PoolUse};
 use freeway::rest::{ActiveRest, Rests};
 use freeway::route::Connection;
+use freeway::store::Store;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -126,10 +128,47 @@ struct ProviderView {
     provider: Provider,
     /// The pools that spend this provider's quotas.
     pools: Vec<String>,
+    /// What the provider's newest canary found; `null` before its first.
+    last_canary: Option<CanaryView>,
 }
 
-pub async fn providers(State(state): State<Arc<AppState>>) -> Json<ProviderList> {
+/// A canary as the attempt log keeps it, without the run fields it has none of.
+#[derive(Serialize)]
+pub struct CanaryView {
+    route: String,
+    t_ms: u64,
+    ok: bool,
+    http_status: Option<u16>,
+    verdict: Option<&'static str>,
+    error: Option<String>,
+    latency_ms: u64,
+    retry_hint_ms: Option<u64>,
+    ratelimit_remaining: Option<i64>,
+    provider_name: Option<String>,
+}
+
+impl From<CanaryRecord> for CanaryView {
+    fn from(c: CanaryRecord) -> Self {
+        let ok = !c.failed();
+        let a = c.attempt;
+        CanaryView {
+            route: a.route,
+            t_ms: a.t_ms,
+            ok,
+            http_status: a.http_status,
+            verdict: a.verdict.map(|v| v.as_str()),
+            error: a.error,
+            latency_ms: a.latency_ms,
+            retry_hint_ms: a.retry_hint_ms,
+            ratelimit_remaining: a.ratelimit_remaining,
+            provider_name: a.provider_name,
+        }
+    }
+}
+
+pub async fn providers(State(state): State<Arc<AppState>>) -> Result<Json<ProviderList>, ApiError> {
     let catalog = state.enqueuer.catalog();
+    let mut canaries = state.store.last_canaries().await?;
     let providers = catalog
         .providers()
         .map(|provider| ProviderView {
@@ -138,8 +177,12 @@ pub async fn providers(State(state): State<Arc<AppState>>) -> Json<ProviderList>
                 .filter(|p| p.provider == provider.name)
                 .map(|p| p.name.clone())
                 .collect(),
+            last_canary: canaries
+                .iter()
+                .position(|c| c.provider == provider.name)
+                .map(|i| canaries.swap_remove(i).into()),
             provider: provider.clone(),
         })
         .collect();
-    Json(ProviderList { providers })
+    Ok(Json(ProviderList { providers }))
 }

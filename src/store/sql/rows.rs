@@ -358,6 +358,7 @@ pub(super) fn message_row(
 
 pub(super) fn attempt_row(a: &AttemptRecord) -> Result<AttemptRow, StoreError> {
     Ok(AttemptRow {
+        kind: "call",
         run_id: a.run_id.clone(),
         n: i64::from(a.n),
         step: i64::from(a.step),

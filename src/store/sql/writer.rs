@@ -87,6 +87,8 @@ pub(super) struct MessageRow {
 
 /// An attempt as the `attempts` table holds it.
 pub(super) struct AttemptRow {
+    /// `call` for a run's attempt, `canary` for a provider's canary.
+    pub kind: &'static str,
     pub run_id: String,
     pub n: i64,
     pub step: i64,
@@ -209,7 +211,7 @@ const RUN_COLUMNS: usize = 28;
 const ENSURE_COLUMNS: usize = 5;
 const RESERVE_COLUMNS: usize = 4;
 const MESSAGE_COLUMNS: usize = 11;
-const ATTEMPT_COLUMNS: usize = 12;
+const ATTEMPT_COLUMNS: usize = 13;
 
 const INSERT_RUNS: &str = concat!("INSERT INTO runs (", run_columns!(), ") VALUES ");
 const CREATE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO NOTHING";
@@ -242,7 +244,7 @@ const INSERT_MESSAGES: &str = "INSERT INTO messages \
      turn_fields, created_ms) VALUES ";
 const INSERT_MESSAGES_TAIL: &str = " ON CONFLICT (run_id, msg_key) DO NOTHING";
 const INSERT_ATTEMPTS: &str = "INSERT INTO attempts (run_id, n, step, route, http_status, error, \
-     verdict, retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms) VALUES ";
+     verdict, retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms, kind) VALUES ";
 // An attempt is recorded `lost` as it is counted, then replaced by how its call ended.
 const INSERT_ATTEMPTS_TAIL: &str = " ON CONFLICT (run_id, n) DO UPDATE SET step = excluded.step, \
      route = excluded.route, http_status = excluded.http_status, error = excluded.error, \
@@ -560,7 +562,8 @@ macro_rules! apply_all {
                     .bind(a.ratelimit_remaining)
                     .bind(&a.provider_name)
                     .bind(a.latency_ms)
-                    .bind(a.t_ms);
+                    .bind(a.t_ms)
+                    .bind(a.kind);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
         }
