@@ -14,12 +14,11 @@
 //!
 //! A pool reopened either way is returned, so the caller can wake the runs it delayed.
 
-use crate::catalog::{Catalog, Pool, PoolKeys};
+use crate::catalog::{Catalog, Pool};
 use crate::fleet::{Fleet, FleetError};
 use crate::pace::Limits;
 use crate::provider::{EnvTargets, HttpProvider};
 use crate::rest::ActiveRest;
-use crate::route::Connection;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,10 +92,7 @@ impl DayWatch {
         };
         // Only the operator's key is the watch's to read; a user's spent day holds until its
         // reset or the operator's clear.
-        let instance = match pool.keys {
-            PoolKeys::Platform => pool.name.clone(),
-            PoolKeys::Each => format!("{}@{}", pool.name, Connection::Platform.id()),
-        };
+        let instance = pool.platform_instance();
         let leases = &self.fleet.leases;
         let day_rest = rests.iter().find(|r| r.key == instance && r.is_day_rest());
         let first_sight = match day_rest {

@@ -6,7 +6,10 @@
 mod support;
 
 use freeway::clock::InstantClock;
-use freeway::pace::{Limits, MemoryPacer, Pacer, RedisPacer, Reservation, Slot, WINDOW_GUARD_MS};
+use freeway::pace::{
+    Headroom, Limits, MemoryPacer, Pacer, PoolSeen, RedisPacer, Refusal, Reservation, Seen, Slot,
+    WINDOW_GUARD_MS,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -239,7 +242,49 @@ on_both!(
     a_day_limit_closes_until_the_day_ends_and_a_new_day_counts_again,
     a_miss_marks_the_window_full_and_is_counted,
     replicas_asking_at_once_get_exactly_the_windows_room,
+    what_the_provider_said_last_is_kept_per_pool,
 );
+
+async fn what_the_provider_said_last_is_kept_per_pool(f: Fixture) {
+    assert_eq!(f.pace.seen(POOL).await.unwrap(), PoolSeen::default());
+    let headroom = |remaining, t_ms| {
+        Seen::Headroom(Headroom {
+            remaining,
+            t_ms,
+            resets_at_ms: Some(t_ms + 60_000),
+        })
+    };
+    f.pace.saw(POOL, headroom(12, 1_000)).await.unwrap();
+    f.pace.saw(POOL, headroom(11, 2_000)).await.unwrap();
+    let refusal = Refusal {
+        t_ms: 3_000,
+        route: "platform:openrouter/a:free".into(),
+        verdict: "account".into(),
+    };
+    f.pace
+        .saw(POOL, Seen::Refusal(refusal.clone()))
+        .await
+        .unwrap();
+    let seen = f.pace.seen(POOL).await.unwrap();
+    assert_eq!(
+        seen.headroom,
+        Some(Headroom {
+            remaining: 11,
+            t_ms: 2_000,
+            resets_at_ms: Some(62_000)
+        }),
+        "the newest answer's"
+    );
+    assert_eq!(
+        seen.last_429,
+        Some(refusal),
+        "a refusal leaves the headroom as it was"
+    );
+    assert_eq!(
+        f.pace.seen("groq-llama-70b@platform").await.unwrap(),
+        PoolSeen::default()
+    );
+}
 
 #[tokio::test]
 async fn the_next_window_admits_again_and_a_held_slot_comes_due() {

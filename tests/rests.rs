@@ -517,6 +517,21 @@ async fn three_failures_from_two_users_rest_the_pool(f: Fixture) {
         (listed[0].scope.as_str(), listed[0].key.as_str()),
         ("pool", POOL)
     );
+    // Nobody said how long the pool is closed: its end is probed by one call.
+    let free = route(LLAMA_FREE);
+    assert_eq!(
+        f.rests.claim_probes(&free, "a").await.expect("claim"),
+        Probe::NotDue
+    );
+    f.end_rest(&pool()).await;
+    assert_eq!(
+        f.rests.claim_probes(&free, "a").await.expect("claim"),
+        Probe::Claimed
+    );
+    assert!(matches!(
+        f.rests.claim_probes(&free, "b").await.expect("claim"),
+        Probe::Held(_)
+    ));
 }
 
 async fn three_failures_from_one_user_do_not(f: Fixture) {

@@ -116,6 +116,33 @@ async fn a_configured_chain_fails_over_from_openrouter_to_groq_and_the_api_shows
         (&json!(1), &json!(0)),
         "{groq}"
     );
+    // What the providers said: OpenRouter's last 429 and its verdict; the requests Groq's answer
+    // said were left of its minute.
+    let refused = &free["seen"]["last_429"];
+    assert_eq!(
+        (&refused["route"], &refused["verdict"]),
+        (
+            &json!(format!("platform:openrouter/{FREE}")),
+            &json!("account")
+        ),
+        "{free}"
+    );
+    assert!(
+        groq["seen"]["headroom"]["remaining"]
+            .as_i64()
+            .is_some_and(|n| n > 0),
+        "{groq}"
+    );
+    assert_eq!(free["seen"]["headroom"], Value::Null, "{free}");
+    let metrics = fleet.metrics().await;
+    assert!(
+        common::fleet::sample(
+            &metrics,
+            r#"freeway_pool_headroom{pool="groq-llama-70b@platform"}"#
+        )
+        .is_some_and(|n| n > 0.0),
+        "{metrics}"
+    );
 
     let providers = fleet.json("/v1/providers").await;
     let names: Vec<&str> = providers["providers"]

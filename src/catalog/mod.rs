@@ -83,6 +83,15 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// The instance the platform's key spends: the pool itself, or `{pool}@platform` for a
+    /// per-key pool.
+    pub fn platform_instance(&self) -> String {
+        match self.keys {
+            PoolKeys::Platform => self.name.clone(),
+            PoolKeys::Each => format!("{}@{}", self.name, Connection::Platform.id()),
+        }
+    }
+
     /// The limits the limiter paces this pool by (docs/design.md §4.4); `None` when it declares
     /// neither `rpm` nor `rpd`.
     pub fn limits(&self) -> Option<Limits> {

@@ -9,6 +9,7 @@ use super::{Engine, EngineError, Run};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::metrics;
+use crate::pace::{Headroom, Refusal, Seen};
 use crate::provider::{CallError, ChatRequest, Completion, Target};
 use crate::rest::Probe;
 use crate::route::Route;
@@ -195,7 +196,7 @@ impl Engine {
                 let class = classify::classify(&error, route, finished);
                 record_failure(&mut record, &error, &class);
                 let failure = Failure { error, class };
-                self.write_rests(run, index, &failure).await?;
+                self.write_rests(run, index, &record, &failure).await?;
                 Err(Miss::Failed(Box::new(failure)))
             }
         };
@@ -261,6 +262,15 @@ impl Engine {
         route: &Route,
         c: &Completion,
     ) -> Result<(), EngineError> {
+        if let (Some(pool), Some(remaining)) = (&route.pool, c.ratelimit_remaining) {
+            let now = self.clock.now_ms();
+            let seen = Seen::Headroom(Headroom {
+                remaining,
+                t_ms: now,
+                resets_at_ms: c.ratelimit_reset_ms.map(|ms| now + ms),
+            });
+            self.fleet.pace.saw(pool, seen).await?;
+        }
         let (Some(0), Some(reset_ms)) = (c.ratelimit_remaining, c.ratelimit_reset_ms) else {
             return Ok(());
         };
@@ -290,6 +300,7 @@ impl Engine {
         &self,
         run: &mut Run<'_>,
         index: usize,
+        record: &AttemptRecord,
         failure: &Failure,
     ) -> Result<(), EngineError> {
         if failure.is_mid_stream_rate_limit(run.rec.state.emitted) {
@@ -297,7 +308,7 @@ impl Engine {
         }
         let class = &failure.class;
         let route = &run.routes[index];
-        self.write_rest(route, class).await?;
+        self.write_rest(route, record, class).await?;
         if class.evidence
             && let Some(pool) = &route.pool
         {
@@ -320,13 +331,23 @@ impl Engine {
 }
 
 impl Engine {
-    /// Write the rest `class` calls for after a call on `route`, and count it; the pool's own
-    /// limit refusing a call its limiter admitted is a pacing miss.
+    /// Write the rest a failed call on `route` calls for, and count it; the pool's own limit
+    /// refusing a call its limiter admitted is a pacing miss. A 429 on a pool's route is kept
+    /// as the pool's last.
     pub(super) async fn write_rest(
         &self,
         route: &Route,
+        record: &AttemptRecord,
         class: &Classification,
     ) -> Result<(), EngineError> {
+        if let (Some(pool), Some(429)) = (&route.pool, record.http_status) {
+            let seen = Seen::Refusal(Refusal {
+                t_ms: record.t_ms + record.latency_ms,
+                route: route.key(),
+                verdict: class.verdict.as_str().to_string(),
+            });
+            self.fleet.pace.saw(pool, seen).await?;
+        }
         let (Some(length), false) = (class.length, class.scope == RestScope::None) else {
             return Ok(());
         };

@@ -1,6 +1,6 @@
 //! The limiter in one process: [`MemoryPacer`], the rules of `pace.lua` on a [`Clock`].
 
-use super::{DaySync, Limits, Pacer, PoolUse, Reservation, Slot, WINDOW_GUARD_MS};
+use super::{DaySync, Limits, Pacer, PoolSeen, PoolUse, Reservation, Seen, Slot, WINDOW_GUARD_MS};
 use crate::clock::{Clock, SystemClock};
 use crate::fleet::FleetError;
 use async_trait::async_trait;
@@ -25,6 +25,7 @@ struct State {
 pub struct MemoryPacer {
     clock: Arc<dyn Clock>,
     pools: Mutex<HashMap<String, State>>,
+    seen: Mutex<HashMap<String, PoolSeen>>,
 }
 
 impl Default for MemoryPacer {
@@ -123,6 +124,7 @@ impl MemoryPacer {
         MemoryPacer {
             clock,
             pools: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashMap::new()),
         }
     }
 
@@ -303,5 +305,20 @@ impl Pacer for MemoryPacer {
                 misses: v.st.misses,
             }
         }))
+    }
+
+    async fn saw(&self, pool: &str, seen: Seen) -> Result<(), FleetError> {
+        let mut all = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = all.entry(pool.to_string()).or_default();
+        match seen {
+            Seen::Headroom(h) => kept.headroom = Some(h),
+            Seen::Refusal(r) => kept.last_429 = Some(r),
+        }
+        Ok(())
+    }
+
+    async fn seen(&self, pool: &str) -> Result<PoolSeen, FleetError> {
+        let all = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(all.get(pool).cloned().unwrap_or_default())
     }
 }

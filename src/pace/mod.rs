@@ -80,6 +80,41 @@ pub struct PoolUse {
     pub misses: u32,
 }
 
+/// What a provider last said about a pool: shown beside its use, whether or not it declares
+/// limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PoolSeen {
+    /// The requests a successful answer said were left (`X-RateLimit-Remaining`,
+    /// `x-ratelimit-remaining-requests`).
+    pub headroom: Option<Headroom>,
+    /// The last 429 on one of the pool's routes.
+    pub last_429: Option<Refusal>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Headroom {
+    pub remaining: i64,
+    /// When the answer came (epoch ms).
+    pub t_ms: u64,
+    /// When the provider said its count resets (epoch ms), if it said.
+    pub resets_at_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    pub t_ms: u64,
+    pub route: String,
+    /// How the refusal was classified.
+    pub verdict: String,
+}
+
+/// One thing a provider said about a pool, for [`Pacer::saw`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    Headroom(Headroom),
+    Refusal(Refusal),
+}
+
 /// The fleet's limiter. `day_end_ms` is the epoch ms at which the pool's current day ends (its
 /// day clock's next midnight): the day counter starts again when it changes.
 #[async_trait]
@@ -121,7 +156,15 @@ pub trait Pacer: Send + Sync {
         limits: &Limits,
         day_end_ms: u64,
     ) -> Result<PoolUse, FleetError>;
+    /// Keep what the provider just said about the pool (the newest of each kind is kept, for a
+    /// day).
+    async fn saw(&self, pool: &str, seen: Seen) -> Result<(), FleetError>;
+    /// What the provider last said about the pool.
+    async fn seen(&self, pool: &str) -> Result<PoolSeen, FleetError>;
 }
+
+/// How long what a provider said about a pool is kept.
+pub const SEEN_TTL_MS: u64 = 24 * 3600 * 1000;
 
 /// A fixed window's edges, where a call may reach the provider in the window next to the one
 /// it was admitted in (the time from admission to the provider, clocks a little apart):

@@ -5,7 +5,10 @@
 //! concurrent callers are serialised by Redis: ten replicas asking at once get exactly the
 //! window's room.
 
-use super::{DaySync, Limits, Pacer, PoolUse, Reservation, Slot, WINDOW_GUARD_MS};
+use super::{
+    DaySync, Headroom, Limits, Pacer, PoolSeen, PoolUse, Refusal, Reservation, SEEN_TTL_MS, Seen,
+    Slot, WINDOW_GUARD_MS,
+};
 use crate::fleet::FleetError;
 use async_trait::async_trait;
 use redis::Script;
@@ -32,6 +35,11 @@ impl RedisPacer {
     /// The hash that holds `pool`'s limiter.
     pub fn key(&self, pool: &str) -> String {
         format!("{}:{{{pool}}}:pace", self.ns)
+    }
+
+    /// The hash of what the provider last said about `pool`.
+    pub fn seen_key(&self, pool: &str) -> String {
+        format!("{}:{{{pool}}}:seen", self.ns)
     }
 
     async fn call(
@@ -153,5 +161,57 @@ impl Pacer for RedisPacer {
             reserved: at(3) as u32,
             misses: at(4) as u32,
         })
+    }
+
+    async fn saw(&self, pool: &str, seen: Seen) -> Result<(), FleetError> {
+        let key = self.seen_key(pool);
+        let fields: Vec<(&str, String)> = match seen {
+            Seen::Headroom(h) => vec![
+                ("hr", h.remaining.to_string()),
+                ("hr_t", h.t_ms.to_string()),
+                (
+                    "hr_reset",
+                    h.resets_at_ms.map_or_else(String::new, |t| t.to_string()),
+                ),
+            ],
+            Seen::Refusal(r) => vec![
+                ("r_t", r.t_ms.to_string()),
+                ("r_route", r.route),
+                ("r_verdict", r.verdict),
+            ],
+        };
+        let mut conn = self.conn.clone();
+        let _: () = redis::pipe()
+            .hset_multiple(&key, &fields)
+            .ignore()
+            .pexpire(&key, SEEN_TTL_MS as i64)
+            .ignore()
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn seen(&self, pool: &str) -> Result<PoolSeen, FleetError> {
+        let mut conn = self.conn.clone();
+        let kept: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.seen_key(pool))
+            .query_async(&mut conn)
+            .await?;
+        let number = |field: &str| kept.get(field).and_then(|v| v.parse::<u64>().ok());
+        let headroom = kept
+            .get("hr")
+            .and_then(|v| v.parse().ok())
+            .zip(number("hr_t"))
+            .map(|(remaining, t_ms)| Headroom {
+                remaining,
+                t_ms,
+                resets_at_ms: number("hr_reset"),
+            });
+        let last_429 = number("r_t").map(|t_ms| Refusal {
+            t_ms,
+            route: kept.get("r_route").cloned().unwrap_or_default(),
+            verdict: kept.get("r_verdict").cloned().unwrap_or_default(),
+        });
+        Ok(PoolSeen { headroom, last_429 })
     }
 }

@@ -193,13 +193,12 @@ impl Rests for MemoryRests {
         }
         let scope = RestScope::Pool(pool.to_string());
         let requested = EVIDENCE_POOL_REST_MS as i64;
-        Ok(Some(state.extend(
-            &scope,
-            requested,
-            POOL_REST_CAP_MS,
-            EVIDENCE_REASON,
-            now,
-        )))
+        let remaining = state.extend(&scope, requested, POOL_REST_CAP_MS, EVIDENCE_REASON, now);
+        // Nobody said how long the pool is closed: its end calls for a probe.
+        state
+            .guesses
+            .insert(scope, now + remaining + GUESS_MEMORY_MS);
+        Ok(Some(remaining))
     }
 
     async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError> {

@@ -127,6 +127,20 @@ impl RedisRests {
         }
     }
 
+    /// Remember past the end of the rest at `key` that its length was a guess: its end calls
+    /// for a probe.
+    async fn remember_guess(&self, key: &str, remaining_ms: u64) -> Result<(), FleetError> {
+        let mut conn = self.conn.clone();
+        let _: () = redis::cmd("SET")
+            .arg(guess_key(key))
+            .arg(1)
+            .arg("PX")
+            .arg(remaining_ms.saturating_add(GUESS_MEMORY_MS))
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
     /// PTTL and value of each key in one pipeline: `(remaining ms, reason)` for a key that rests.
     /// A key without a TTL is not a rest this module wrote, and is ignored.
     async fn read_rests(&self, keys: &[String]) -> Result<Vec<Option<(u64, String)>>, FleetError> {
@@ -180,14 +194,7 @@ impl Rests for RedisRests {
         let remaining = non_negative(remaining);
         self.index(&key, remaining, now).await;
         if matches!(length, RestLength::Guess(_)) {
-            // Remember past the rest's end that it was a guess: its end calls for a probe.
-            let _: () = redis::cmd("SET")
-                .arg(guess_key(&key))
-                .arg(1)
-                .arg("PX")
-                .arg(remaining.saturating_add(GUESS_MEMORY_MS))
-                .query_async(&mut conn)
-                .await?;
+            self.remember_guess(&key, remaining).await?;
         }
         Ok(remaining)
     }
@@ -279,6 +286,7 @@ impl Rests for RedisRests {
         }
         let remaining = non_negative(remaining);
         self.index(&rest_key, remaining, now).await;
+        self.remember_guess(&rest_key, remaining).await?;
         Ok(Some(remaining))
     }
 

@@ -16,6 +16,7 @@
 //! | `freeway_pool_limit{pool,period}` | gauge | the pool's declared limits |
 //! | `freeway_pool_reserved{pool}` | gauge | slots of later windows held by waiting runs |
 //! | `freeway_pacing_misses_total{pool}` | counter | refusals of calls the limiter admitted |
+//! | `freeway_pool_headroom{pool}` | gauge | requests the provider's last answer said were left |
 //!
 //! Counters that the workers add to live in Redis ([`freeway::metrics`]) so that the producer
 //! serves fleet-wide values and replicas need no port of their own. The route is outside `/v1`:
@@ -31,6 +32,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use freeway::metrics::Metrics;
 use freeway::metrics::{Histogram, Labelled};
+use freeway::pace::Pacer;
 use freeway::rest::Rests;
 use freeway::store::Store;
 use std::fmt::Write;
@@ -212,6 +214,21 @@ async fn pools(out: &mut Text, state: &AppState) -> Result<(), ApiError> {
     for u in &spent {
         let labels = [("pool", u.instance.as_str())];
         out.sample("freeway_pacing_misses_total", &labels, u.spent.misses);
+    }
+    out.family(
+        "freeway_pool_headroom",
+        "gauge",
+        "Requests the provider's last answer said were left on the pool's platform instance.",
+    );
+    for pool in catalog.pools() {
+        let instance = pool.platform_instance();
+        if let Some(h) = state.enqueuer.pacer().seen(&instance).await?.headroom {
+            out.sample(
+                "freeway_pool_headroom",
+                &[("pool", instance.as_str())],
+                h.remaining,
+            );
+        }
     }
     Ok(())
 }

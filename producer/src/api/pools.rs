@@ -10,10 +10,9 @@ use super::error::ApiError;
 use axum::Json;
 use axum::extract::State;
 use freeway::canary::CanaryRecord;
-use freeway::catalog::{Pool, PoolKeys, Provider};
-use freeway::pace::{Pacer, PoolUse};
+use freeway::catalog::{Pool, Provider};
+use freeway::pace::{Pacer, PoolSeen, PoolUse};
 use freeway::rest::{ActiveRest, Rests};
-use freeway::route::Connection;
 use freeway::store::Store;
 use serde::Serialize;
 use std::sync::Arc;
@@ -32,6 +31,9 @@ struct PoolView {
     spent: Option<InstanceUse>,
     /// The pool rests of its instances, longest first.
     rests: Vec<InstanceRest>,
+    /// What the provider last said about the platform's instance: the requests an answer said
+    /// were left, and the last 429.
+    seen: PoolSeen,
 }
 
 /// A pool instance's use, as its limiter counts it.
@@ -56,10 +58,7 @@ pub(super) async fn platform_use(state: &AppState) -> Result<Vec<InstanceUse>, A
         let Some(limits) = pool.limits() else {
             continue;
         };
-        let instance = match pool.keys {
-            PoolKeys::Platform => pool.name.clone(),
-            PoolKeys::Each => format!("{}@{}", pool.name, Connection::Platform.id()),
-        };
+        let instance = pool.platform_instance();
         let day_end = catalog.day_clock(pool).day_end_ms(now);
         let spent = pacer.usage(&instance, &limits, day_end).await?;
         out.push(InstanceUse {
@@ -82,9 +81,21 @@ pub async fn pools(State(state): State<Arc<AppState>>) -> Result<Json<PoolList>,
     let rests = state.enqueuer.rests().list().await?;
     let mut spent = platform_use(&state).await?;
     let catalog = state.enqueuer.catalog();
+    let mut seen = Vec::new();
+    for pool in catalog.pools() {
+        seen.push(
+            state
+                .enqueuer
+                .pacer()
+                .seen(&pool.platform_instance())
+                .await?,
+        );
+    }
     let pools = catalog
         .pools()
-        .map(|pool| PoolView {
+        .zip(seen)
+        .map(|(pool, seen)| PoolView {
+            seen,
             rests: rests_of(pool, &rests),
             spent: spent
                 .iter()
