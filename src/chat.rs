@@ -111,6 +111,22 @@ fn empty_object_schema() -> serde_json::Value {
     serde_json::json!({"type": "object", "properties": {}})
 }
 
+/// The characters of `messages` a provider reads: their text and their tool calls' names and
+/// arguments.
+pub fn text_len(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .map(|m| {
+            let calls: usize = m
+                .tool_calls
+                .iter()
+                .map(|c| c.name.len() + c.arguments.len())
+                .sum();
+            m.content.as_ref().map_or(0, String::len) + calls
+        })
+        .sum()
+}
+
 /// Token usage of one call, as far as the provider reported it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {

@@ -129,6 +129,8 @@ impl DayWatch {
             window_ms: 60_000,
             rolling: false,
             per_day: None,
+            tokens_per_window: None,
+            tokens_per_day: None,
         });
         let lift = day_rest.is_some() && !first_sight && quota.remaining > 0;
         if lift {

@@ -219,7 +219,7 @@ async fn a_continuation_is_never_paced_out() {
     let limits = route.pace.unwrap();
     let peek =
         s.h.pace
-            .peek(OPENROUTER_FREE_POOL, &limits, u64::MAX)
+            .peek(OPENROUTER_FREE_POOL, &limits, u64::MAX, 0)
             .await
             .unwrap();
     assert!(
@@ -382,4 +382,58 @@ async fn the_end_of_a_guessed_rest_is_probed_by_one_call_of_the_whole_fleet() {
     let calls = s.calls();
     assert_eq!(calls.len(), 20, "the window's 20 slots");
     assert!(calls.iter().all(|(_, status)| *status == 200));
+}
+
+/// The built-in catalog with OpenRouter's free pool counting `tpm` tokens a minute.
+fn counting_tokens(tpm: u32) -> Catalog {
+    let dir = std::env::temp_dir().join(format!("freeway-tpm-{}", ulid::Ulid::generate()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("freeway.toml");
+    std::fs::write(&file, format!("[pools.openrouter-free]\ntpm = {tpm}\n")).unwrap();
+    let vars = [("FREEWAY_CONFIG".to_string(), file.display().to_string())].into();
+    freeway::catalog::load(&vars).unwrap()
+}
+
+#[tokio::test]
+async fn a_pool_counting_tokens_admits_by_the_answers_usage_not_the_estimate() {
+    let s = setup(20).await;
+    let catalog = counting_tokens(2_000);
+    let run = |user: &str, max_tokens: u32| {
+        let mut job = s.job(user, &[FREE_A]);
+        job.request.max_tokens = Some(max_tokens);
+        let routes = job.check(&catalog).unwrap();
+        let engine = &s.h.engine;
+        async move {
+            engine
+                .execute(&job, &routes, WhenResting::Snooze)
+                .await
+                .unwrap()
+        }
+    };
+    // Admitted with 1,500 tokens of answer expected; the answer's usage is a few dozen.
+    assert!(succeeded(&run("u1", 1_500).await));
+    let route = Route::parse(FREE_A, &catalog).unwrap();
+    let limits = route.pace.unwrap();
+    let spent =
+        s.h.pace
+            .usage(OPENROUTER_FREE_POOL, &limits, u64::MAX)
+            .await
+            .unwrap();
+    let used = spent.window_tokens;
+    assert!(
+        used > 0 && used < 200,
+        "the window counts the answer's usage: {spent:?}"
+    );
+    // So a second 1,500 fits the minute, which the estimate alone would have closed.
+    assert!(succeeded(&run("u2", 1_500).await));
+    let spent =
+        s.h.pace
+            .usage(OPENROUTER_FREE_POOL, &limits, u64::MAX)
+            .await
+            .unwrap();
+    // A call that cannot fit what is left is not made: the run waits for the next minute.
+    let outcome = run("u3", 2_000 - spent.window_tokens + 1).await;
+    assert!(matches!(outcome, Outcome::Snoozed { .. }), "{outcome:?}");
+    assert_eq!(s.calls().len(), 2, "no call the pool's tokens cannot take");
+    assert!(s.calls().iter().all(|(_, status)| *status == 200));
 }

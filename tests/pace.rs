@@ -25,6 +25,8 @@ fn fixed(per_window: u32) -> Limits {
         window_ms: HOUR,
         rolling: false,
         per_day: None,
+        tokens_per_window: None,
+        tokens_per_day: None,
     }
 }
 
@@ -72,7 +74,7 @@ impl Fixture {
     async fn admits(&self, limits: &Limits, n: usize, day_end: u64) -> Vec<Slot> {
         let mut slots = Vec::new();
         for _ in 0..n {
-            slots.push(self.pace.admit(POOL, limits, day_end).await.unwrap());
+            slots.push(self.pace.admit(POOL, limits, day_end, 0).await.unwrap());
         }
         slots
     }
@@ -87,20 +89,20 @@ async fn a_fixed_window_admits_its_limit_then_closes_until_the_next_one(f: Fixtu
     let end = day_end();
     for _ in 0..5 {
         assert_eq!(
-            f.pace.peek(POOL, &limits, end).await.unwrap(),
+            f.pace.peek(POOL, &limits, end, 0).await.unwrap(),
             Slot::Now,
             "a peek counts nothing"
         );
     }
     assert_eq!(f.admits(&limits, 3, end).await, vec![Slot::Now; 3]);
-    let next = f.pace.admit(POOL, &limits, end).await.unwrap();
+    let next = f.pace.admit(POOL, &limits, end, 0).await.unwrap();
     let left = to_window_end();
     assert!(
         is_in(next, left, left + WINDOW_GUARD_MS + SLACK),
         "{next:?}, window ends in {left}"
     );
     let Slot::In(wait) = next else { unreachable!() };
-    let peeked = f.pace.peek(POOL, &limits, end).await.unwrap();
+    let peeked = f.pace.peek(POOL, &limits, end, 0).await.unwrap();
     assert!(
         is_in(peeked, wait.saturating_sub(SLACK), wait),
         "{peeked:?}, {wait}"
@@ -116,13 +118,22 @@ async fn reservations_fill_later_windows_in_order(f: Fixture) {
     let limits = fixed(2);
     let end = day_end();
     // The first reservation of an open window is a slot now.
-    let now_slot = f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
+    let now_slot = f
+        .pace
+        .reserve(POOL, &limits, end, 0)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(now_slot.wait_ms, 0);
     assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
     let mut waits = Vec::new();
     for _ in 0..5 {
-        let Reservation { wait_ms, valid_ms } =
-            f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
+        let Reservation { wait_ms, valid_ms } = f
+            .pace
+            .reserve(POOL, &limits, end, 0)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(
             valid_ms > wait_ms && valid_ms - wait_ms <= HOUR,
             "{wait_ms} {valid_ms}"
@@ -146,7 +157,7 @@ async fn reservations_fill_later_windows_in_order(f: Fixture) {
     let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
     assert_eq!((usage.window_used, usage.reserved), (2, 5));
     // An admission sees the reserved windows as full: its next slot is after them.
-    let after = f.pace.admit(POOL, &limits, end).await.unwrap();
+    let after = f.pace.admit(POOL, &limits, end, 0).await.unwrap();
     assert!(
         is_in(
             after,
@@ -165,13 +176,23 @@ async fn a_rolling_window_spaces_calls_by_window_over_limit(f: Fixture) {
         vec![Slot::Now; 2],
         "a burst of the limit"
     );
-    let next = f.pace.admit(POOL, &limits, end).await.unwrap();
+    let next = f.pace.admit(POOL, &limits, end, 0).await.unwrap();
     assert!(
         is_in(next, HOUR / 2 - 1_000, HOUR / 2 + 10),
         "one emission interval: {next:?}"
     );
-    let first = f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
-    let second = f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
+    let first = f
+        .pace
+        .reserve(POOL, &limits, end, 0)
+        .await
+        .unwrap()
+        .unwrap();
+    let second = f
+        .pace
+        .reserve(POOL, &limits, end, 0)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(first.wait_ms.abs_diff(HOUR / 2) < 1_000, "{first:?}");
     assert!(second.wait_ms.abs_diff(HOUR) < 1_000, "{second:?}");
 }
@@ -182,14 +203,16 @@ async fn a_day_limit_closes_until_the_day_ends_and_a_new_day_counts_again(f: Fix
         window_ms: 60_000,
         rolling: false,
         per_day: Some(2),
+        tokens_per_window: None,
+        tokens_per_day: None,
     };
     let end = day_end();
     assert_eq!(f.admits(&limits, 2, end).await, vec![Slot::Now; 2]);
-    let closed = f.pace.admit(POOL, &limits, end).await.unwrap();
+    let closed = f.pace.admit(POOL, &limits, end, 0).await.unwrap();
     let to_end = end - freeway::clock::epoch_ms();
     assert!(is_in(closed, to_end, to_end + SLACK), "{closed:?}");
     assert_eq!(
-        f.pace.reserve(POOL, &limits, end).await.unwrap(),
+        f.pace.reserve(POOL, &limits, end, 0).await.unwrap(),
         None,
         "no slot today"
     );
@@ -204,9 +227,12 @@ async fn a_miss_marks_the_window_full_and_is_counted(f: Fixture) {
     for limits in [fixed(5), rolling(5)] {
         let pool = if limits.rolling { "rolling" } else { "fixed" };
         let end = day_end();
-        assert_eq!(f.pace.admit(pool, &limits, end).await.unwrap(), Slot::Now);
+        assert_eq!(
+            f.pace.admit(pool, &limits, end, 0).await.unwrap(),
+            Slot::Now
+        );
         assert_eq!(f.pace.missed(pool, &limits).await.unwrap(), 1);
-        let after = f.pace.admit(pool, &limits, end).await.unwrap();
+        let after = f.pace.admit(pool, &limits, end, 0).await.unwrap();
         assert!(matches!(after, Slot::In(_)), "{pool}: {after:?}");
         assert_eq!(f.pace.usage(pool, &limits, end).await.unwrap().misses, 1);
     }
@@ -220,7 +246,7 @@ async fn replicas_asking_at_once_get_exactly_the_windows_room(f: Fixture) {
         tokio::spawn(async move {
             let mut admitted = 0;
             for _ in 0..5 {
-                if pace.admit(POOL, &limits, end).await.unwrap() == Slot::Now {
+                if pace.admit(POOL, &limits, end, 0).await.unwrap() == Slot::Now {
                     admitted += 1;
                 }
             }
@@ -243,7 +269,145 @@ on_both!(
     a_miss_marks_the_window_full_and_is_counted,
     replicas_asking_at_once_get_exactly_the_windows_room,
     what_the_provider_said_last_is_kept_per_pool,
+    a_fixed_window_counts_tokens_and_closes_to_a_call_that_would_not_fit,
+    a_rolling_window_refills_tokens_and_an_answers_usage_corrects_the_estimate,
+    a_day_of_tokens_closes_until_the_day_ends,
 );
+
+fn tokens(per_window: u32, rolling: bool) -> Limits {
+    Limits {
+        per_window: None,
+        tokens_per_window: Some(per_window),
+        rolling,
+        ..fixed(1)
+    }
+}
+
+async fn a_fixed_window_counts_tokens_and_closes_to_a_call_that_would_not_fit(f: Fixture) {
+    let limits = tokens(1_000, false);
+    let end = day_end();
+    let admit = |cost| f.pace.admit(POOL, &limits, end, cost);
+    assert_eq!(admit(600).await.unwrap(), Slot::Now);
+    let next = to_window_end();
+    let refused = admit(500).await.unwrap();
+    assert!(
+        is_in(refused, next - SLACK, next + WINDOW_GUARD_MS),
+        "600 + 500 > 1,000: {refused:?}"
+    );
+    assert_eq!(
+        f.pace.peek(POOL, &limits, end, 400).await.unwrap(),
+        Slot::Now,
+        "400 fits"
+    );
+    assert_eq!(admit(400).await.unwrap(), Slot::Now);
+    let spent = f.pace.usage(POOL, &limits, end).await.unwrap();
+    assert_eq!(
+        (spent.window_tokens, spent.day_tokens, spent.window_used),
+        (1_000, 1_000, 2)
+    );
+    // The first call's answer used 100 tokens, not 600: the window has room again.
+    f.pace.spent(POOL, &limits, end, -500).await.unwrap();
+    assert_eq!(admit(500).await.unwrap(), Slot::Now);
+    assert_eq!(
+        f.pace
+            .usage(POOL, &limits, end)
+            .await
+            .unwrap()
+            .window_tokens,
+        1_000
+    );
+    // A window that counted nothing admits one call larger than the limit, alone.
+    let small = tokens(100, false);
+    assert_eq!(
+        f.pace.admit("other", &small, end, 500).await.unwrap(),
+        Slot::Now
+    );
+    assert!(matches!(
+        f.pace.admit("other", &small, end, 1).await.unwrap(),
+        Slot::In(_)
+    ));
+    // A pool that counts no tokens ignores them.
+    for _ in 0..2 {
+        let admitted = f
+            .pace
+            .admit("calls", &fixed(2), end, 1_000_000)
+            .await
+            .unwrap();
+        assert_eq!(admitted, Slot::Now);
+    }
+    assert_eq!(
+        f.pace
+            .usage("calls", &fixed(2), end)
+            .await
+            .unwrap()
+            .day_tokens,
+        0
+    );
+}
+
+async fn a_rolling_window_refills_tokens_and_an_answers_usage_corrects_the_estimate(f: Fixture) {
+    // 3,600 tokens an hour: one a second.
+    let limits = tokens(3_600, true);
+    let end = day_end();
+    assert_eq!(
+        f.pace.admit(POOL, &limits, end, 3_600).await.unwrap(),
+        Slot::Now
+    );
+    let refused = f.pace.admit(POOL, &limits, end, 60).await.unwrap();
+    assert!(
+        is_in(refused, 60_000 - SLACK, 60_000 + SLACK),
+        "60 tokens come back in 60 s: {refused:?}"
+    );
+    // The answer used 3,000 tokens: 600 were counted too many.
+    f.pace.spent(POOL, &limits, end, -600).await.unwrap();
+    assert_eq!(
+        f.pace.admit(POOL, &limits, end, 600).await.unwrap(),
+        Slot::Now
+    );
+    assert!(matches!(
+        f.pace.admit(POOL, &limits, end, 60).await.unwrap(),
+        Slot::In(_)
+    ));
+    let spent = f.pace.usage(POOL, &limits, end).await.unwrap();
+    assert_eq!(spent.day_tokens, 3_600);
+    assert!(spent.window_tokens >= 3_590, "{spent:?}");
+}
+
+async fn a_day_of_tokens_closes_until_the_day_ends(f: Fixture) {
+    let limits = Limits {
+        tokens_per_day: Some(1_000),
+        ..fixed(100)
+    };
+    let end = day_end();
+    assert_eq!(
+        f.pace.admit(POOL, &limits, end, 800).await.unwrap(),
+        Slot::Now
+    );
+    let closed = f.pace.admit(POOL, &limits, end, 300).await.unwrap();
+    let to_end = end - freeway::clock::epoch_ms();
+    assert!(is_in(closed, to_end - SLACK, to_end + SLACK), "{closed:?}");
+    assert!(
+        f.pace
+            .reserve(POOL, &limits, end, 300)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    f.pace.spent(POOL, &limits, end, -200).await.unwrap();
+    assert_eq!(
+        f.pace.admit(POOL, &limits, end, 300).await.unwrap(),
+        Slot::Now
+    );
+    let next_day = end + 24 * HOUR;
+    assert_eq!(
+        f.pace
+            .usage(POOL, &limits, next_day)
+            .await
+            .unwrap()
+            .day_tokens,
+        0
+    );
+}
 
 async fn what_the_provider_said_last_is_kept_per_pool(f: Fixture) {
     assert_eq!(f.pace.seen(POOL).await.unwrap(), PoolSeen::default());
@@ -293,11 +457,16 @@ async fn the_next_window_admits_again_and_a_held_slot_comes_due() {
     let limits = fixed(1);
     let end = day_end();
     assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
-    let held = f.pace.reserve(POOL, &limits, end).await.unwrap().unwrap();
+    let held = f
+        .pace
+        .reserve(POOL, &limits, end, 0)
+        .await
+        .unwrap()
+        .unwrap();
     clock.advance(Duration::from_millis(held.wait_ms));
     // The window the reservation took is full: only the holder calls in it.
     assert!(matches!(
-        f.pace.admit(POOL, &limits, end).await.unwrap(),
+        f.pace.admit(POOL, &limits, end, 0).await.unwrap(),
         Slot::In(_)
     ));
     clock.advance(Duration::from_millis(HOUR));

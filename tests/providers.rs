@@ -287,7 +287,7 @@ async fn a_users_own_groq_key_spends_its_own_pool_instance() {
         let pace = s.h.pace.clone();
         async move {
             let limits = limits.expect("the Groq pool declares its limit");
-            pace.peek(&instance, &limits, u64::MAX).await.unwrap()
+            pace.peek(&instance, &limits, u64::MAX, 0).await.unwrap()
         }
     };
     assert!(matches!(

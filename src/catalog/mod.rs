@@ -93,13 +93,16 @@ impl Pool {
     }
 
     /// The limits the limiter paces this pool by (docs/design.md §4.4); `None` when it declares
-    /// neither `rpm` nor `rpd`.
+    /// none of `rpm`, `rpd`, `tpm` and `tpd`.
     pub fn limits(&self) -> Option<Limits> {
-        (self.rpm.is_some() || self.rpd.is_some()).then(|| Limits {
+        let declared = [self.rpm, self.rpd, self.tpm, self.tpd];
+        declared.iter().any(Option::is_some).then(|| Limits {
             per_window: self.rpm,
             window_ms: u64::from(self.window_s.max(1)) * 1000,
             rolling: self.window == Window::Rolling,
             per_day: self.rpd,
+            tokens_per_window: self.tpm,
+            tokens_per_day: self.tpd,
         })
     }
 }

@@ -58,6 +58,8 @@ struct Call<'m> {
     stream: bool,
     /// The probe this call claimed, if it is the fleet's probe of the route.
     probe: Option<String>,
+    /// The tokens the call was admitted with.
+    tokens: u32,
 }
 
 impl Engine {
@@ -136,6 +138,7 @@ impl Engine {
             messages,
             stream,
             probe,
+            tokens: run.tokens,
         };
         self.attempt_numbered(run, call).instrument(span).await
     }
@@ -154,6 +157,7 @@ impl Engine {
             messages,
             stream,
             probe,
+            tokens,
         } = call;
         let route = &run.routes[index];
         // Counted and logged `lost` before the call: if this executor dies during it, the log
@@ -181,6 +185,7 @@ impl Engine {
         };
         let result = self.call_relaying(run, &target, &request).await;
         let finished = self.clock.now_ms();
+        self.note_answer(route, tokens, &result).await?;
         let mut record = AttemptRecord {
             latency_ms: finished.saturating_sub(started),
             ..AttemptRecord::succeeded(&run.rec.run_id, n, step, route.key(), started)
@@ -189,7 +194,6 @@ impl Engine {
             Ok(c) => {
                 record.ratelimit_remaining = c.ratelimit_remaining;
                 record.provider_name = c.provider_name.clone();
-                self.spend_headroom(route, &c).await?;
                 Ok(c)
             }
             Err(error) => {
@@ -255,13 +259,29 @@ impl Engine {
         }
     }
 
-    /// docs/design.md §4.5: an answer that says no request is left until a known reset closes
-    /// the route until then (its pool, when it spends one), so the next call is not a 429.
-    pub(super) async fn spend_headroom(
+    /// What an answer tells the route's pool: the tokens it spent in place of the estimate
+    /// (`tokens`) it was admitted with (a refusal spent none), and its headroom.
+    pub(super) async fn note_answer(
         &self,
         route: &Route,
-        c: &Completion,
+        tokens: u32,
+        result: &Result<Completion, CallError>,
     ) -> Result<(), EngineError> {
+        let spent = match result {
+            Ok(c) => c.usage.map(|u| u.total_tokens),
+            Err(CallError::Http { .. }) => Some(0),
+            Err(_) => None,
+        };
+        self.tokens_spent(route, tokens, spent).await?;
+        match result {
+            Ok(c) => self.spend_headroom(route, c).await,
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// docs/design.md §4.5: an answer that says no request is left until a known reset closes
+    /// the route until then (its pool, when it spends one), so the next call is not a 429.
+    async fn spend_headroom(&self, route: &Route, c: &Completion) -> Result<(), EngineError> {
         if let (Some(pool), Some(remaining)) = (&route.pool, c.ratelimit_remaining) {
             let now = self.clock.now_ms();
             let seen = Seen::Headroom(Headroom {

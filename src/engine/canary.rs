@@ -17,6 +17,11 @@ use crate::run::AttemptRecord;
 /// The whole of a canary's request: one short user message, one token of answer.
 const PROMPT: &str = "Reply with OK.";
 
+/// What a canary is expected to spend of a pool that counts tokens.
+fn canary_tokens() -> u32 {
+    crate::pace::estimate_tokens(PROMPT.len(), Some(1))
+}
+
 impl Engine {
     /// One round of the fleet's canaries, safe on every replica at once: each canary whose
     /// period ended is sent by exactly one replica. A canary whose route is closed (a rest, a
@@ -55,7 +60,7 @@ impl Engine {
         let slot = self
             .fleet
             .pace
-            .peek(pool, limits, self.day_end(route))
+            .peek(pool, limits, self.day_end(route), canary_tokens())
             .await?;
         Ok(slot == Slot::Now)
     }
@@ -75,7 +80,7 @@ impl Engine {
             && self
                 .fleet
                 .pace
-                .admit(pool, limits, self.day_end(route))
+                .admit(pool, limits, self.day_end(route), canary_tokens())
                 .await?
                 != Slot::Now
         {
@@ -93,6 +98,7 @@ impl Engine {
         let (deltas, _unread) = tokio::sync::mpsc::unbounded_channel();
         let result = self.provider.call(&target, &request, &deltas).await;
         let finished = self.clock.now_ms();
+        self.note_answer(route, canary_tokens(), &result).await?;
         let run_id = CanaryRecord::run_id(&canary.provider, started);
         let mut attempt = AttemptRecord {
             latency_ms: finished.saturating_sub(started),
@@ -102,7 +108,6 @@ impl Engine {
             Ok(c) => {
                 attempt.ratelimit_remaining = c.ratelimit_remaining;
                 attempt.provider_name = c.provider_name.clone();
-                self.spend_headroom(route, &c).await?;
             }
             Err(error) => {
                 let class = classify::classify(&error, route, finished);

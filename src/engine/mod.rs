@@ -12,7 +12,7 @@ mod pace;
 mod walk;
 
 use crate::budget::Budget;
-use crate::chat::{Approval, Message, Role, ToolCall};
+use crate::chat::{Approval, Message, Role, ToolCall, text_len};
 use crate::classify::Verdict;
 use crate::clock::{Clock, SystemClock};
 use crate::events::{Event, EventError};
@@ -20,6 +20,7 @@ use crate::fleet::{Fleet, FleetError};
 use crate::job::{HeldSlot, RunJob};
 use crate::lease::{LEASE_TTL, Lease};
 use crate::metrics;
+use crate::pace::estimate_tokens;
 use crate::preflight::{self, Preflight, Waiting};
 use crate::provider::{ChatProvider, Completion, TargetError, Targets};
 use crate::rest::Closure;
@@ -169,6 +170,9 @@ pub(crate) struct Run<'a> {
     pub stored_transcript: Option<Vec<Message>>,
     /// The pool's slot the run holds: the job's until it is used, or one taken to wait for.
     pub slot: Option<HeldSlot>,
+    /// The tokens its next call is expected to spend, for pools that count them: from the
+    /// job's input until a step's messages are known.
+    pub tokens: u32,
 }
 
 /// How a step ended when it did not produce a completion.
@@ -269,6 +273,11 @@ impl Engine {
             unsaved: Vec::new(),
             stored_transcript: Some(transcript),
             slot: job.slot.clone(),
+            tokens: estimate_tokens(
+                job.request.input.as_ref().map_or(0, String::len)
+                    + job.request.system.as_ref().map_or(0, String::len),
+                job.request.max_tokens,
+            ),
         };
         let outcome = match self.preflight(&mut run, when_resting).await? {
             Some(outcome) => outcome,
@@ -490,6 +499,7 @@ impl Engine {
                     .await;
             }
             let messages = self.messages(run, transcript);
+            run.tokens = estimate_tokens(text_len(&messages), run.job.request.max_tokens);
             let step = if run.rec.state.route_index.is_none() {
                 self.walk(run, &messages, when_resting).await?
             } else {
@@ -639,6 +649,7 @@ impl Engine {
         let transcript = self.transcript(run).await?;
         let mut messages = self.messages(run, transcript);
         messages.push(Message::user(SUMMARY_PROMPT));
+        run.tokens = estimate_tokens(text_len(&messages), run.job.request.max_tokens);
         let step = run.rec.state.counters.steps + 1;
         if let Ok(c) = self.attempt(run, index, step, &messages, false).await? {
             run.rec.summary = Some(c.text);

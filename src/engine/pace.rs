@@ -38,7 +38,7 @@ impl Engine {
                     let slot = self
                         .fleet
                         .pace
-                        .peek(pool, limits, self.day_end(route))
+                        .peek(pool, limits, self.day_end(route), run.tokens)
                         .await?;
                     let found = full(pool, slot);
                     asked.push((pool, found.clone()));
@@ -72,7 +72,7 @@ impl Engine {
         let slot = self
             .fleet
             .pace
-            .admit(pool, limits, self.day_end(route))
+            .admit(pool, limits, self.day_end(route), run.tokens)
             .await?;
         if run.job.is_continuation() {
             return Ok(None);
@@ -101,7 +101,7 @@ impl Engine {
         let paced = earliest
             .filter(|(_, c)| c.kind == RestKind::Pace)
             .map(|(i, _)| &routes[i]);
-        let Some(held) = paced.map(|r| self.reserve_slot(r)) else {
+        let Some(held) = paced.map(|r| self.reserve_slot(r, run.tokens)) else {
             return Ok(Preflight::Wait { until_ms, reason });
         };
         let Some(held) = held.await? else {
@@ -147,7 +147,7 @@ impl Engine {
         }) else {
             return Ok(None);
         };
-        let Some(held) = self.reserve_slot(&routes[i]).await? else {
+        let Some(held) = self.reserve_slot(&routes[i], run.tokens).await? else {
             return Ok(None);
         };
         let wait_ms = held.from_ms.saturating_sub(self.clock.now_ms());
@@ -167,14 +167,18 @@ impl Engine {
 
     /// Count a slot of `route`'s pool in its first window with room, for this run to call in;
     /// `None` when the pool is not paced or its day is spent.
-    async fn reserve_slot(&self, route: &Route) -> Result<Option<HeldSlot>, EngineError> {
+    async fn reserve_slot(
+        &self,
+        route: &Route,
+        tokens: u32,
+    ) -> Result<Option<HeldSlot>, EngineError> {
         let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
             return Ok(None);
         };
         let held = self
             .fleet
             .pace
-            .reserve(pool, limits, self.day_end(route))
+            .reserve(pool, limits, self.day_end(route), tokens)
             .await?;
         let now = self.clock.now_ms();
         Ok(held.map(|held| HeldSlot {
@@ -182,6 +186,29 @@ impl Engine {
             from_ms: now + held.wait_ms,
             until_ms: now + held.valid_ms,
         }))
+    }
+
+    /// After a call on a route whose pool counts tokens: the answer's usage replaces the
+    /// estimate the call was admitted with (`spent`: `None` when unknown, as after a broken
+    /// stream; `Some(0)` for a refusal, which spent none).
+    pub(crate) async fn tokens_spent(
+        &self,
+        route: &Route,
+        estimate: u32,
+        spent: Option<u64>,
+    ) -> Result<(), EngineError> {
+        let (Some(pool), Some(limits), Some(spent)) = (&route.pool, &route.pace, spent) else {
+            return Ok(());
+        };
+        if !limits.counts_tokens() {
+            return Ok(());
+        }
+        let delta = i64::try_from(spent).unwrap_or(i64::MAX) - i64::from(estimate);
+        self.fleet
+            .pace
+            .spent(pool, limits, self.day_end(route), delta)
+            .await?;
+        Ok(())
     }
 
     /// A refusal for the pool's quota of a call the limiter let through: the configured limit

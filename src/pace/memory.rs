@@ -10,12 +10,14 @@ use std::sync::{Arc, Mutex};
 /// One pool's limiter state.
 #[derive(Debug, Default)]
 struct State {
-    /// Fixed windows: calls counted per window index.
-    counts: BTreeMap<u64, u32>,
-    /// Rolling windows: the theoretical arrival time, ms.
-    tat: u64,
+    /// Fixed windows: (calls, tokens) counted per window index.
+    counts: BTreeMap<u64, (u32, u64)>,
+    /// Rolling windows: the theoretical arrival time of calls and of tokens, ms.
+    tat: f64,
+    token_tat: f64,
     day_end_ms: u64,
     day_used: u32,
+    day_tokens: u64,
     /// A day limit learned from the quota endpoint, used when none is declared.
     learned_day_limit: Option<u32>,
     misses: u32,
@@ -34,28 +36,47 @@ impl Default for MemoryPacer {
     }
 }
 
-/// One call's view of a pool: its state, the time, and the limits it is asked with.
+/// One call's view of a pool: its state, the time, the limits it is asked with and the call's
+/// tokens (0 when the pool does not count them).
 struct View<'a> {
     st: &'a mut State,
     now: u64,
     limits: &'a Limits,
+    cost: u64,
 }
 
 impl View<'_> {
+    fn win(&self) -> u64 {
+        self.limits.window_ms.max(1)
+    }
+
     fn window(&self) -> u64 {
-        self.now / self.limits.window_ms.max(1)
+        self.now / self.win()
     }
 
-    fn emission(&self, limit: u32) -> f64 {
-        self.limits.window_ms as f64 / f64::from(limit)
+    /// Whether windows are fixed and limit something.
+    fn windowed(&self) -> bool {
+        !self.limits.rolling
+            && (self.limits.per_window.is_some() || self.limits.tokens_per_window.is_some())
     }
 
-    fn used_in(&self, w: u64) -> u32 {
-        self.st.counts.get(&w).copied().unwrap_or(0)
+    fn used_in(&self, w: u64) -> (u32, u64) {
+        self.st.counts.get(&w).copied().unwrap_or((0, 0))
     }
 
-    fn free_from(&self, mut w: u64, limit: u32) -> u64 {
-        while self.used_in(w) >= limit {
+    /// Whether fixed window `w` has room for this call and its tokens.
+    fn room(&self, w: u64) -> bool {
+        let (calls, tokens) = self.used_in(w);
+        let calls_ok = self.limits.per_window.is_none_or(|limit| calls < limit);
+        let tokens_ok = match self.limits.tokens_per_window {
+            Some(limit) if self.cost > 0 => tokens == 0 || tokens + self.cost <= u64::from(limit),
+            _ => true,
+        };
+        calls_ok && tokens_ok
+    }
+
+    fn free_from(&self, mut w: u64) -> u64 {
+        while !self.room(w) {
             w += 1;
         }
         w
@@ -64,57 +85,84 @@ impl View<'_> {
     /// Whether a call now may reach the provider in the next fixed window (see
     /// [`WINDOW_GUARD_MS`]).
     fn tail(&self) -> bool {
-        let win = self.limits.window_ms.max(1);
-        !self.limits.rolling
-            && self.limits.per_window.is_some()
-            && (self.window() + 1) * win - self.now <= WINDOW_GUARD_MS
-    }
-
-    fn day_limit(&self) -> Option<u32> {
-        self.limits.per_day.or(self.st.learned_day_limit)
+        self.windowed() && (self.window() + 1) * self.win() - self.now <= WINDOW_GUARD_MS
     }
 
     fn day_full(&self) -> bool {
-        self.day_limit()
-            .is_some_and(|limit| self.st.day_used >= limit)
+        let calls = self
+            .limits
+            .per_day
+            .or(self.st.learned_day_limit)
+            .is_some_and(|limit| self.st.day_used >= limit);
+        let tokens = self.limits.tokens_per_day.is_some_and(|limit| {
+            self.cost > 0
+                && self.st.day_tokens > 0
+                && self.st.day_tokens + self.cost > u64::from(limit)
+        });
+        calls || tokens
     }
 
-    fn tat(&self) -> u64 {
-        self.st.tat.max(self.now)
+    fn emission(&self, limit: u32) -> f64 {
+        self.win() as f64 / f64::from(limit)
+    }
+
+    fn tat(&self) -> f64 {
+        self.st.tat.max(self.now as f64)
+    }
+
+    fn token_tat(&self) -> f64 {
+        self.st.token_tat.max(self.now as f64)
+    }
+
+    /// Ms until a rolling window admits this call and its tokens (0: now).
+    fn rolling_wait(&self) -> u64 {
+        let now = self.now as f64;
+        let mut wait: f64 = 0.0;
+        if let Some(limit) = self.limits.per_window {
+            wait = self.tat() - f64::from(limit - 1) * self.emission(limit) - now;
+        }
+        if let (Some(limit), true) = (self.limits.tokens_per_window, self.cost > 0) {
+            let need = self.cost.min(u64::from(limit)) as f64;
+            wait =
+                wait.max(self.token_tat() + need * self.emission(limit) - self.win() as f64 - now);
+        }
+        wait.max(0.0).ceil() as u64
     }
 
     /// Ms until the pool has room (0: now).
     fn wait(&self) -> u64 {
-        let win = self.limits.window_ms.max(1);
-        match self.limits.per_window {
-            None => 0,
-            Some(limit) if self.limits.rolling => {
-                let allow_at = self.tat() as f64 - f64::from(limit - 1) * self.emission(limit);
-                (allow_at - self.now as f64).max(0.0).ceil() as u64
-            }
-            Some(limit)
-                if self.used_in(self.window()) >= limit
-                    || (self.tail() && self.used_in(self.window() + 1) >= limit) =>
-            {
-                self.free_from(self.window() + 1, limit) * win + WINDOW_GUARD_MS - self.now
-            }
-            Some(_) => 0,
+        let w = self.window();
+        if self.limits.rolling {
+            self.rolling_wait()
+        } else if self.windowed() && (!self.room(w) || (self.tail() && !self.room(w + 1))) {
+            self.free_from(w + 1) * self.win() + WINDOW_GUARD_MS - self.now
+        } else {
+            0
         }
     }
 
-    fn count(&mut self, window: u64) {
+    /// Count the call (and its tokens) in the day, and in fixed window `w` or the rolling
+    /// windows.
+    fn count(&mut self, w: u64) {
         self.st.day_used += 1;
-        match self.limits.per_window {
-            Some(limit) if self.limits.rolling => {
-                self.st.tat = (self.tat() as f64 + self.emission(limit)).ceil() as u64;
+        self.st.day_tokens += self.cost;
+        if self.limits.rolling {
+            if let Some(limit) = self.limits.per_window {
+                self.st.tat = (self.tat() + self.emission(limit)).ceil();
             }
-            Some(_) => {
-                if window == self.window() && self.tail() {
-                    *self.st.counts.entry(window + 1).or_default() += 1;
-                }
-                *self.st.counts.entry(window).or_default() += 1;
+            if let (Some(limit), true) = (self.limits.tokens_per_window, self.cost > 0) {
+                self.st.token_tat =
+                    (self.token_tat() + self.cost as f64 * self.emission(limit)).ceil();
             }
-            None => {}
+        } else if self.windowed() {
+            let counted_tokens = if self.limits.tokens_per_window.is_some() {
+                self.cost
+            } else {
+                0
+            };
+            let entry = self.st.counts.entry(w).or_default();
+            entry.0 += 1;
+            entry.1 += counted_tokens;
         }
     }
 }
@@ -133,6 +181,7 @@ impl MemoryPacer {
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
+        tokens: u32,
         f: impl FnOnce(&mut View<'_>) -> T,
     ) -> T {
         let now = self.clock.now_ms();
@@ -141,17 +190,34 @@ impl MemoryPacer {
         if day_end_ms > 0 && st.day_end_ms != day_end_ms {
             st.day_end_ms = day_end_ms;
             st.day_used = 0;
+            st.day_tokens = 0;
         }
         let window = now / limits.window_ms.max(1);
         st.counts = st.counts.split_off(&window);
-        f(&mut View { st, now, limits })
+        let cost = if limits.counts_tokens() {
+            u64::from(tokens)
+        } else {
+            0
+        };
+        f(&mut View {
+            st,
+            now,
+            limits,
+            cost,
+        })
     }
 }
 
 #[async_trait]
 impl Pacer for MemoryPacer {
-    async fn peek(&self, pool: &str, limits: &Limits, day_end_ms: u64) -> Result<Slot, FleetError> {
-        Ok(self.with(pool, limits, day_end_ms, |v| {
+    async fn peek(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+    ) -> Result<Slot, FleetError> {
+        Ok(self.with(pool, limits, day_end_ms, tokens, |v| {
             if v.day_full() {
                 return Slot::In(day_end_ms.saturating_sub(v.now).max(1));
             }
@@ -167,15 +233,28 @@ impl Pacer for MemoryPacer {
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
+        tokens: u32,
     ) -> Result<Slot, FleetError> {
-        Ok(self.with(pool, limits, day_end_ms, |v| {
+        Ok(self.with(pool, limits, day_end_ms, tokens, |v| {
             if v.day_full() {
                 return Slot::In(day_end_ms.saturating_sub(v.now).max(1));
             }
             match v.wait() {
                 0 => {
                     let w = v.window();
+                    let tail = v.tail();
                     v.count(w);
+                    if tail {
+                        // Counted in the next window too; the day counts the call once.
+                        let tokens = if limits.tokens_per_window.is_some() {
+                            v.cost
+                        } else {
+                            0
+                        };
+                        let next = v.st.counts.entry(w + 1).or_default();
+                        next.0 += 1;
+                        next.1 += tokens;
+                    }
                     Slot::Now
                 }
                 ms => Slot::In(ms),
@@ -188,59 +267,77 @@ impl Pacer for MemoryPacer {
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
+        tokens: u32,
     ) -> Result<Option<Reservation>, FleetError> {
-        Ok(self.with(pool, limits, day_end_ms, |v| {
+        Ok(self.with(pool, limits, day_end_ms, tokens, |v| {
             if v.day_full() {
                 return None;
             }
-            let win = v.limits.window_ms.max(1);
-            let w = v.window();
-            let reservation = match v.limits.per_window {
-                None => {
-                    v.count(w);
-                    Reservation {
-                        wait_ms: 0,
-                        valid_ms: win,
-                    }
-                }
-                Some(limit) if v.limits.rolling => {
-                    let slot = (v.tat() as f64 - f64::from(limit - 1) * v.emission(limit))
-                        .max(v.now as f64);
-                    let wait_ms = (slot - v.now as f64).ceil() as u64;
-                    v.count(w);
-                    Reservation {
-                        wait_ms,
-                        valid_ms: wait_ms + win,
-                    }
-                }
-                Some(limit) => {
-                    let mut x = v.free_from(w, limit);
-                    if x == w && v.tail() {
-                        x = v.free_from(w + 1, limit);
-                    }
-                    v.count(x);
-                    Reservation {
-                        wait_ms: if x > w {
-                            x * win + WINDOW_GUARD_MS - v.now
-                        } else {
-                            0
-                        },
-                        valid_ms: (x + 1) * win - v.now,
-                    }
-                }
-            };
-            Some(reservation)
+            let (win, w) = (v.win(), v.window());
+            if v.limits.rolling || !v.windowed() {
+                let wait_ms = if v.limits.rolling {
+                    v.rolling_wait()
+                } else {
+                    0
+                };
+                v.count(w);
+                return Some(Reservation {
+                    wait_ms,
+                    valid_ms: wait_ms + win,
+                });
+            }
+            let mut x = v.free_from(w);
+            if x == w && v.tail() {
+                x = v.free_from(w + 1);
+            }
+            v.count(x);
+            Some(Reservation {
+                wait_ms: if x > w {
+                    x * win + WINDOW_GUARD_MS - v.now
+                } else {
+                    0
+                },
+                valid_ms: (x + 1) * win - v.now,
+            })
         }))
     }
 
+    async fn spent(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        delta: i64,
+    ) -> Result<(), FleetError> {
+        if !limits.counts_tokens() || delta == 0 {
+            return Ok(());
+        }
+        self.with(pool, limits, day_end_ms, 0, |v| {
+            v.st.day_tokens = v.st.day_tokens.saturating_add_signed(delta);
+            match v.limits.tokens_per_window {
+                Some(limit) if v.limits.rolling => {
+                    let moved = v.token_tat() + delta as f64 * v.emission(limit);
+                    v.st.token_tat = moved.max(v.now as f64).ceil();
+                }
+                Some(_) if v.windowed() => {
+                    let w = v.window();
+                    let entry = v.st.counts.entry(w).or_default();
+                    entry.1 = entry.1.saturating_add_signed(delta);
+                }
+                _ => {}
+            }
+        });
+        Ok(())
+    }
+
     async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError> {
-        Ok(self.with(pool, limits, 0, |v| {
+        Ok(self.with(pool, limits, 0, 0, |v| {
             let w = v.window();
             match v.limits.per_window {
-                Some(_) if v.limits.rolling => v.st.tat = v.now + v.limits.window_ms,
+                Some(_) if v.limits.rolling => v.st.tat = (v.now + v.limits.window_ms) as f64,
                 Some(limit) => {
                     let count = v.st.counts.entry(w).or_default();
-                    *count = (*count).max(limit);
+                    count.0 = count.0.max(limit);
                 }
                 None => {}
             }
@@ -257,7 +354,7 @@ impl Pacer for MemoryPacer {
         used: u64,
         limit: u64,
     ) -> Result<DaySync, FleetError> {
-        Ok(self.with(pool, limits, day_end_ms, |v| {
+        Ok(self.with(pool, limits, day_end_ms, 0, |v| {
             let was = v.day_full();
             v.st.day_used = v.st.day_used.max(used.min(u64::from(u32::MAX)) as u32);
             if limit > 0 {
@@ -283,27 +380,32 @@ impl Pacer for MemoryPacer {
         limits: &Limits,
         day_end_ms: u64,
     ) -> Result<PoolUse, FleetError> {
-        Ok(self.with(pool, limits, day_end_ms, |v| {
-            let w = v.window();
-            let (window_used, window_resets_in_ms, reserved) = match v.limits.per_window {
-                None => (0, 0, 0),
-                Some(limit) if v.limits.rolling => {
-                    let used = ((v.tat() - v.now) as f64 / v.emission(limit)).ceil() as u32;
-                    (used.min(limit), v.wait(), 0)
-                }
-                Some(_) => (
-                    v.used_in(w),
-                    (w + 1) * v.limits.window_ms.max(1) - v.now,
-                    v.st.counts.range(w + 1..).map(|(_, n)| n).sum(),
-                ),
-            };
-            PoolUse {
-                window_used,
-                window_resets_in_ms,
+        Ok(self.with(pool, limits, day_end_ms, 0, |v| {
+            let (w, win, now) = (v.window(), v.win(), v.now as f64);
+            let mut spent = PoolUse {
                 day_used: v.st.day_used,
-                reserved,
+                day_tokens: v.st.day_tokens,
                 misses: v.st.misses,
+                ..PoolUse::default()
+            };
+            if v.limits.rolling {
+                if let Some(limit) = v.limits.per_window {
+                    let used = ((v.tat() - now) / v.emission(limit)).ceil() as u32;
+                    spent.window_used = used.min(limit);
+                }
+                if let Some(limit) = v.limits.tokens_per_window {
+                    let used = ((v.token_tat() - now) / v.emission(limit)).ceil() as u32;
+                    spent.window_tokens = used.min(limit);
+                }
+                spent.window_resets_in_ms = v.rolling_wait();
+            } else if v.windowed() {
+                let (calls, tokens) = v.used_in(w);
+                spent.window_used = calls;
+                spent.window_tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
+                spent.window_resets_in_ms = (w + 1) * win - v.now;
+                spent.reserved = v.st.counts.range(w + 1..).map(|(_, (n, _))| n).sum();
             }
+            spent
         }))
     }
 

@@ -37,6 +37,17 @@ pub struct Limits {
     pub rolling: bool,
     /// Requests per day of the pool's day clock; `None`: not limited.
     pub per_day: Option<u32>,
+    /// Tokens (prompt and answer) per window, counted the window's way; `None`: not limited.
+    pub tokens_per_window: Option<u32>,
+    /// Tokens per day of the pool's day clock; `None`: not limited.
+    pub tokens_per_day: Option<u32>,
+}
+
+impl Limits {
+    /// Whether calls' tokens are counted at all.
+    pub fn counts_tokens(&self) -> bool {
+        self.tokens_per_window.is_some() || self.tokens_per_day.is_some()
+    }
 }
 
 /// When a pool has room for a call.
@@ -78,6 +89,10 @@ pub struct PoolUse {
     pub reserved: u32,
     /// Refusals of calls the limiter had admitted.
     pub misses: u32,
+    /// Tokens counted in the current window, when the pool limits tokens.
+    pub window_tokens: u32,
+    /// Tokens counted today.
+    pub day_tokens: u64,
 }
 
 /// What a provider last said about a pool: shown beside its use, whether or not it declares
@@ -116,14 +131,27 @@ pub enum Seen {
 }
 
 /// The fleet's limiter. `day_end_ms` is the epoch ms at which the pool's current day ends (its
-/// day clock's next midnight): the day counter starts again when it changes.
+/// day clock's next midnight): the day counter starts again when it changes. `tokens` is what a
+/// call is expected to spend (see [`estimate_tokens`]); it counts only in a pool whose limits
+/// count tokens, and the call's answer corrects it ([`Pacer::spent`]).
 #[async_trait]
 pub trait Pacer: Send + Sync {
     /// Whether the pool has room for a call now, counting nothing.
-    async fn peek(&self, pool: &str, limits: &Limits, day_end_ms: u64) -> Result<Slot, FleetError>;
+    async fn peek(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+    ) -> Result<Slot, FleetError>;
     /// Count a call now if the window and the day have room; else say when the next slot is.
-    async fn admit(&self, pool: &str, limits: &Limits, day_end_ms: u64)
-    -> Result<Slot, FleetError>;
+    async fn admit(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+    ) -> Result<Slot, FleetError>;
     /// Count a call in the first window with room, for a run that will wait for it; `None` when
     /// the day is spent (its slots come back with the next day, which only the day rest knows).
     async fn reserve(
@@ -131,7 +159,17 @@ pub trait Pacer: Send + Sync {
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
+        tokens: u32,
     ) -> Result<Option<Reservation>, FleetError>;
+    /// An admitted call's answer counted `delta` more tokens than it was admitted with (fewer,
+    /// when negative): the current window and the day are corrected.
+    async fn spent(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        delta: i64,
+    ) -> Result<(), FleetError>;
     /// A call the limiter admitted was refused for the pool's quota: this window is full.
     /// Returns the misses counted so far.
     async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError>;
@@ -162,6 +200,17 @@ pub trait Pacer: Send + Sync {
     /// What the provider last said about the pool.
     async fn seen(&self, pool: &str) -> Result<PoolSeen, FleetError>;
 }
+
+/// The tokens a call is expected to spend before its answer says: its answer's cap (or
+/// [`DEFAULT_ANSWER_TOKENS`] without one) and its input at four characters a token, the usual
+/// rule of thumb for English text.
+pub fn estimate_tokens(input_chars: usize, max_tokens: Option<u32>) -> u32 {
+    let input = u32::try_from(input_chars / 4).unwrap_or(u32::MAX);
+    input.saturating_add(max_tokens.unwrap_or(DEFAULT_ANSWER_TOKENS))
+}
+
+/// The answer a call without `max_tokens` is expected to take, until its usage says.
+pub const DEFAULT_ANSWER_TOKENS: u32 = 1_024;
 
 /// How long what a provider said about a pool is kept.
 pub const SEEN_TTL_MS: u64 = 24 * 3600 * 1000;

@@ -48,8 +48,10 @@ impl RedisPacer {
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
+        tokens: u32,
     ) -> Result<Vec<u64>, FleetError> {
-        self.call_with(op, pool, limits, day_end_ms, &[]).await
+        self.call_with(op, pool, limits, day_end_ms, tokens, &[])
+            .await
     }
 
     async fn call_with(
@@ -58,7 +60,8 @@ impl RedisPacer {
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
-        more: &[u64],
+        tokens: u32,
+        more: &[i64],
     ) -> Result<Vec<u64>, FleetError> {
         let mut conn = self.conn.clone();
         let reply: Vec<i64> = PACE
@@ -70,11 +73,18 @@ impl RedisPacer {
             .arg(limits.per_day.unwrap_or(0))
             .arg(day_end_ms)
             .arg(WINDOW_GUARD_MS)
+            .arg(limits.tokens_per_window.unwrap_or(0))
+            .arg(limits.tokens_per_day.unwrap_or(0))
+            .arg(if limits.counts_tokens() { tokens } else { 0 })
             .arg(more)
             .invoke_async(&mut conn)
             .await?;
         Ok(reply.into_iter().map(|v| v.max(0) as u64).collect())
     }
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn slot(reply: &[u64]) -> Slot {
@@ -87,8 +97,16 @@ fn slot(reply: &[u64]) -> Slot {
 
 #[async_trait]
 impl Pacer for RedisPacer {
-    async fn peek(&self, pool: &str, limits: &Limits, day_end_ms: u64) -> Result<Slot, FleetError> {
-        Ok(slot(&self.call("peek", pool, limits, day_end_ms).await?))
+    async fn peek(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+    ) -> Result<Slot, FleetError> {
+        Ok(slot(
+            &self.call("peek", pool, limits, day_end_ms, tokens).await?,
+        ))
     }
 
     async fn admit(
@@ -96,8 +114,11 @@ impl Pacer for RedisPacer {
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
+        tokens: u32,
     ) -> Result<Slot, FleetError> {
-        Ok(slot(&self.call("admit", pool, limits, day_end_ms).await?))
+        Ok(slot(
+            &self.call("admit", pool, limits, day_end_ms, tokens).await?,
+        ))
     }
 
     async fn reserve(
@@ -105,17 +126,34 @@ impl Pacer for RedisPacer {
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
+        tokens: u32,
     ) -> Result<Option<Reservation>, FleetError> {
-        Ok(
-            match self.call("reserve", pool, limits, day_end_ms).await?[..] {
-                [1, wait_ms, valid_ms] => Some(Reservation { wait_ms, valid_ms }),
-                _ => None,
-            },
-        )
+        let reply = self
+            .call("reserve", pool, limits, day_end_ms, tokens)
+            .await?;
+        Ok(match reply[..] {
+            [1, wait_ms, valid_ms] => Some(Reservation { wait_ms, valid_ms }),
+            _ => None,
+        })
+    }
+
+    async fn spent(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        delta: i64,
+    ) -> Result<(), FleetError> {
+        if !limits.counts_tokens() || delta == 0 {
+            return Ok(());
+        }
+        self.call_with("spent", pool, limits, day_end_ms, 0, &[delta])
+            .await?;
+        Ok(())
     }
 
     async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError> {
-        let reply = self.call("missed", pool, limits, 0).await?;
+        let reply = self.call("missed", pool, limits, 0, 0).await?;
         Ok(reply.first().copied().unwrap_or(0) as u32)
     }
 
@@ -128,7 +166,14 @@ impl Pacer for RedisPacer {
         limit: u64,
     ) -> Result<DaySync, FleetError> {
         let reply = self
-            .call_with("sync", pool, limits, day_end_ms, &[used, limit])
+            .call_with(
+                "sync",
+                pool,
+                limits,
+                day_end_ms,
+                0,
+                &[to_i64(used), to_i64(limit)],
+            )
             .await?;
         let at = |i: usize| reply.get(i).copied().unwrap_or(0) == 1;
         Ok(DaySync {
@@ -152,7 +197,7 @@ impl Pacer for RedisPacer {
         limits: &Limits,
         day_end_ms: u64,
     ) -> Result<PoolUse, FleetError> {
-        let reply = self.call("usage", pool, limits, day_end_ms).await?;
+        let reply = self.call("usage", pool, limits, day_end_ms, 0).await?;
         let at = |i: usize| reply.get(i).copied().unwrap_or(0);
         Ok(PoolUse {
             window_used: at(0) as u32,
@@ -160,6 +205,8 @@ impl Pacer for RedisPacer {
             day_used: at(2) as u32,
             reserved: at(3) as u32,
             misses: at(4) as u32,
+            window_tokens: at(5) as u32,
+            day_tokens: at(6),
         })
     }
 

@@ -13,7 +13,8 @@
 //! | `freeway_calls_per_run` | histogram | Redis: each run's calls when it settles |
 //! | `freeway_call_latency_seconds` | histogram | Redis: each call's latency |
 //! | `freeway_pool_used{pool,period}` | gauge | the limiter: calls counted this `window` and `day` on the platform's instance |
-//! | `freeway_pool_limit{pool,period}` | gauge | the pool's declared limits |
+//! | `freeway_pool_tokens{pool,period}` | gauge | the limiter: tokens counted this `window` and `day` |
+//! | `freeway_pool_limit{pool,period}` | gauge | the pool's declared limits (`window`, `day`, `window_tokens`, `day_tokens`) |
 //! | `freeway_pool_reserved{pool}` | gauge | slots of later windows held by waiting runs |
 //! | `freeway_pacing_misses_total{pool}` | counter | refusals of calls the limiter admitted |
 //! | `freeway_pool_headroom{pool}` | gauge | requests the provider's last answer said were left |
@@ -185,12 +186,32 @@ async fn pools(out: &mut Text, state: &AppState) -> Result<(), ApiError> {
         out.sample("freeway_pool_used", &labels("window"), u.spent.window_used);
         out.sample("freeway_pool_used", &labels("day"), u.spent.day_used);
     }
+    out.family(
+        "freeway_pool_tokens",
+        "gauge",
+        "Tokens the limiter counted on the pool's platform instance, this window and today.",
+    );
+    for u in &spent {
+        let labels = |period| [("pool", u.instance.as_str()), ("period", period)];
+        out.sample(
+            "freeway_pool_tokens",
+            &labels("window"),
+            u.spent.window_tokens,
+        );
+        out.sample("freeway_pool_tokens", &labels("day"), u.spent.day_tokens);
+    }
     out.family("freeway_pool_limit", "gauge", "The pool's declared limits.");
     for u in &spent {
         let Some(pool) = limits(u) else {
             continue;
         };
-        for (period, limit) in [("window", pool.rpm), ("day", pool.rpd)] {
+        let declared = [
+            ("window", pool.rpm),
+            ("day", pool.rpd),
+            ("window_tokens", pool.tpm),
+            ("day_tokens", pool.tpd),
+        ];
+        for (period, limit) in declared {
             if let Some(limit) = limit {
                 let labels = [("pool", u.instance.as_str()), ("period", period)];
                 out.sample("freeway_pool_limit", &labels, limit);
