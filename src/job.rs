@@ -80,7 +80,8 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> InvalidReque
     }
 }
 
-fn is_id(s: &str) -> bool {
+/// Whether `s` is an id the API takes: 1-128 characters of `[A-Za-z0-9_.:-]`.
+pub fn is_id(s: &str) -> bool {
     (1..=128).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))

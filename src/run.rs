@@ -21,6 +21,17 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Every status, in the order lists and counts show them.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Queued,
+        RunStatus::Delayed,
+        RunStatus::Running,
+        RunStatus::AwaitingApproval,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Refused,
+    ];
+
     /// Whether a job for this run has nothing left to do (a redelivery is acknowledged and skipped).
     pub fn is_settled(self) -> bool {
         matches!(

@@ -75,7 +75,12 @@ async fn a_canary_is_one_tiny_call_per_period_through_the_limiter_and_in_the_att
     assert_eq!((a.http_status, a.verdict, a.step), (Some(200), None, 0));
     assert_eq!(a.route, "platform:openrouter/openrouter/free");
     assert!(
-        h.store.recent_runs(10, None).await.unwrap().is_empty(),
+        h.store
+            .list_runs(&Default::default(), None, 10)
+            .await
+            .unwrap()
+            .runs
+            .is_empty(),
         "a canary is no run"
     );
 

@@ -58,7 +58,12 @@ async fn an_enqueue_during_a_redis_outage_leaves_no_run_behind() {
         .expect("the store reads");
     assert!(stale.is_empty(), "a run was left to run later: {stale:?}");
     assert!(
-        store.recent_runs(10, None).await.expect("reads").is_empty(),
+        store
+            .list_runs(&Default::default(), None, 10)
+            .await
+            .expect("reads")
+            .runs
+            .is_empty(),
         "a run row was left behind"
     );
 }

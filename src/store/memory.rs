@@ -2,8 +2,8 @@
 //! need the engine without a database. It keeps the SQL store's contract, not its durability.
 
 use super::{
-    ConnectionInfo, RECENT_RUNS_MAX, StatusCount, Store, StoreError, newest_per_provider,
-    sort_counts,
+    ConnectionInfo, MAX_PAGE, RunCursor, RunFilter, RunPage, StatusCount, Store, StoreError,
+    newest_per_provider, sort_counts,
 };
 use crate::canary::CanaryRecord;
 use crate::chat::{Message, Role};
@@ -210,21 +210,39 @@ impl Store for MemoryStore {
         self.with(|m| m.approvals.get(run_id).cloned().unwrap_or_default())
     }
 
-    async fn recent_runs(
+    async fn list_runs(
         &self,
+        filter: &RunFilter,
+        after: Option<&RunCursor>,
         limit: u32,
-        user_id: Option<&str>,
-    ) -> Result<Vec<RunRecord>, StoreError> {
+    ) -> Result<RunPage, StoreError> {
+        let limit = limit.clamp(1, MAX_PAGE) as usize;
         self.with(|m| {
             let mut runs: Vec<RunRecord> = m
                 .runs
                 .values()
-                .filter(|r| user_id.is_none_or(|u| r.user_id == u))
+                .filter(|r| filter.matches(r) && after.is_none_or(|c| c.precedes(r)))
                 .cloned()
                 .collect();
             runs.sort_by(|a, b| (b.created_ms, &b.run_id).cmp(&(a.created_ms, &a.run_id)));
-            runs.truncate(limit.min(RECENT_RUNS_MAX) as usize);
-            runs
+            let next = (runs.len() > limit).then(|| RunCursor::after(&runs[limit - 1]));
+            runs.truncate(limit);
+            RunPage { runs, next }
+        })
+    }
+
+    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let filter = filter.any_status();
+        self.with(|m| {
+            let mut counts: Vec<(RunStatus, u64)> = Vec::new();
+            for run in m.runs.values().filter(|r| filter.matches(r)) {
+                match counts.iter_mut().find(|(s, _)| *s == run.status) {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push((run.status, 1)),
+                }
+            }
+            counts.sort_by_key(|(status, _)| *status as u8);
+            counts
         })
     }
 

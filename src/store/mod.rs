@@ -8,6 +8,7 @@
 
 mod connections;
 mod file_lock;
+mod list;
 mod memory;
 mod migrations;
 mod retention;
@@ -16,6 +17,7 @@ mod sql;
 pub use connections::{
     ConnectionInfo, NewConnection, Resealed, SecretKey, SecretKeyError, SecretKeys, StoreTargets,
 };
+pub use list::{MAX_PAGE, RunCursor, RunFilter, RunPage};
 pub use memory::MemoryStore;
 pub use migrations::MIGRATIONS;
 pub use retention::Pruned;
@@ -26,9 +28,6 @@ use crate::chat::Message;
 use crate::job::RunJob;
 use crate::run::{ApprovalRecord, AttemptRecord, Code, Decided, RunRecord, RunStatus};
 use async_trait::async_trait;
-
-/// The most runs [`Store::recent_runs`] returns, whatever the caller asks.
-pub const RECENT_RUNS_MAX: u32 = 500;
 
 /// How many stored runs have one status and code: what `/metrics` exports as runs by status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -179,13 +178,16 @@ pub trait Store: Send + Sync {
     ) -> Result<(), StoreError>;
     /// The tool calls the run paused on, oldest first, with their answers.
     async fn approvals(&self, run_id: &str) -> Result<Vec<ApprovalRecord>, StoreError>;
-    /// The newest runs first (by creation time, then id), at most `limit` (capped at
-    /// [`RECENT_RUNS_MAX`]), only `user_id`'s when it is given: the job board's list.
-    async fn recent_runs(
+    /// The runs `filter` matches, newest first (by creation time, then id): at most `limit`
+    /// (1 to [`MAX_PAGE`]) after `after`, and where the next page starts.
+    async fn list_runs(
         &self,
+        filter: &RunFilter,
+        after: Option<&RunCursor>,
         limit: u32,
-        user_id: Option<&str>,
-    ) -> Result<Vec<RunRecord>, StoreError>;
+    ) -> Result<RunPage, StoreError>;
+    /// The runs `filter` matches whatever their status, counted by status, in status order.
+    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError>;
     /// Stored runs counted by status and code, sorted by status then code. Counting is a scan of
     /// an index over (status, code): cheap next to a scrape interval, and exact, where a counter
     /// kept beside the store could drift from it.

@@ -12,8 +12,8 @@
 
 use super::file_lock::FileLock;
 use super::{
-    Attached, ConnectionInfo, RECENT_RUNS_MAX, StatusCount, Store, StoreError, newest_per_provider,
-    sort_counts,
+    Attached, ConnectionInfo, MAX_PAGE, RunCursor, RunFilter, RunPage, StatusCount, Store,
+    StoreError, newest_per_provider, sort_counts,
 };
 use crate::canary::CanaryRecord;
 use crate::chat::Message;
@@ -22,7 +22,7 @@ use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunStatus};
 use async_trait::async_trait;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
-use sqlx::{Postgres, Row, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
 
 #[macro_use]
 mod rows;
@@ -204,20 +204,10 @@ const RUN_AND_TRANSCRIPT: &str = concat!(
     transcript_of!("$2"),
     ") AS m ON TRUE ORDER BY m.seq"
 );
-// Two texts rather than `$1 IS NULL OR user_id = $1`, which keeps PostgreSQL from using an index.
-const RECENT_RUNS: &str = concat!(
-    "SELECT ",
-    run_columns!(),
-    " FROM runs ORDER BY created_ms DESC, run_id DESC LIMIT $1"
-);
-const RECENT_RUNS_OF_USER: &str = concat!(
-    "SELECT ",
-    run_columns!(),
-    " FROM runs WHERE user_id = $2 ORDER BY created_ms DESC, run_id DESC LIMIT $1"
-);
 const COUNT_BY_STATUS: &str =
     "SELECT status, code, COUNT(*) AS runs FROM runs GROUP BY status, code";
 
+mod list;
 mod open;
 mod writer;
 use writer::{AttemptRow, Write, Writer};
@@ -459,22 +449,58 @@ impl Store for SqlStore {
         rows_for!(self, SQL, run_id, approval_from)
     }
 
-    async fn recent_runs(
+    async fn list_runs(
         &self,
+        filter: &RunFilter,
+        after: Option<&RunCursor>,
         limit: u32,
-        user_id: Option<&str>,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        let limit = i64::from(limit.min(RECENT_RUNS_MAX));
-        on_db!(self, |pool| {
-            let query = match user_id {
-                Some(user) => sqlx::query(RECENT_RUNS_OF_USER).bind(limit).bind(user),
-                None => sqlx::query(RECENT_RUNS).bind(limit),
-            };
-            let rows = query.fetch_all(pool).await.map_err(db_error)?;
+    ) -> Result<RunPage, StoreError> {
+        let limit = limit.clamp(1, MAX_PAGE);
+        // One row past the page says whether another follows.
+        let statement = list::page(self.backend(), filter, after, limit + 1);
+        let mut runs: Vec<RunRecord> = on_db!(self, |pool| {
+            let rows = bound(
+                sqlx::query(AssertSqlSafe(statement.sql.as_str())),
+                &statement.binds,
+            )
+            .fetch_all(pool)
+            .await
+            .map_err(db_error)?;
             rows.iter()
                 .map(|row| RunRow::read(row)?.into_record())
-                .collect()
+                .collect::<Result<Vec<_>, StoreError>>()
+        })?;
+        let next = (runs.len() > limit as usize).then(|| {
+            runs.truncate(limit as usize);
+            runs.last().map(RunCursor::after)
+        });
+        Ok(RunPage {
+            runs,
+            next: next.flatten(),
         })
+    }
+
+    async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        let statement = list::counts(self.backend(), &filter.any_status());
+        let mut counts: Vec<(RunStatus, u64)> = on_db!(self, |pool| {
+            let rows = bound(
+                sqlx::query(AssertSqlSafe(statement.sql.as_str())),
+                &statement.binds,
+            )
+            .fetch_all(pool)
+            .await
+            .map_err(db_error)?;
+            rows.iter()
+                .map(|row| {
+                    Ok((
+                        enum_from(row.text("status")?, "status")?,
+                        from_i64(row.int("runs")?, "runs")?,
+                    ))
+                })
+                .collect::<Result<Vec<_>, StoreError>>()
+        })?;
+        counts.sort_by_key(|(status, _)| *status as u8);
+        Ok(counts)
     }
 
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, StoreError> {
@@ -500,6 +526,25 @@ impl Store for SqlStore {
             Ok(counts)
         })
     }
+}
+
+/// `query` with `binds` bound in order.
+fn bound<'q, DB>(
+    mut query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
+    binds: &'q [list::Bind],
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    DB: sqlx::Database,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    for b in binds {
+        query = match b {
+            list::Bind::Text(t) => query.bind(t.as_str()),
+            list::Bind::Int(i) => query.bind(*i),
+        };
+    }
+    query
 }
 
 #[cfg(test)]

@@ -7,10 +7,8 @@ use freeway::chat::{Message, Usage};
 use freeway::classify::Verdict;
 use freeway::clock::epoch_ms;
 use freeway::route::RouteSpec;
-use freeway::run::{
-    ApprovalRecord, AttemptRecord, Code, Decided, Decision, RunRecord, RunState, RunStatus,
-};
-use freeway::store::{Attached, Store};
+use freeway::run::{ApprovalRecord, AttemptRecord, Code, Decided, Decision, RunState, RunStatus};
+use freeway::store::{Attached, RunFilter, RunPage, Store};
 
 #[tokio::test]
 async fn create_run_is_insert_if_absent_and_keeps_the_stored_progress() {
@@ -294,30 +292,117 @@ async fn check_recent_runs_and_counts(s: &dyn Store, label: &str) {
         r.created_ms = base + at;
         r.status = *status;
         r.code = *code;
+        if *id == "run_b" {
+            r.output = "Hello%World".into();
+        }
+        if *id == "run_a" {
+            r.routes[0].model = "other/model".into();
+        }
         s.save_run(&r).await.unwrap();
     }
-    let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
+    let ids = |page: RunPage| page.runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
+    let all = RunFilter::default();
+    let list =
+        |filter: RunFilter, limit| async move { s.list_runs(&filter, None, limit).await.unwrap() };
     assert_eq!(
-        ids(s.recent_runs(10, None).await.unwrap()),
+        ids(list(all.clone(), 10).await),
         ["run_e", "run_d", "run_c", "run_b", "run_a"],
         "{label}: newest first, ties by id"
     );
+    // Pages of two, each starting after the last one shown, until none follows.
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = s.list_runs(&all, after.as_ref(), 2).await.unwrap();
+        assert!(page.runs.len() <= 2);
+        after = page.next.clone();
+        paged.extend(ids(page));
+        if after.is_none() {
+            break;
+        }
+    }
     assert_eq!(
-        ids(s.recent_runs(2, None).await.unwrap()),
-        ["run_e", "run_d"],
-        "{label}"
+        paged,
+        ["run_e", "run_d", "run_c", "run_b", "run_a"],
+        "{label}: paged"
     );
+    let of_user = |u: &str| RunFilter {
+        user_id: Some(u.into()),
+        ..RunFilter::default()
+    };
     assert_eq!(
-        ids(s.recent_runs(10, Some("u1")).await.unwrap()),
+        ids(list(of_user("u1"), 10).await),
         ["run_d", "run_c", "run_a"],
         "{label}: one user's runs only"
     );
-    assert!(s.recent_runs(10, Some("nobody")).await.unwrap().is_empty());
-    let full = s.recent_runs(1, Some("u2")).await.unwrap();
+    assert!(list(of_user("nobody"), 10).await.runs.is_empty());
+    let failed = RunFilter {
+        status: Some(RunStatus::Failed),
+        ..RunFilter::default()
+    };
     assert_eq!(
-        full[0].code,
+        ids(list(failed.clone(), 10).await),
+        ["run_d", "run_b"],
+        "{label}"
+    );
+    let code = RunFilter {
+        code: Some(Code::AccountResting),
+        ..RunFilter::default()
+    };
+    let full = list(code, 10).await;
+    assert_eq!(full.runs[0].run_id, "run_e", "{label}");
+    assert_eq!(
+        full.runs[0].code,
         Some(Code::AccountResting),
         "{label}: whole records"
+    );
+    let by_id = RunFilter {
+        q: Some("RUN_C".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(list(by_id, 10).await),
+        ["run_c"],
+        "{label}: an id prefix, either case"
+    );
+    let by_text = RunFilter {
+        q: Some("hello%".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(list(by_text, 10).await),
+        ["run_b"],
+        "{label}: output text, read literally"
+    );
+    let by_model = |m: &str| RunFilter {
+        model: Some(m.into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(list(by_model("other/model"), 10).await),
+        ["run_a"],
+        "{label}"
+    );
+    assert!(
+        list(by_model("other/"), 10).await.runs.is_empty(),
+        "{label}: whole model ids"
+    );
+    let counted = s.count_runs(&failed).await.unwrap();
+    assert_eq!(
+        counted,
+        [
+            (RunStatus::Delayed, 1),
+            (RunStatus::Succeeded, 1),
+            (RunStatus::Failed, 2),
+            (RunStatus::Refused, 1),
+        ],
+        "{label}: counts take every status of the rest of the filter"
+    );
+    let counted = s.count_runs(&of_user("u2")).await.unwrap();
+    assert_eq!(
+        counted,
+        [(RunStatus::Failed, 1), (RunStatus::Refused, 1)],
+        "{label}"
     );
     let counts: Vec<(RunStatus, Option<Code>, u64)> = s
         .count_by_status()
@@ -339,6 +424,6 @@ async fn check_recent_runs_and_counts(s: &dyn Store, label: &str) {
 }
 
 #[tokio::test]
-async fn recent_runs_are_newest_first_and_runs_are_counted_by_status_and_code() {
+async fn runs_are_listed_newest_first_filtered_paged_and_counted_by_status() {
     on_every_store("recent", check_recent_runs_and_counts).await;
 }

@@ -22,24 +22,21 @@ use super::pools::CanaryView;
 use super::user::ForUser;
 use crate::view::RunView;
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use freeway::chat::Message;
 use freeway::events::Event;
 use freeway::rest::{ActiveRest, Rests};
-use freeway::run::{Code, RunRecord, RunStatus};
 use freeway::store::Store;
 use queue::schedule::{Depths, HEARTBEAT, MISSED_HEARTBEATS, Replica};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::sync::Arc;
 
 const PAGE: &str = include_str!("board.html");
 /// Replaced in [`PAGE`] by each response's CSP nonce.
 const NONCE_SLOT: &str = "__CSP_NONCE__";
 /// Runs the list shows when the page does not say.
-const DEFAULT_RUNS: u32 = 50;
-const MAX_RUNS: u32 = 200;
 /// The newest events and messages a run's detail shows: enough to read, bounded per poll.
 const MAX_EVENTS: usize = 500;
 const MAX_MESSAGES: usize = 200;
@@ -157,78 +154,6 @@ pub async fn overview(
                 canary: c.into(),
             })
             .collect(),
-    }))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunsQuery {
-    limit: Option<u32>,
-    user_id: Option<String>,
-}
-
-/// One line of the runs list: what a person scans for, without the output.
-#[derive(Serialize)]
-struct RunLine {
-    run_id: String,
-    user_id: String,
-    kind: freeway::budget::Kind,
-    status: RunStatus,
-    code: Option<Code>,
-    calls: u32,
-    snoozes: u32,
-    /// `MODEL[@CONNECTION]`, in chain order.
-    routes: Vec<String>,
-    parent_run_id: Option<String>,
-    created_ms: u64,
-    updated_ms: u64,
-    deadline_ms: u64,
-}
-
-impl From<RunRecord> for RunLine {
-    fn from(r: RunRecord) -> RunLine {
-        RunLine {
-            calls: r.state.counters.calls,
-            snoozes: r.state.snoozes,
-            routes: r
-                .routes
-                .iter()
-                .map(|s| match &s.connection {
-                    Some(c) => format!("{}@{c}", s.model),
-                    None => s.model.clone(),
-                })
-                .collect(),
-            run_id: r.run_id,
-            user_id: r.user_id,
-            kind: r.kind,
-            status: r.status,
-            code: r.code,
-            parent_run_id: r.parent_run_id,
-            created_ms: r.created_ms,
-            updated_ms: r.updated_ms,
-            deadline_ms: r.deadline_ms,
-        }
-    }
-}
-
-#[derive(Serialize)]
-pub struct RunList {
-    runs: Vec<RunLine>,
-}
-
-/// `GET /v1/board/runs?limit=&user_id=`: the newest runs first.
-pub async fn runs(
-    State(state): State<Arc<AppState>>,
-    query: Result<Query<RunsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<RunList>, ApiError> {
-    let Query(query) = query.map_err(|r| ApiError::InvalidRequest(r.body_text()))?;
-    let limit = query.limit.unwrap_or(DEFAULT_RUNS).clamp(1, MAX_RUNS);
-    let runs = state
-        .store
-        .recent_runs(limit, query.user_id.as_deref().filter(|u| !u.is_empty()))
-        .await?;
-    Ok(Json(RunList {
-        runs: runs.into_iter().map(RunLine::from).collect(),
     }))
 }
 

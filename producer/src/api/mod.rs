@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod origin;
 pub mod pools;
 pub mod rests;
+pub mod run_list;
 pub mod runs;
 pub mod user;
 
@@ -74,7 +75,7 @@ impl AppState {
 /// The API's routes on `state`.
 pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
-        .route("/runs", post(runs::create))
+        .route("/runs", post(runs::create).get(run_list::list))
         .route("/runs/{id}", get(runs::show))
         .route("/runs/{id}/events", get(events::stream))
         .route("/runs/{id}/approvals", post(approvals::create))
@@ -87,7 +88,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/providers", get(pools::providers))
         .route("/rests/{scope}/{*key}", delete(rests::clear))
         .route("/board/overview", get(board::overview))
-        .route("/board/runs", get(board::runs))
         .route("/board/runs/{id}", get(board::run_detail))
         .route_layer(middleware::from_fn(json_only::require_json))
         .route_layer(middleware::from_fn_with_state(

@@ -40,11 +40,7 @@ async fn the_board_page_is_served_with_a_strict_policy_and_its_data_needs_the_to
     let other = again.text().await.expect("page");
     assert!(!other.contains(&nonce), "a fresh nonce per response");
 
-    for path in [
-        "/v1/board/overview",
-        "/v1/board/runs",
-        "/v1/board/runs/run_x",
-    ] {
+    for path in ["/v1/board/overview", "/v1/runs", "/v1/board/runs/run_x"] {
         let (status, err) = s.get_json(path).await;
         assert_eq!((status, code(&err)), (401, "unauthorized"), "{path}");
     }
@@ -117,7 +113,7 @@ async fn the_board_lists_runs_newest_first_and_shows_one_with_its_attempts_event
         ids.push(body["run_id"].as_str().expect("id").to_string());
         tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     }
-    let (status, list) = s.get_json("/v1/board/runs?limit=2").await;
+    let (status, list) = s.get_json("/v1/runs?limit=2").await;
     assert_eq!(status, 200);
     let runs = list["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), 2);
@@ -126,7 +122,7 @@ async fn the_board_lists_runs_newest_first_and_shows_one_with_its_attempts_event
     assert_eq!(runs[0]["status"], "queued");
     assert_eq!(runs[0]["routes"], json!(["vendor/m:free"]));
     assert_eq!(runs[0]["calls"], 0);
-    let (status, _) = s.get_json("/v1/board/runs?limit=x").await;
+    let (status, _) = s.get_json("/v1/runs?limit=x").await;
     assert_eq!(status, 400);
 
     let run_id = &ids[0];
@@ -191,4 +187,52 @@ async fn the_board_lists_runs_newest_first_and_shows_one_with_its_attempts_event
     assert_eq!(d["transcript_total"], 1);
     let (status, _) = s.get_json("/v1/board/runs/run_missing").await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn the_runs_list_pages_by_cursor_counts_by_status_and_refuses_bad_queries() {
+    let s = Server::open().await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let (_, body) = s.post_run(&run_body(&format!("u{n}"), "vendor/m:free")).await;
+        ids.push(body["run_id"].as_str().expect("id").to_string());
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    ids.reverse();
+    let mut seen = Vec::new();
+    let mut path = "/v1/runs?limit=2".to_string();
+    loop {
+        let (status, page) = s.get_json(&path).await;
+        assert_eq!(status, 200, "{page}");
+        assert_eq!(page["counts"]["queued"], 5, "{page}");
+        assert_eq!(page["counts"]["failed"], 0, "every status is counted: {page}");
+        for run in page["runs"].as_array().expect("runs") {
+            seen.push(run["run_id"].as_str().expect("id").to_string());
+        }
+        match page["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/v1/runs?limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "every run once, newest first");
+    let (_, failed) = s.get_json("/v1/runs?status=failed").await;
+    assert_eq!(failed["runs"], json!([]));
+    assert_eq!(failed["counts"]["queued"], 5, "tabs count beside the filter");
+    let prefix = &ids[2][..ids[2].len() - 2];
+    let (_, found) = s.get_json(&format!("/v1/runs?q={prefix}")).await;
+    assert_eq!(found["runs"].as_array().map(Vec::len), Some(1), "{found}");
+    assert_eq!(found["runs"][0]["run_id"], ids[2].as_str(), "{found}");
+    for bad in [
+        "status=lost",
+        "code=nonsense",
+        "cursor=123",
+        "cursor=abc.run",
+        "limit=0",
+        "limit=201",
+        "user_id=a%20b",
+        "offset=10",
+    ] {
+        let (status, err) = s.get_json(&format!("/v1/runs?{bad}")).await;
+        assert_eq!((status, code(&err)), (400, "invalid_request"), "{bad}: {err}");
+    }
 }

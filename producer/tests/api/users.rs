@@ -85,10 +85,11 @@ async fn where_a_user_is_named_another_users_run_is_not_found() {
         "nobody approves another's call"
     );
     assert_eq!(s.stored_runs().await, 1, "no continuation was enqueued");
-    let (_, mine) = s.get_json("/v1/board/runs?user_id=u1").await;
+    let (_, mine) = s.get_json("/v1/runs?user_id=u1").await;
     assert_eq!(mine["runs"].as_array().map(Vec::len), Some(1));
-    let (_, theirs) = s.get_json("/v1/board/runs?user_id=u2").await;
-    assert_eq!(theirs, json!({ "runs": [] }));
+    let (_, theirs) = s.get_json("/v1/runs?user_id=u2").await;
+    assert_eq!(theirs["runs"], json!([]));
+    assert_eq!(theirs["counts"]["queued"], 0, "counts are the user's too");
     for bad in ["?user_id=", "?user=u1"] {
         let (status, err) = s.get_json(&format!("/v1/runs/{run_id}{bad}")).await;
         assert_eq!((status, code(&err)), (400, "invalid_request"), "{bad}");
