@@ -491,4 +491,68 @@ async fn a_call_admitted_at_a_windows_end_is_counted_in_the_next_window_too() {
         matches!(slots[1], Slot::In(_)),
         "one slot was left: {slots:?}"
     );
+    assert!(
+        !f.pace
+            .landed(POOL, &limits, WINDOW_GUARD_MS, 0)
+            .await
+            .unwrap(),
+        "its answer came after the window it was admitted in: it may have landed in this one"
+    );
+}
+
+#[tokio::test]
+async fn a_window_end_call_whose_answer_is_back_before_the_next_window_gives_its_slot_back() {
+    let f = Fixture::memory();
+    let clock = f.clock.clone().unwrap();
+    let limits = fixed(2);
+    let end = day_end();
+    clock.advance(Duration::from_millis(to_window_end() - WINDOW_GUARD_MS / 2));
+    assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
+    clock.advance(Duration::from_millis(100));
+    assert!(f.pace.landed(POOL, &limits, 100, 0).await.unwrap());
+    assert!(
+        !f.pace.landed(POOL, &limits, 100, 0).await.unwrap(),
+        "once: the window counted it once more, no more"
+    );
+    clock.advance(Duration::from_millis(WINDOW_GUARD_MS));
+    assert_eq!(
+        f.pace.usage(POOL, &limits, end).await.unwrap().window_used,
+        0
+    );
+    assert_eq!(
+        f.admits(&limits, 2, end).await,
+        vec![Slot::Now; 2],
+        "the whole window"
+    );
+}
+
+/// The Lua script's reading of a call back before the next window: windows of 2 s, so the
+/// test can wait (by Redis time) for a window's last 500 ms.
+#[tokio::test]
+async fn in_redis_a_window_end_call_back_in_time_gives_its_slot_back() {
+    let conn = support::redis().await;
+    let pace = RedisPacer::new(conn.clone(), support::unique_ns("pace"));
+    let limits = Limits {
+        window_ms: 2_000,
+        ..fixed(2)
+    };
+    let end = day_end();
+    loop {
+        let mut c = conn.clone();
+        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut c).await.unwrap();
+        let into = (s * 1000 + us / 1000) % 2_000;
+        if (1_600..1_700).contains(&into) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis((3_600 - into) % 2_000 / 2 + 1)).await;
+    }
+    assert_eq!(pace.admit(POOL, &limits, end, 0).await.unwrap(), Slot::Now);
+    assert!(pace.landed(POOL, &limits, 5, 0).await.unwrap());
+    assert!(!pace.landed(POOL, &limits, 5, 0).await.unwrap(), "once");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let next = pace.usage(POOL, &limits, end).await.unwrap();
+    assert_eq!(
+        next.window_used, 0,
+        "the next window has its slot back: {next:?}"
+    );
 }

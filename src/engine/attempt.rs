@@ -5,6 +5,7 @@
 //! once the call is over), so a log line explains a failover as the stored record does; the
 //! fleet's counters ([`crate::metrics`]) count the call and any rest it wrote.
 
+use super::pace::Taken;
 use super::{Engine, EngineError, Run};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
@@ -60,6 +61,8 @@ struct Call<'m> {
     probe: Option<String>,
     /// The tokens the call was admitted with.
     tokens: u32,
+    /// When its slot was counted, if it was counted for this call.
+    admitted_ms: Option<u64>,
 }
 
 impl Engine {
@@ -102,15 +105,20 @@ impl Engine {
                 Probe::NotDue => None,
             },
         };
-        if let Some(full) = self.take_slot(run, route).await? {
-            if let Some(owner) = &probe {
-                self.fleet
-                    .rests
-                    .probes_answered(route, owner, false)
-                    .await?;
+        let taken = self.take_slot(run, route).await?;
+        let admitted_ms = match taken {
+            Taken::Admitted { at_ms } => Some(at_ms),
+            Taken::Unpaced | Taken::Held => None,
+            Taken::Full(full) => {
+                if let Some(owner) = &probe {
+                    self.fleet
+                        .rests
+                        .probes_answered(route, owner, false)
+                        .await?;
+                }
+                return Ok(Err(Miss::Closed(full)));
             }
-            return Ok(Err(Miss::Closed(full)));
-        }
+        };
         let counters = &mut run.rec.state.counters;
         counters.calls += 1;
         if step == 1 {
@@ -139,6 +147,7 @@ impl Engine {
             stream,
             probe,
             tokens: run.tokens,
+            admitted_ms,
         };
         self.attempt_numbered(run, call).instrument(span).await
     }
@@ -158,6 +167,7 @@ impl Engine {
             stream,
             probe,
             tokens,
+            admitted_ms,
         } = call;
         let route = &run.routes[index];
         // Counted and logged `lost` before the call: if this executor dies during it, the log
@@ -185,6 +195,9 @@ impl Engine {
         };
         let result = self.call_relaying(run, &target, &request).await;
         let finished = self.clock.now_ms();
+        if let Some(at_ms) = admitted_ms {
+            self.slot_used(route, at_ms, tokens).await?;
+        }
         self.note_answer(route, tokens, &result).await?;
         let mut record = AttemptRecord {
             latency_ms: finished.saturating_sub(started),

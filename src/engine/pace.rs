@@ -5,10 +5,26 @@
 
 use super::{Engine, EngineError, Run};
 use crate::job::HeldSlot;
-use crate::pace::Slot;
+use crate::pace::{Slot, WINDOW_GUARD_MS};
 use crate::preflight::Preflight;
 use crate::rest::{Closure, RestKind};
 use crate::route::Route;
+
+/// How a call on a route got its slot.
+pub(crate) enum Taken {
+    /// The route's pool is not paced.
+    Unpaced,
+    /// The run's held slot (counted when it was reserved).
+    Held,
+    /// Counted now (engine clock ms).
+    Admitted { at_ms: u64 },
+    /// The pool has no slot before the closure ends: no call is made.
+    Full(Closure),
+}
+
+/// How far this process's clock may be from the limiter's when it guesses that a slot was
+/// taken near a window's end.
+const LIMITER_SKEW_MS: u64 = 1_000;
 
 /// A held slot's wake-up is spread over this much after the slot's moment, so that a window's
 /// worth of waiting runs does not land in one instant.
@@ -50,34 +66,56 @@ impl Engine {
         Ok(())
     }
 
-    /// Before a call on `route`: take a slot of its pool. `None`: go ahead (the call is
-    /// counted); `Some`: the pool has no slot before the closure ends, and no call is made. A
-    /// continuation tries once and is never paced out: it is counted when there is room.
+    /// Before a call on `route`: take a slot of its pool. A continuation tries once and is
+    /// never paced out: it is counted when there is room.
     pub(crate) async fn take_slot(
         &self,
         run: &mut Run<'_>,
         route: &Route,
-    ) -> Result<Option<Closure>, EngineError> {
+    ) -> Result<Taken, EngineError> {
         let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
-            return Ok(None);
+            return Ok(Taken::Unpaced);
         };
-        if run
-            .slot
-            .as_ref()
-            .is_some_and(|s| s.usable(pool, self.clock.now_ms()))
-        {
+        let now = self.clock.now_ms();
+        if run.slot.as_ref().is_some_and(|s| s.usable(pool, now)) {
             run.slot = None;
-            return Ok(None);
+            return Ok(Taken::Held);
         }
         let slot = self
             .fleet
             .pace
             .admit(pool, limits, self.day_end(route), run.tokens)
             .await?;
-        if run.job.is_continuation() {
-            return Ok(None);
+        match full(pool, slot) {
+            Some(closure) if !run.job.is_continuation() => Ok(Taken::Full(closure)),
+            _ => Ok(Taken::Admitted { at_ms: now }),
         }
-        Ok(full(pool, slot))
+    }
+
+    /// After the call of a slot taken at `at_ms`: a slot taken at the very end of a fixed
+    /// window was counted in the next window too; an answer back before that window began
+    /// gives it back. Asked only near a window's end (by this clock, with a second to spare for
+    /// the limiter's), so most calls cost nothing more.
+    pub(crate) async fn slot_used(
+        &self,
+        route: &Route,
+        at_ms: u64,
+        tokens: u32,
+    ) -> Result<(), EngineError> {
+        let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
+            return Ok(());
+        };
+        let win = limits.window_ms.max(1);
+        let near_end = win - at_ms % win <= WINDOW_GUARD_MS + LIMITER_SKEW_MS;
+        if limits.rolling || !near_end {
+            return Ok(());
+        }
+        let elapsed = self.clock.now_ms().saturating_sub(at_ms);
+        self.fleet
+            .pace
+            .landed(pool, limits, elapsed, tokens)
+            .await?;
+        Ok(())
     }
 
     /// A wait for a pool's next slot holds one: the run reserves the first slot with room and

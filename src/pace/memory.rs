@@ -12,6 +12,9 @@ use std::sync::{Arc, Mutex};
 struct State {
     /// Fixed windows: (calls, tokens) counted per window index.
     counts: BTreeMap<u64, (u32, u64)>,
+    /// Fixed windows: calls counted in a window only because they were admitted at the end of
+    /// the one before.
+    tails: BTreeMap<u64, u32>,
     /// Rolling windows: the theoretical arrival time of calls and of tokens, ms.
     tat: f64,
     token_tat: f64,
@@ -194,6 +197,7 @@ impl MemoryPacer {
         }
         let window = now / limits.window_ms.max(1);
         st.counts = st.counts.split_off(&window);
+        st.tails = st.tails.split_off(&window);
         let cost = if limits.counts_tokens() {
             u64::from(tokens)
         } else {
@@ -254,6 +258,7 @@ impl Pacer for MemoryPacer {
                         let next = v.st.counts.entry(w + 1).or_default();
                         next.0 += 1;
                         next.1 += tokens;
+                        *v.st.tails.entry(w + 1).or_default() += 1;
                     }
                     Slot::Now
                 }
@@ -328,6 +333,34 @@ impl Pacer for MemoryPacer {
             }
         });
         Ok(())
+    }
+
+    async fn landed(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        elapsed_ms: u64,
+        tokens: u32,
+    ) -> Result<bool, FleetError> {
+        Ok(self.with(pool, limits, 0, tokens, |v| {
+            let admitted = v.now.saturating_sub(elapsed_ms);
+            let x = admitted / v.win() + 1;
+            let tail = x * v.win() - admitted <= WINDOW_GUARD_MS;
+            let doubled = v.st.tails.get(&x).copied().unwrap_or(0) > 0;
+            if !(v.windowed() && tail && v.now < x * v.win() && doubled) {
+                return false;
+            }
+            let tokens = if v.limits.tokens_per_window.is_some() {
+                v.cost
+            } else {
+                0
+            };
+            *v.st.tails.entry(x).or_default() -= 1;
+            let next = v.st.counts.entry(x).or_default();
+            next.0 = next.0.saturating_sub(1);
+            next.1 = next.1.saturating_sub(tokens);
+            true
+        }))
     }
 
     async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError> {

@@ -170,6 +170,17 @@ pub trait Pacer: Send + Sync {
         day_end_ms: u64,
         delta: i64,
     ) -> Result<(), FleetError>;
+    /// The answer of a call admitted `elapsed_ms` ago (with `tokens`) is back. A call admitted
+    /// at the very end of a fixed window was counted in the next window too, since it might
+    /// reach the provider there; back before that window began, it did not, and the next
+    /// window gets its slot back. Says whether it did.
+    async fn landed(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        elapsed_ms: u64,
+        tokens: u32,
+    ) -> Result<bool, FleetError>;
     /// A call the limiter admitted was refused for the pool's quota: this window is full.
     /// Returns the misses counted so far.
     async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError>;

@@ -1,6 +1,7 @@
 -- One pool's limiter (docs/design.md §4.4), on Redis time. KEYS[1] is the pool's hash:
 --   c:<w>   calls counted in fixed window w (admitted, or reserved ahead)
 --   k:<w>   tokens counted in fixed window w
+--   t:<w>   calls counted in window w only because they were admitted at the end of w - 1
 --   lo      the oldest window still kept
 --   tat     rolling windows: the theoretical arrival time (GCRA), in ms
 --   ttat    rolling windows: the same for tokens (each token moves it by window / tokens limit)
@@ -12,7 +13,8 @@
 -- window ms, rolling (1/0), limit per day (0: none), the day's end (epoch ms; 0: unknown, keep
 -- the count), the guard at a window's edges (ms), tokens per window (0: none), tokens per day (0:
 -- none), this call's tokens (an estimate; 0: not counted); for sync, the endpoint's used and
--- limit; for spent, the tokens to add to what was counted (negative: fewer were spent).
+-- limit; for spent, the tokens to add to what was counted (negative: fewer were spent); for
+-- landed, how long ago (ms) the call was admitted.
 --
 -- A call needs room for its tokens as for itself; a window (or day) with no tokens counted yet
 -- admits one call of any size, so a call larger than the limit is not refused for ever.
@@ -52,11 +54,11 @@ if windowed then
   if lo < w then
     if w - lo > 1000 then
       for _, f in ipairs(redis.call('HKEYS', key)) do
-        local x = string.match(f, '^[ck]:(%d+)$')
+        local x = string.match(f, '^[ckt]:(%d+)$')
         if x and tonumber(x) < w then redis.call('HDEL', key, f) end
       end
     else
-      for x = lo, w - 1 do redis.call('HDEL', key, 'c:' .. x, 'k:' .. x) end
+      for x = lo, w - 1 do redis.call('HDEL', key, 'c:' .. x, 'k:' .. x, 't:' .. x) end
     end
   end
   redis.call('HSET', key, 'lo', w)
@@ -198,6 +200,21 @@ if op == 'spent' then
   return {1}
 end
 
+-- A call admitted ARGV[11] ms ago whose answer is back: if it was admitted at the end of its
+-- window (and so counted in the next one too) and that window has not ended, it reached the
+-- provider within it, and the next window gets its slot back.
+if op == 'landed' then
+  local admitted = now - tonumber(ARGV[11])
+  local x = math.floor(admitted / win) + 1
+  if windowed and x * win - admitted <= guard and now < x * win and num('t:' .. x) > 0 then
+    redis.call('HINCRBY', key, 't:' .. x, -1)
+    redis.call('HINCRBY', key, 'c:' .. x, -1)
+    if tlimit > 0 and cost > 0 then redis.call('HINCRBY', key, 'k:' .. x, -cost) end
+    return {1}
+  end
+  return {0}
+end
+
 if op == 'missed' then
   if limit > 0 and rolling then
     redis.call('HSET', key, 'tat', math.ceil(now + win))
@@ -245,6 +262,7 @@ if op == 'admit' then
   if tail then
     -- Counted in the next window too; the day counts the call once.
     redis.call('HINCRBY', key, 'c:' .. (w + 1), 1)
+    redis.call('HINCRBY', key, 't:' .. (w + 1), 1)
     if tlimit > 0 and cost > 0 then redis.call('HINCRBY', key, 'k:' .. (w + 1), cost) end
     keep((w + 2) * win)
   end

@@ -152,6 +152,19 @@ impl Pacer for RedisPacer {
         Ok(())
     }
 
+    async fn landed(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        elapsed_ms: u64,
+        tokens: u32,
+    ) -> Result<bool, FleetError> {
+        let reply = self
+            .call_with("landed", pool, limits, 0, tokens, &[to_i64(elapsed_ms)])
+            .await?;
+        Ok(reply.first() == Some(&1))
+    }
+
     async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError> {
         let reply = self.call("missed", pool, limits, 0, 0).await?;
         Ok(reply.first().copied().unwrap_or(0) as u32)

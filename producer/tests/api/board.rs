@@ -194,7 +194,9 @@ async fn the_runs_list_pages_by_cursor_counts_by_status_and_refuses_bad_queries(
     let s = Server::open().await;
     let mut ids = Vec::new();
     for n in 0..5 {
-        let (_, body) = s.post_run(&run_body(&format!("u{n}"), "vendor/m:free")).await;
+        let (_, body) = s
+            .post_run(&run_body(&format!("u{n}"), "vendor/m:free"))
+            .await;
         ids.push(body["run_id"].as_str().expect("id").to_string());
         tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     }
@@ -205,7 +207,10 @@ async fn the_runs_list_pages_by_cursor_counts_by_status_and_refuses_bad_queries(
         let (status, page) = s.get_json(&path).await;
         assert_eq!(status, 200, "{page}");
         assert_eq!(page["counts"]["queued"], 5, "{page}");
-        assert_eq!(page["counts"]["failed"], 0, "every status is counted: {page}");
+        assert_eq!(
+            page["counts"]["failed"], 0,
+            "every status is counted: {page}"
+        );
         for run in page["runs"].as_array().expect("runs") {
             seen.push(run["run_id"].as_str().expect("id").to_string());
         }
@@ -217,7 +222,10 @@ async fn the_runs_list_pages_by_cursor_counts_by_status_and_refuses_bad_queries(
     assert_eq!(seen, ids, "every run once, newest first");
     let (_, failed) = s.get_json("/v1/runs?status=failed").await;
     assert_eq!(failed["runs"], json!([]));
-    assert_eq!(failed["counts"]["queued"], 5, "tabs count beside the filter");
+    assert_eq!(
+        failed["counts"]["queued"], 5,
+        "tabs count beside the filter"
+    );
     let prefix = &ids[2][..ids[2].len() - 2];
     let (_, found) = s.get_json(&format!("/v1/runs?q={prefix}")).await;
     assert_eq!(found["runs"].as_array().map(Vec::len), Some(1), "{found}");
@@ -233,6 +241,10 @@ async fn the_runs_list_pages_by_cursor_counts_by_status_and_refuses_bad_queries(
         "offset=10",
     ] {
         let (status, err) = s.get_json(&format!("/v1/runs?{bad}")).await;
-        assert_eq!((status, code(&err)), (400, "invalid_request"), "{bad}: {err}");
+        assert_eq!(
+            (status, code(&err)),
+            (400, "invalid_request"),
+            "{bad}: {err}"
+        );
     }
 }
