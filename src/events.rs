@@ -64,6 +64,8 @@ pub enum Event {
         code: Option<Code>,
         usage: Usage,
     },
+    /// The run was cancelled: before it started, or before its next call.
+    Cancelled,
 }
 
 impl Event {
@@ -81,6 +83,7 @@ impl Event {
             Event::AwaitingApproval { .. } => "awaiting_approval",
             Event::Refused { .. } => "refused",
             Event::Finished { .. } => "finished",
+            Event::Cancelled => "cancelled",
         }
     }
 
@@ -111,6 +114,7 @@ impl Event {
                 .pending_tool_call
                 .clone()
                 .map(|tool_call| Event::AwaitingApproval { tool_call }),
+            RunStatus::Cancelled => Some(Event::Cancelled),
             RunStatus::Queued | RunStatus::Delayed | RunStatus::Running => None,
         }
     }
@@ -119,7 +123,10 @@ impl Event {
     pub fn is_last(&self) -> bool {
         matches!(
             self,
-            Event::Finished { .. } | Event::Refused { .. } | Event::AwaitingApproval { .. }
+            Event::Finished { .. }
+                | Event::Refused { .. }
+                | Event::AwaitingApproval { .. }
+                | Event::Cancelled
         )
     }
 

@@ -237,6 +237,9 @@ pub struct RunJob {
     /// A pool's slot counted for this run while it waited (docs/design.md §4.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot: Option<HeldSlot>,
+    /// The run this one retries, when an operator or the web app asked for a retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
 }
 
 /// A slot of a pool's later window, counted for a waiting run: it calls in it without asking
@@ -278,6 +281,7 @@ impl RunJob {
             continuation: None,
             snooze_n: 0,
             slot: None,
+            retry_of: None,
         }
     }
 

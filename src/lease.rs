@@ -46,7 +46,15 @@ pub trait Leases: Send + Sync {
     /// that spends something (a canary's call) so costs nothing when a fleet starts or a replica
     /// joins. A fleet that stops asking for a whole period starts over.
     async fn take_period(&self, name: &str, period: Duration) -> Result<bool, FleetError>;
+    /// Mark the run cancelled for every executor: whoever runs it stops before its next call.
+    /// The mark lasts [`CANCEL_TTL`], past any run's deadline.
+    async fn cancel(&self, run_id: &str) -> Result<(), FleetError>;
+    /// Whether the run was cancelled.
+    async fn is_cancelled(&self, run_id: &str) -> Result<bool, FleetError>;
 }
+
+/// How long a run's cancellation is remembered: longer than any run may last.
+pub const CANCEL_TTL: Duration = Duration::from_secs(2 * 24 * 3600);
 
 /// Leases as Redis keys with a TTL.
 #[derive(Clone)]
@@ -71,6 +79,11 @@ impl RedisLeases {
     /// The Redis key of the turn at `name`.
     pub fn turn_key(&self, name: &str) -> String {
         format!("{}:turn:{name}", self.ns)
+    }
+
+    /// The Redis key marking the run cancelled.
+    pub fn cancel_key(&self, run_id: &str) -> String {
+        format!("{}:run:{run_id}:cancelled", self.ns)
     }
 
     /// The Redis key holding when the period of chore `name` ends (ms, Redis time).
@@ -139,6 +152,27 @@ impl Leases for RedisLeases {
             .await?;
         Ok(taken == 1)
     }
+
+    async fn cancel(&self, run_id: &str) -> Result<(), FleetError> {
+        let mut conn = self.conn.clone();
+        let _: () = redis::cmd("SET")
+            .arg(self.cancel_key(run_id))
+            .arg(1)
+            .arg("PX")
+            .arg(CANCEL_TTL.as_millis() as u64)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn is_cancelled(&self, run_id: &str) -> Result<bool, FleetError> {
+        let mut conn = self.conn.clone();
+        let found: bool = redis::cmd("EXISTS")
+            .arg(self.cancel_key(run_id))
+            .query_async(&mut conn)
+            .await?;
+        Ok(found)
+    }
 }
 
 /// Leases in one process, timed by a [`Clock`]: run id → (owner, expiry in clock ms).
@@ -147,6 +181,7 @@ pub struct MemoryLeases {
     held: Mutex<HashMap<String, (String, u64)>>,
     /// Chore name → when its period ends (clock ms).
     periods: Mutex<HashMap<String, u64>>,
+    cancelled: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Default for MemoryLeases {
@@ -161,6 +196,7 @@ impl MemoryLeases {
             clock,
             held: Mutex::new(HashMap::new()),
             periods: Mutex::new(HashMap::new()),
+            cancelled: Mutex::new(Default::default()),
         }
     }
 
@@ -229,6 +265,17 @@ impl Leases for MemoryLeases {
         };
         periods.insert(name.to_string(), now + period);
         Ok(taken)
+    }
+
+    async fn cancel(&self, run_id: &str) -> Result<(), FleetError> {
+        let mut cancelled = self.cancelled.lock().unwrap_or_else(|e| e.into_inner());
+        cancelled.insert(run_id.to_string());
+        Ok(())
+    }
+
+    async fn is_cancelled(&self, run_id: &str) -> Result<bool, FleetError> {
+        let cancelled = self.cancelled.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(cancelled.contains(run_id))
     }
 }
 

@@ -18,11 +18,13 @@ pub enum RunStatus {
     Succeeded,
     Failed,
     Refused,
+    /// An operator or the web app cancelled it (`POST /v1/runs/{id}/cancel`).
+    Cancelled,
 }
 
 impl RunStatus {
     /// Every status, in the order lists and counts show them.
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 8] = [
         RunStatus::Queued,
         RunStatus::Delayed,
         RunStatus::Running,
@@ -30,6 +32,7 @@ impl RunStatus {
         RunStatus::Succeeded,
         RunStatus::Failed,
         RunStatus::Refused,
+        RunStatus::Cancelled,
     ];
 
     /// Whether a job for this run has nothing left to do (a redelivery is acknowledged and skipped).
@@ -40,7 +43,14 @@ impl RunStatus {
                 | RunStatus::Succeeded
                 | RunStatus::Failed
                 | RunStatus::Refused
+                | RunStatus::Cancelled
         )
+    }
+
+    /// Whether the run is over for good: nothing can resume it (an approval resumes a run
+    /// awaiting one).
+    pub fn is_final(self) -> bool {
+        self.is_settled() && self != RunStatus::AwaitingApproval
     }
 
     pub fn as_str(self) -> &'static str {
@@ -52,6 +62,7 @@ impl RunStatus {
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
             RunStatus::Refused => "refused",
+            RunStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -137,6 +148,9 @@ pub struct RunRecord {
     pub kind: Kind,
     pub routes: Vec<RouteSpec>,
     pub parent_run_id: Option<String>,
+    /// The run this one retries (`POST /v1/runs/{id}/retry`).
+    #[serde(default)]
+    pub retry_of: Option<String>,
     pub idempotency_key: Option<String>,
     pub status: RunStatus,
     pub code: Option<Code>,
@@ -173,6 +187,7 @@ impl RunRecord {
             kind: job.request.kind,
             routes: job.request.routes.clone(),
             parent_run_id: job.continuation.as_ref().map(|c| c.parent_run_id.clone()),
+            retry_of: job.retry_of.clone(),
             idempotency_key: job.request.idempotency_key.clone(),
             status: RunStatus::Queued,
             code: None,

@@ -1439,3 +1439,22 @@ async fn a_chain_closed_only_by_a_billing_wait_snoozes_until_the_spend_window_en
     let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
     assert_eq!(rec.status, RunStatus::Delayed);
 }
+
+#[tokio::test]
+async fn a_cancelled_run_ends_cancelled_before_its_next_call() {
+    let s = setup().await;
+    let job = RunJob::new(
+        request("u1", "hi", &[FREE_A, PAID]),
+        freeway::clock::epoch_ms(),
+    );
+    // The producer marked it while a worker held it: the mark is what the executor reads.
+    freeway::lease::Leases::cancel(&*s.h.leases, &job.run_id)
+        .await
+        .unwrap();
+    let outcome = execute(&s.h, &job, WhenResting::Snooze).await;
+    assert_eq!(outcome, finished(RunStatus::Cancelled, None));
+    assert!(s.sim.calls().is_empty(), "no call after the cancel");
+    let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
+    assert_eq!(rec.status, RunStatus::Cancelled);
+    assert_eq!(s.h.events.of(&job.run_id).last(), Some(&Event::Cancelled));
+}

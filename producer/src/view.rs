@@ -30,6 +30,8 @@ pub struct RunView {
     pub kind: Kind,
     pub routes: Vec<RouteSpec>,
     pub parent_run_id: Option<String>,
+    /// The run this one retries.
+    pub retry_of: Option<String>,
     pub created_ms: u64,
     pub updated_ms: u64,
     pub deadline_ms: u64,
@@ -63,6 +65,7 @@ impl RunView {
             kind: r.kind,
             routes: r.routes,
             parent_run_id: r.parent_run_id,
+            retry_of: r.retry_of,
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
             deadline_ms: r.deadline_ms,

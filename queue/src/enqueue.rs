@@ -111,11 +111,11 @@ pub struct Approval {
 /// Enqueues runs: the producer side of freeway as a library.
 #[derive(Clone)]
 pub struct Enqueuer {
-    queue: Queue,
+    pub(crate) queue: Queue,
     rests: RedisRests,
-    events: RedisEvents,
-    store: Arc<dyn Store>,
-    leases: RedisLeases,
+    pub(crate) events: RedisEvents,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) leases: RedisLeases,
     catalog: Arc<Catalog>,
     conn: ConnectionManager,
     ns: String,
@@ -182,6 +182,15 @@ impl Enqueuer {
     /// refuse while every route rests (`on_rest: refuse`), else record it (queued), publish
     /// `queued` and push it.
     pub async fn enqueue(&self, request: RunRequest) -> Result<Outcome, EnqueueError> {
+        self.enqueue_retrying(request, None).await
+    }
+
+    /// [`Enqueuer::enqueue`] of a run that retries `retry_of`.
+    pub(crate) async fn enqueue_retrying(
+        &self,
+        request: RunRequest,
+        retry_of: Option<String>,
+    ) -> Result<Outcome, EnqueueError> {
         let routes = request.validate(&self.catalog)?;
         if let Some(conversation) = &request.conversation_id {
             let owner = self.store.conversation_owner(conversation).await?;
@@ -201,7 +210,10 @@ impl Enqueuer {
             return Ok(Outcome::Duplicate { run_id });
         }
         let now = freeway::clock::epoch_ms();
-        let job = RunJob::new(request, now);
+        let job = RunJob {
+            retry_of,
+            ..RunJob::new(request, now)
+        };
         if job.request.on_rest == OnRest::Refuse {
             let closures = self.rests.closures(&routes).await?;
             let decided = preflight::decide(

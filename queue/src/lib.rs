@@ -8,9 +8,11 @@
 //!
 //! The worker and the producer both depend on this crate; neither depends on the other.
 
+pub mod actions;
 pub mod enqueue;
 pub mod schedule;
 
+pub use actions::Cancelled;
 pub use enqueue::{EnqueueError, Enqueuer, Outcome};
 
 /// Why Redis, or apalis on it, failed: the client's message and error chain, without the

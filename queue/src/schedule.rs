@@ -226,6 +226,37 @@ impl Queue {
         Ok(ids.len())
     }
 
+    /// Make one parked run due at `now_ms` (an operator's "run now"); false when it is not
+    /// parked.
+    pub async fn wake(&self, run_id: &str, now_ms: u64) -> Result<bool, QueueError> {
+        let mut conn = self.conn.clone();
+        let (_, parked): (u64, Option<f64>) = redis::pipe()
+            .cmd("ZADD")
+            .arg(self.snoozed())
+            .arg("XX")
+            .arg(now_ms)
+            .arg(run_id)
+            .cmd("ZSCORE")
+            .arg(self.snoozed())
+            .arg(run_id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(parked.is_some())
+    }
+
+    /// Drop a parked run: it was cancelled, and must not be delivered again for nothing.
+    pub async fn forget(&self, run_id: &str) -> Result<(), QueueError> {
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .zrem(self.snoozed(), run_id)
+            .ignore()
+            .hdel(self.snoozed_jobs(), run_id)
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await?;
+        Ok(())
+    }
+
     /// Make every parked run due at `now_ms`: a rest was lifted or cleared, and the runs it
     /// delayed may run now. Which rest parked a run is not recorded, so all wake; the ones still
     /// closed park again at pre-flight without spending a call. Returns the runs brought forward.

@@ -94,6 +94,9 @@ impl Engine {
                 return Err(unavailable.into());
             }
         };
+        if self.fleet.leases.is_cancelled(&run.rec.run_id).await? {
+            return Err(EngineError::Cancelled);
+        }
         // docs/design.md §3.3: after a guessed rest, one call fleet-wide goes first. A
         // continuation tries once whatever rests, so it neither waits for a probe nor is one.
         let owner = format!("{}:{}", run.rec.run_id, run.rec.state.counters.calls + 1);

@@ -86,6 +86,10 @@ pub enum EngineError {
     Event(#[from] EventError),
     #[error(transparent)]
     Targets(#[from] TargetError),
+    /// Not a fault: the run was cancelled before a call. [`Engine::execute`] ends the run
+    /// `cancelled` on it; no caller sees it.
+    #[error("the run was cancelled")]
+    Cancelled,
 }
 
 /// Everything a run needs, shared by every job a worker runs.
@@ -283,7 +287,13 @@ impl Engine {
             Some(outcome) => outcome,
             None => {
                 self.start(&mut run).await?;
-                self.steps(&mut run, when_resting).await?
+                match self.steps(&mut run, when_resting).await {
+                    Err(EngineError::Cancelled) => {
+                        tracing::info!(run_id = %job.run_id, "cancelled before its next call");
+                        self.finish(&mut run, RunStatus::Cancelled, None).await?
+                    }
+                    stepped => stepped?,
+                }
             }
         };
         // A settled run's calls are final; a snoozed one counts when it settles.
@@ -669,10 +679,13 @@ impl Engine {
             run.rec.incomplete = true;
         }
         self.save(run).await?;
-        let event = Event::Finished {
-            status,
-            code,
-            usage: run.rec.usage,
+        let event = match status {
+            RunStatus::Cancelled => Event::Cancelled,
+            _ => Event::Finished {
+                status,
+                code,
+                usage: run.rec.usage,
+            },
         };
         self.publish(run, event).await?;
         Ok(Outcome::Finished { status, code })

@@ -31,6 +31,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "canaries",
         include_str!("../../migrations/0006_canaries.sql"),
     ),
+    (
+        7,
+        "retry_of",
+        include_str!("../../migrations/0007_retry_of.sql"),
+    ),
 ];
 
 pub(super) fn migrator() -> Migrator {
@@ -62,12 +67,13 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    const PINNED: [(i64, u64); 6] = [
+    const PINNED: [(i64, u64); 7] = [
         (1, 0xe69cb70d1b7d5fbf),
         (2, 0x8a2f765eeb19a40e),
         (3, 0xd7ae84a71a3089de),
         (4, 0x692db48c8c99cdc3),
         (5, 0x191c380e2c5cacb0),
+        (7, 0xb7dca67c62254b70),
         (6, 0x9def6c565ac5b24e),
     ];
 

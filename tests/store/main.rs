@@ -184,6 +184,7 @@ fn record(run_id: &str, conversation_id: &str) -> RunRecord {
             provider: None,
         }],
         parent_run_id: None,
+        retry_of: None,
         idempotency_key: None,
         status: RunStatus::Queued,
         code: None,

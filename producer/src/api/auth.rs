@@ -112,12 +112,12 @@ pub fn require_admin(tokens: &Tokens, headers: &HeaderMap) -> Result<(), ApiErro
     };
     if tokens.admin.is_none() {
         return Err(ApiError::Forbidden(
-            "the operator's clear is disabled: FREEWAY_ADMIN_TOKEN is not set".into(),
+            "operator actions are disabled: FREEWAY_ADMIN_TOKEN is not set".into(),
         ));
     }
     if !matches(tokens.admin.as_ref(), token) {
         return Err(ApiError::Forbidden(
-            "clearing a rest needs the admin token (FREEWAY_ADMIN_TOKEN)".into(),
+            "operator actions need the admin token (FREEWAY_ADMIN_TOKEN)".into(),
         ));
     }
     Ok(())

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod origin;
 pub mod pools;
 pub mod rests;
+pub mod run_actions;
 pub mod run_list;
 pub mod runs;
 pub mod user;
@@ -44,6 +45,8 @@ use tokio::sync::{Semaphore, watch};
 
 /// The largest request body (docs/api.md §5.1): 256 KiB.
 pub const BODY_LIMIT: usize = 256 * 1024;
+/// The largest `POST /v1/runs:batch` body: a thousand runs of 16 KiB.
+pub const BATCH_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Everything a handler needs.
 pub struct AppState {
@@ -76,9 +79,16 @@ impl AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/runs", post(runs::create).get(run_list::list))
+        .route(
+            "/runs:batch",
+            post(runs::create_batch).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
+        )
         .route("/runs/{id}", get(runs::show))
         .route("/runs/{id}/events", get(events::stream))
         .route("/runs/{id}/approvals", post(approvals::create))
+        .route("/runs/{id}/cancel", post(run_actions::cancel))
+        .route("/runs/{id}/retry", post(run_actions::retry))
+        .route("/runs/{id}/wake", post(run_actions::wake))
         .route(
             "/connections/{id}",
             put(connections::put).delete(connections::delete),

@@ -43,6 +43,7 @@ struct RunLine {
     /// `MODEL[@CONNECTION]`, in chain order.
     routes: Vec<String>,
     parent_run_id: Option<String>,
+    retry_of: Option<String>,
     created_ms: u64,
     updated_ms: u64,
     deadline_ms: u64,
@@ -67,6 +68,7 @@ impl From<RunRecord> for RunLine {
             status: r.status,
             code: r.code,
             parent_run_id: r.parent_run_id,
+            retry_of: r.retry_of,
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
             deadline_ms: r.deadline_ms,

@@ -19,14 +19,19 @@ pub async fn create(
     State(state): State<Arc<AppState>>,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
-    let request = RunRequest::from_json(&body, state.enqueuer.catalog())
+    Ok(accepted(enqueue_one(&state, &body).await?))
+}
+
+/// Validate and enqueue one run body; its run id.
+async fn enqueue_one(state: &AppState, body: &[u8]) -> Result<String, ApiError> {
+    let request = RunRequest::from_json(body, state.enqueuer.catalog())
         .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     match state.enqueuer.enqueue(request).await? {
         Outcome::Enqueued { run_id } => {
             tracing::info!(%run_id, "run enqueued");
-            Ok(accepted(run_id))
+            Ok(run_id)
         }
-        Outcome::Duplicate { run_id } => Ok(accepted(run_id)),
+        Outcome::Duplicate { run_id } => Ok(run_id),
         Outcome::Refused {
             code,
             retry_after_s,
@@ -37,7 +42,45 @@ pub async fn create(
     }
 }
 
-fn accepted(run_id: String) -> Response {
+/// The most runs one `POST /v1/runs:batch` takes.
+pub const MAX_BATCH: usize = 1_000;
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Batch {
+    runs: Vec<serde_json::Value>,
+}
+
+/// `POST /v1/runs:batch {"runs":[…]}`: `200 {"results":[…]}`, one per body in order: what
+/// `POST /v1/runs` would have answered (`{"status":202,"run_id"}` or `{"status":4xx,"error"}`).
+/// A body that fails changes nothing of the others.
+pub async fn create_batch(
+    State(state): State<Arc<AppState>>,
+    Body(body): Body,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let batch: Batch = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::InvalidRequest(format!("a batch is {{\"runs\": [...]}}: {e}")))?;
+    if batch.runs.is_empty() || batch.runs.len() > MAX_BATCH {
+        return Err(ApiError::InvalidRequest(format!(
+            "a batch holds 1-{MAX_BATCH} runs, got {}",
+            batch.runs.len()
+        )));
+    }
+    let mut results = Vec::with_capacity(batch.runs.len());
+    for run in &batch.runs {
+        let bytes = serde_json::to_vec(run).unwrap_or_default();
+        results.push(match enqueue_one(&state, &bytes).await {
+            Ok(run_id) => serde_json::json!({ "status": 202, "run_id": run_id }),
+            Err(e) => serde_json::json!({
+                "status": e.status().as_u16(),
+                "error": { "code": e.code(), "message": e.to_string() },
+            }),
+        });
+    }
+    Ok(Json(serde_json::json!({ "results": results })))
+}
+
+pub(super) fn accepted(run_id: String) -> Response {
     let body = serde_json::json!({ "run_id": run_id, "status": "queued" });
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }

@@ -195,6 +195,10 @@ impl Display {
                     ExitCode::from(EXIT_FAILED)
                 })
             }
+            Event::Cancelled => {
+                self.progress("[cancelled]");
+                Some(ExitCode::from(EXIT_FAILED))
+            }
         }
     }
 

@@ -183,3 +183,59 @@ async fn an_idempotency_key_gives_the_same_run_once() {
         2
     );
 }
+
+#[tokio::test]
+async fn a_batch_answers_each_body_in_order_and_a_bad_one_changes_nothing_of_the_others() {
+    let s = Server::open().await;
+    let post = |body: Value| {
+        let req = s.http.post(s.url("/v1/runs:batch")).json_body(&body);
+        async move {
+            let resp = req.send().await.expect("POST");
+            let status = resp.status().as_u16();
+            (status, json_of(resp).await)
+        }
+    };
+    let no_user = json!({ "input": "hi", "routes": [{ "model": "vendor/m" }] });
+    let runs = json!({ "runs": [run_body("u1", "vendor/m"), no_user, run_body("u2", "vendor/m")] });
+    let (status, body) = post(runs).await;
+    assert_eq!(status, 200, "{body}");
+    let results = body["results"].as_array().expect("results");
+    let statuses: Vec<u64> = results
+        .iter()
+        .filter_map(|r| r["status"].as_u64())
+        .collect();
+    assert_eq!(statuses, [202, 400, 202], "{body}");
+    assert_eq!(results[1]["error"]["code"], "invalid_request");
+    assert!(
+        results[1]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("user_id"))
+    );
+    assert_eq!(s.stored_runs().await, 2, "the bad body wrote nothing");
+    for id in [&results[0]["run_id"], &results[2]["run_id"]] {
+        let (status, _) = s
+            .get_json(&format!("/v1/runs/{}", id.as_str().unwrap()))
+            .await;
+        assert_eq!(status, 200);
+    }
+    // A thousand bodies in one request, past the single-run body limit.
+    let many: Vec<Value> = (0..1_000)
+        .map(|n| {
+            let mut body = run_body(&format!("u{n}"), "vendor/m");
+            body["input"] = json!("x".repeat(300));
+            body
+        })
+        .collect();
+    let (status, body) = post(json!({ "runs": many })).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"].as_array().map(Vec::len), Some(1_000));
+    assert_eq!(s.stored_runs().await, 1_002);
+    for bad in [
+        json!({ "runs": [] }),
+        json!([run_body("u1", "vendor/m")]),
+        json!({ "runs": (0..1_001).map(|_| json!({})).collect::<Vec<_>>() }),
+    ] {
+        let (status, err) = post(bad).await;
+        assert_eq!((status, code(&err)), (400, "invalid_request"), "{err}");
+    }
+}

@@ -96,7 +96,7 @@ macro_rules! run_columns {
         "run_id, user_id, conversation_id, kind, routes, parent_run_id, idempotency_key, status, code, \
          calls, step1_attempts, retried, steps, route_index, input_applied, ambiguous_stop, emitted, \
          snoozes, output, incomplete, prompt_tokens, completion_tokens, total_tokens, pending_tool_call, \
-         summary, deadline_ms, created_ms, updated_ms"
+         summary, deadline_ms, created_ms, updated_ms, retry_of"
     };
 }
 
@@ -130,9 +130,10 @@ pub(crate) struct RunRow {
     pub(super) deadline_ms: i64,
     pub(super) created_ms: i64,
     pub(super) updated_ms: i64,
+    pub(super) retry_of: Option<String>,
 }
 
-/// Bind a [`RunRow`] to 28 parameters, in the order of `run_columns!`.
+/// Bind a [`RunRow`] to 29 parameters, in the order of `run_columns!`.
 macro_rules! bind_run {
     ($query:expr, $r:expr) => {
         $query
@@ -164,6 +165,7 @@ macro_rules! bind_run {
             .bind($r.deadline_ms)
             .bind($r.created_ms)
             .bind($r.updated_ms)
+            .bind(&$r.retry_of)
     };
 }
 
@@ -206,6 +208,7 @@ impl RunRow {
             deadline_ms: to_i64(r.deadline_ms, "deadline_ms")?,
             created_ms: to_i64(r.created_ms, "created_ms")?,
             updated_ms: to_i64(r.updated_ms, "updated_ms")?,
+            retry_of: r.retry_of.clone(),
         })
     }
 
@@ -239,6 +242,7 @@ impl RunRow {
             deadline_ms: row.int("deadline_ms")?,
             created_ms: row.int("created_ms")?,
             updated_ms: row.int("updated_ms")?,
+            retry_of: row.opt_text("retry_of")?,
         })
     }
 
@@ -247,6 +251,7 @@ impl RunRow {
             kind: enum_from(self.kind, "kind")?,
             routes: json_from(&self.routes, "routes")?,
             parent_run_id: self.parent_run_id,
+            retry_of: self.retry_of,
             idempotency_key: self.idempotency_key,
             status: enum_from(self.status, "status")?,
             code: self.code.map(|c| enum_from(c, "code")).transpose()?,

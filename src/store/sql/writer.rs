@@ -207,7 +207,7 @@ async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
 }
 
 /// Columns of `runs` in a row of values, and of the other tables' multi-row inserts.
-const RUN_COLUMNS: usize = 28;
+const RUN_COLUMNS: usize = 29;
 const ENSURE_COLUMNS: usize = 5;
 const RESERVE_COLUMNS: usize = 4;
 const MESSAGE_COLUMNS: usize = 11;

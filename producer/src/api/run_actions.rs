@@ -1,0 +1,83 @@
+//! `POST /v1/runs/{id}/cancel`, `/retry` and `/wake`: acting on a run after it was enqueued
+//! (docs/api.md). A caller scoped to one user (`?user_id=`) acts on that user's runs with the
+//! API token; acting on any run is the operator's and needs the admin token. Every action is
+//! logged with who asked.
+
+use super::AppState;
+use super::auth::require_admin;
+use super::error::{ApiError, PathParams};
+use super::runs::accepted;
+use super::user::ForUser;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use queue::Cancelled;
+use queue::enqueue::Outcome;
+use std::sync::Arc;
+
+/// Who is acting, for the log: the admin token, or the API token for one user.
+fn actor(state: &AppState, headers: &HeaderMap, user: &ForUser) -> Result<String, ApiError> {
+    match &user.0 {
+        Some(user) => Ok(format!("api token for user {user}")),
+        None => {
+            require_admin(&state.tokens, headers)?;
+            Ok("admin token".into())
+        }
+    }
+}
+
+/// `202 {"run_id","status"}`: `cancelled`, or `running` while its executor stops it.
+pub async fn cancel(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    PathParams(id): PathParams<String>,
+    user: ForUser,
+) -> Result<Response, ApiError> {
+    let by = actor(&state, &headers, &user)?;
+    let cancelled = state.enqueuer.cancel(&id, user.0.as_deref()).await?;
+    let status = match cancelled {
+        Cancelled::Now => "cancelled",
+        Cancelled::BeforeNextCall => "running",
+    };
+    tracing::warn!(run_id = %id, %by, status, "run cancelled");
+    let body = serde_json::json!({ "run_id": id, "status": status });
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// `202 {"run_id","status":"queued"}` for the new run; `409` for a run that did not end
+/// failed, refused or cancelled.
+pub async fn retry(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    PathParams(id): PathParams<String>,
+    user: ForUser,
+) -> Result<Response, ApiError> {
+    let by = actor(&state, &headers, &user)?;
+    match state.enqueuer.retry(&id, user.0.as_deref()).await? {
+        Outcome::Enqueued { run_id } | Outcome::Duplicate { run_id } => {
+            tracing::warn!(run_id = %id, retry = %run_id, %by, "run retried");
+            Ok(accepted(run_id))
+        }
+        Outcome::Refused {
+            code,
+            retry_after_s,
+        } => Err(ApiError::Refused {
+            code,
+            retry_after_s,
+        }),
+    }
+}
+
+/// `204`: the delayed run's snooze ended; `409` for a run that is not delayed.
+pub async fn wake(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    PathParams(id): PathParams<String>,
+    user: ForUser,
+) -> Result<StatusCode, ApiError> {
+    let by = actor(&state, &headers, &user)?;
+    state.enqueuer.wake(&id, user.0.as_deref()).await?;
+    tracing::warn!(run_id = %id, %by, "delayed run woken");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,105 @@
+//! What an operator (or the web app) does to a run after it was enqueued: cancel it, retry it,
+//! or end its snooze now (docs/api.md). Each checks the run's status first and answers a
+//! conflict for a run the action does not fit, so a stale page or a double click changes
+//! nothing.
+
+use crate::enqueue::{EnqueueError, Enqueuer, Outcome};
+use freeway::events::{Event, EventSink};
+use freeway::lease::Leases;
+use freeway::run::{RunRecord, RunStatus};
+
+/// Where a cancelled run stands when the request is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It had not started (or was waiting): it is `cancelled` now.
+    Now,
+    /// It is running: its executor stops it before its next call.
+    BeforeNextCall,
+}
+
+impl Enqueuer {
+    /// The run, when it exists and `user` (if given) owns it.
+    async fn run_of(&self, run_id: &str, user: Option<&str>) -> Result<RunRecord, EnqueueError> {
+        self.store
+            .run(run_id)
+            .await?
+            .filter(|r| user.is_none_or(|u| u == r.user_id))
+            .ok_or_else(|| EnqueueError::NotFound(run_id.to_string()))
+    }
+
+    /// Cancel a run that has not ended. A run not yet running ends now (`cancelled` is
+    /// published, its parked job dropped); a running one is marked, and its executor ends it
+    /// before its next call.
+    pub async fn cancel(
+        &self,
+        run_id: &str,
+        user: Option<&str>,
+    ) -> Result<Cancelled, EnqueueError> {
+        let mut run = self.run_of(run_id, user).await?;
+        if run.status.is_final() {
+            return Err(conflict(&run, "cancelled"));
+        }
+        self.leases.cancel(run_id).await?;
+        if run.status == RunStatus::Running {
+            return Ok(Cancelled::BeforeNextCall);
+        }
+        run.status = RunStatus::Cancelled;
+        run.pending_tool_call = None;
+        run.updated_ms = freeway::clock::epoch_ms();
+        self.store.save_run(&run).await?;
+        self.queue.forget(run_id).await?;
+        self.events.publish(run_id, &Event::Cancelled).await?;
+        Ok(Cancelled::Now)
+    }
+
+    /// Enqueue a failed, refused or cancelled run again as a new run with the same request and
+    /// a fresh budget. A run whose input is already in the conversation is retried as a
+    /// regenerate (its partial answer, if any, replaced), so the input is not sent twice.
+    /// Retrying twice gives the same new run.
+    pub async fn retry(&self, run_id: &str, user: Option<&str>) -> Result<Outcome, EnqueueError> {
+        let run = self.run_of(run_id, user).await?;
+        if !matches!(
+            run.status,
+            RunStatus::Failed | RunStatus::Refused | RunStatus::Cancelled
+        ) {
+            return Err(conflict(&run, "retried"));
+        }
+        let Some(job) = self.job(run_id).await? else {
+            return Err(EnqueueError::Conflict(format!(
+                "run {run_id}'s request is no longer kept; enqueue it anew"
+            )));
+        };
+        let mut request = job.request;
+        request.idempotency_key = Some(format!("retry:{run_id}"));
+        request.conversation_id = Some(job.conversation_id);
+        if run.state.input_applied {
+            request.input = None;
+            request.regenerate = true;
+        }
+        self.enqueue_retrying(request, Some(run_id.to_string()))
+            .await
+    }
+
+    /// End a delayed run's snooze now; it still passes pre-flight, so a route that is still
+    /// closed parks it again without a call.
+    pub async fn wake(&self, run_id: &str, user: Option<&str>) -> Result<(), EnqueueError> {
+        let run = self.run_of(run_id, user).await?;
+        if run.status != RunStatus::Delayed {
+            return Err(conflict(&run, "woken"));
+        }
+        if !self.queue.wake(run_id, freeway::clock::epoch_ms()).await? {
+            return Err(EnqueueError::Conflict(format!(
+                "run {run_id} is delayed but not parked (it is being delivered)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn conflict(run: &RunRecord, action: &str) -> EnqueueError {
+    EnqueueError::Conflict(format!(
+        "run {} is {} and cannot be {action}",
+        run.run_id,
+        run.status.as_str()
+    ))
+}
