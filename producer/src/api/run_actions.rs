@@ -6,14 +6,13 @@
 use super::AppState;
 use super::auth::require_admin;
 use super::error::{ApiError, PathParams};
-use super::runs::accepted;
+use super::runs::{accepted, enqueued};
 use super::user::ForUser;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use queue::Cancelled;
-use queue::enqueue::Outcome;
 use std::sync::Arc;
 
 /// Who is acting, for the log: the admin token, or the API token for one user.
@@ -54,19 +53,9 @@ pub async fn retry(
     user: ForUser,
 ) -> Result<Response, ApiError> {
     let by = actor(&state, &headers, &user)?;
-    match state.enqueuer.retry(&id, user.0.as_deref()).await? {
-        Outcome::Enqueued { run_id } | Outcome::Duplicate { run_id } => {
-            tracing::warn!(run_id = %id, retry = %run_id, %by, "run retried");
-            Ok(accepted(run_id))
-        }
-        Outcome::Refused {
-            code,
-            retry_after_s,
-        } => Err(ApiError::Refused {
-            code,
-            retry_after_s,
-        }),
-    }
+    let run_id = enqueued(state.enqueuer.retry(&id, user.0.as_deref()).await?)?;
+    tracing::warn!(run_id = %id, retry = %run_id, %by, "run retried");
+    Ok(accepted(run_id))
 }
 
 /// `204`: the delayed run's snooze ended; `409` for a run that is not delayed.

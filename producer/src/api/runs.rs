@@ -26,7 +26,12 @@ pub async fn create(
 async fn enqueue_one(state: &AppState, body: &[u8]) -> Result<String, ApiError> {
     let request = RunRequest::from_json(body, state.enqueuer.catalog())
         .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-    match state.enqueuer.enqueue(request).await? {
+    enqueued(state.enqueuer.enqueue(request).await?)
+}
+
+/// The run an enqueue made (or found by its idempotency key); its refusal as the API's `429`.
+pub(super) fn enqueued(outcome: Outcome) -> Result<String, ApiError> {
+    match outcome {
         Outcome::Enqueued { run_id } => {
             tracing::info!(%run_id, "run enqueued");
             Ok(run_id)
