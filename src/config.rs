@@ -60,6 +60,9 @@ pub struct Settings {
     /// `FREEWAY_MAX_STREAMS` (default [`DEFAULT_MAX_STREAMS`]): the event streams one producer
     /// serves at once; past it a new one is refused until another ends.
     pub max_streams: usize,
+    /// `FREEWAY_CORS_ORIGINS`: the web app origins (`scheme://host[:port]`, comma-separated)
+    /// whose pages may open a run's event stream with its `events_url`.
+    pub cors_origins: Vec<String>,
 }
 
 /// Event streams one producer serves at once unless `FREEWAY_MAX_STREAMS` says otherwise.
@@ -190,8 +193,38 @@ impl Settings {
             admin_token: get("FREEWAY_ADMIN_TOKEN").map(ApiKey::new),
             metrics_token: get("FREEWAY_METRICS_TOKEN").map(ApiKey::new),
             max_streams,
+            cors_origins: get("FREEWAY_CORS_ORIGINS")
+                .map(cors_origins)
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
+}
+
+/// `scheme://host[:port]` origins, comma-separated: exactly what a browser sends in `Origin`.
+fn cors_origins(value: &str) -> Result<Vec<String>, ConfigError> {
+    let bad = |o: &str| {
+        ConfigError::new(
+            "FREEWAY_CORS_ORIGINS",
+            format!("{o:?} is not an origin (scheme://host[:port], no path)"),
+        )
+    };
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|o| !o.is_empty())
+        .map(|o| {
+            let rest = o
+                .strip_prefix("https://")
+                .or_else(|| o.strip_prefix("http://"))
+                .ok_or_else(|| bad(o))?;
+            let ok = !rest.is_empty()
+                && rest.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
+                });
+            ok.then(|| o.to_string()).ok_or_else(|| bad(o))
+        })
+        .collect()
 }
 
 /// An `http(s)://` URL without a trailing slash.
@@ -230,6 +263,25 @@ mod tests {
         assert_eq!(e.var, "REDIS_URL");
         let e = Settings::from_vars(&vars(&[("OPENROUTER_BASE_URL", "ftp://x")])).unwrap_err();
         assert_eq!(e.var, "OPENROUTER_BASE_URL");
+        for bad in [
+            "*",
+            "example.com",
+            "https://app.example/path",
+            "http://",
+            "https://a b",
+        ] {
+            let e = Settings::from_vars(&vars(&[("FREEWAY_CORS_ORIGINS", bad)])).unwrap_err();
+            assert_eq!(e.var, "FREEWAY_CORS_ORIGINS", "{bad}");
+        }
+        let s = Settings::from_vars(&vars(&[(
+            "FREEWAY_CORS_ORIGINS",
+            " https://app.example , http://127.0.0.1:3000",
+        )]))
+        .unwrap();
+        assert_eq!(
+            s.cors_origins,
+            ["https://app.example", "http://127.0.0.1:3000"]
+        );
     }
 
     #[test]

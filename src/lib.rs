@@ -33,5 +33,6 @@ pub mod quota;
 pub mod rest;
 pub mod route;
 pub mod run;
+pub mod signed;
 pub mod store;
 pub mod tools;

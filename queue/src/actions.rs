@@ -56,7 +56,12 @@ impl Enqueuer {
     /// a fresh budget. A run whose input is already in the conversation is retried as a
     /// regenerate (its partial answer, if any, replaced), so the input is not sent twice.
     /// Retrying twice gives the same new run.
-    pub async fn retry(&self, run_id: &str, user: Option<&str>) -> Result<Outcome, EnqueueError> {
+    /// Returns the enqueue's outcome and the new run's deadline (s).
+    pub async fn retry(
+        &self,
+        run_id: &str,
+        user: Option<&str>,
+    ) -> Result<(Outcome, u64), EnqueueError> {
         let run = self.run_of(run_id, user).await?;
         if !matches!(
             run.status,
@@ -76,8 +81,13 @@ impl Enqueuer {
             request.input = None;
             request.regenerate = true;
         }
-        self.enqueue_retrying(request, Some(run_id.to_string()))
-            .await
+        let deadline_s = request
+            .deadline_s
+            .unwrap_or(freeway::job::DEFAULT_DEADLINE_S);
+        let outcome = self
+            .enqueue_retrying(request, Some(run_id.to_string()))
+            .await?;
+        Ok((outcome, deadline_s))
     }
 
     /// End a delayed run's snooze now; it still passes pre-flight, so a route that is still

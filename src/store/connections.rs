@@ -42,6 +42,11 @@ pub struct SecretKey([u8; 32]);
 pub struct SecretKeyError(String);
 
 impl SecretKey {
+    /// The key's bytes, for deriving keys of other purposes from it.
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     pub fn from_hex(text: &str) -> Result<SecretKey, SecretKeyError> {
         let text = text.trim();
         if text.len() != 64 {

@@ -52,14 +52,16 @@ pub async fn require_api_token(
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let tokens = &state.tokens;
-    if tokens.api.is_some() {
-        require_one_of(
-            request.headers(),
-            &[tokens.api.as_ref(), tokens.admin.as_ref()],
-        )?;
-    }
+    require_api(&state.tokens, request.headers())?;
     Ok(next.run(request).await)
+}
+
+/// With an API token configured, the API or the admin token; anything goes without one.
+pub fn require_api(tokens: &Tokens, headers: &HeaderMap) -> Result<(), ApiError> {
+    if tokens.api.is_some() {
+        require_one_of(headers, &[tokens.api.as_ref(), tokens.admin.as_ref()])?;
+    }
+    Ok(())
 }
 
 /// Middleware for `/metrics`: open while no API or metrics token is set (the server is then

@@ -16,18 +16,21 @@
 //! with 503 and `Retry-After`, and a slot is free again when its client goes away.
 
 use super::AppState;
+use super::auth::require_api;
 use super::error::{ApiError, PathParams};
 use super::user::ForUser;
 use crate::hub::{Lost, Subscription};
 use crate::stream::{self, BATCH, Entry, StreamId, parse_event_id};
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{Query, State, rejection::QueryRejection};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use freeway::events::Event;
 use freeway::run::RunRecord;
 use freeway::store::Store;
 use futures_util::Stream;
 use redis::aio::ConnectionManager;
+use serde::Deserialize;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -43,12 +46,64 @@ const SETTLE_GRACE_MS: u64 = 5_000;
 /// When a client refused for want of a slot may try again.
 const RETRY_AFTER_S: u64 = 5;
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    user_id: Option<String>,
+    /// The token of the run's signed `events_url`, instead of the API token.
+    token: Option<String>,
+}
+
+/// The run's events, to a caller with the API token or the run's own signed token; a page of
+/// one of `FREEWAY_CORS_ORIGINS` may read them.
 pub async fn stream(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,
-    user: ForUser,
+    query: Result<Query<EventsQuery>, QueryRejection>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|r| ApiError::InvalidRequest(r.body_text()))?;
+    match (&query.token, &state.signer) {
+        (Some(token), Some(signer)) => signer
+            .verify(&id, token, freeway::clock::epoch_ms())
+            .map_err(|e| ApiError::Forbidden(e.to_string()))?,
+        (Some(_), None) => {
+            return Err(ApiError::Forbidden(
+                "events tokens are not accepted: the server has no FREEWAY_SECRET_KEY".into(),
+            ));
+        }
+        (None, _) => require_api(&state.tokens, &headers)?,
+    }
+    let user = ForUser::of(query.user_id)?;
+    let events = relay(state.clone(), id, user, &headers).await?;
+    let mut response = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response();
+    allow_origin(&state, &headers, &mut response);
+    Ok(response)
+}
+
+/// `Access-Control-Allow-Origin` for a page of a configured web app origin.
+fn allow_origin(state: &AppState, headers: &HeaderMap, response: &mut Response) {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return;
+    };
+    let allowed = origin
+        .to_str()
+        .is_ok_and(|o| state.cors_origins.iter().any(|c| c == o));
+    if allowed {
+        let out = response.headers_mut();
+        out.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+        out.insert(header::VARY, HeaderValue::from_static("Origin"));
+    }
+}
+
+async fn relay(
+    state: Arc<AppState>,
+    id: String,
+    user: ForUser,
+    headers: &HeaderMap,
+) -> Result<impl Stream<Item = Result<SseEvent, Infallible>> + use<>, ApiError> {
     let after = match headers.get("last-event-id") {
         None => None,
         Some(v) => {
@@ -95,8 +150,7 @@ pub async fn stream(
         check_over: true,
         _slot: slot,
     };
-    let events = futures_util::stream::unfold(relay, Relay::next);
-    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    Ok(futures_util::stream::unfold(relay, Relay::next))
 }
 
 struct Relay {

@@ -38,6 +38,7 @@ use axum::http::{Method, Uri};
 use axum::middleware;
 use axum::routing::{delete, get, post, put};
 use error::ApiError;
+use freeway::signed::EventsSigner;
 use freeway::store::{SecretKey, SqlStore};
 use queue::enqueue::Enqueuer;
 use std::sync::Arc;
@@ -60,6 +61,11 @@ pub struct AppState {
     pub tokens: auth::Tokens,
     /// `FREEWAY_SECRET_KEY`: without it connections cannot be stored.
     pub secret_key: Option<SecretKey>,
+    /// Signs each run's `events_url` (derived from `FREEWAY_SECRET_KEY`); without it the URL
+    /// needs the API token like any other.
+    pub signer: Option<EventsSigner>,
+    /// `FREEWAY_CORS_ORIGINS`: web app pages that may read a run's events with its `events_url`.
+    pub cors_origins: Vec<String>,
     /// Turns `true` when the server shuts down, so open event streams end and the graceful
     /// shutdown does not wait for them.
     pub shutdown: watch::Receiver<bool>,
@@ -84,7 +90,6 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(runs::create_batch).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
         )
         .route("/runs/{id}", get(runs::show))
-        .route("/runs/{id}/events", get(events::stream))
         .route("/runs/{id}/approvals", post(approvals::create))
         .route("/runs/{id}/cancel", post(run_actions::cancel))
         .route("/runs/{id}/retry", post(run_actions::retry))
@@ -104,8 +109,11 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             auth::require_api_token,
         ));
+    // A run's events open with the API token or with the run's signed `events_url`, which the
+    // handler checks itself.
+    let events = Router::new().route("/runs/{id}/events", get(events::stream));
     Router::new()
-        .nest("/v1", v1)
+        .nest("/v1", v1.merge(events))
         .route("/board", get(board::page))
         .route("/healthz", get(health::healthz))
         .route(

@@ -53,9 +53,10 @@ pub async fn retry(
     user: ForUser,
 ) -> Result<Response, ApiError> {
     let by = actor(&state, &headers, &user)?;
-    let run_id = enqueued(state.enqueuer.retry(&id, user.0.as_deref()).await?)?;
+    let (outcome, deadline_s) = state.enqueuer.retry(&id, user.0.as_deref()).await?;
+    let run_id = enqueued(outcome)?;
     tracing::warn!(run_id = %id, retry = %run_id, %by, "run retried");
-    Ok(accepted(run_id))
+    Ok(accepted(&state, run_id, deadline_s))
 }
 
 /// `204`: the delayed run's snooze ended; `409` for a run that is not delayed.

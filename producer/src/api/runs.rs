@@ -9,7 +9,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use freeway::job::RunRequest;
+use freeway::job::{DEFAULT_DEADLINE_S, RunRequest};
 use queue::enqueue::Outcome;
 use std::sync::Arc;
 
@@ -19,14 +19,19 @@ pub async fn create(
     State(state): State<Arc<AppState>>,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
-    Ok(accepted(enqueue_one(&state, &body).await?))
+    let (run_id, deadline_s) = enqueue_one(&state, &body).await?;
+    Ok(accepted(&state, run_id, deadline_s))
 }
 
-/// Validate and enqueue one run body; its run id.
-async fn enqueue_one(state: &AppState, body: &[u8]) -> Result<String, ApiError> {
+/// Validate and enqueue one run body; its run id and deadline.
+async fn enqueue_one(state: &AppState, body: &[u8]) -> Result<(String, u64), ApiError> {
     let request = RunRequest::from_json(body, state.enqueuer.catalog())
         .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-    enqueued(state.enqueuer.enqueue(request).await?)
+    let deadline_s = request.deadline_s.unwrap_or(DEFAULT_DEADLINE_S);
+    Ok((
+        enqueued(state.enqueuer.enqueue(request).await?)?,
+        deadline_s,
+    ))
 }
 
 /// The run an enqueue made (or found by its idempotency key); its refusal as the API's `429`.
@@ -75,7 +80,11 @@ pub async fn create_batch(
     for run in &batch.runs {
         let bytes = serde_json::to_vec(run).unwrap_or_default();
         results.push(match enqueue_one(&state, &bytes).await {
-            Ok(run_id) => serde_json::json!({ "status": 202, "run_id": run_id }),
+            Ok((run_id, deadline_s)) => serde_json::json!({
+                "status": 202,
+                "events_url": events_url(&state, &run_id, deadline_s),
+                "run_id": run_id,
+            }),
             Err(e) => serde_json::json!({
                 "status": e.status().as_u16(),
                 "error": { "code": e.code(), "message": e.to_string() },
@@ -85,9 +94,26 @@ pub async fn create_batch(
     Ok(Json(serde_json::json!({ "results": results })))
 }
 
-pub(super) fn accepted(run_id: String) -> Response {
-    let body = serde_json::json!({ "run_id": run_id, "status": "queued" });
+/// `202 {"run_id","status":"queued","events_url"}` for a run with `deadline_s` to run in.
+pub(super) fn accepted(state: &AppState, run_id: String, deadline_s: u64) -> Response {
+    let events_url = events_url(state, &run_id, deadline_s);
+    let body =
+        serde_json::json!({ "run_id": run_id, "status": "queued", "events_url": events_url });
     (StatusCode::ACCEPTED, Json(body)).into_response()
+}
+
+/// Where the run's events are read: signed for this run alone until its events expire (a day
+/// past its deadline) when the server has `FREEWAY_SECRET_KEY`, else needing the API token.
+fn events_url(state: &AppState, run_id: &str, deadline_s: u64) -> String {
+    let path = format!("/v1/runs/{run_id}/events");
+    match &state.signer {
+        Some(signer) => {
+            let lasts_s = deadline_s + freeway::events::EVENTS_TTL_S.unsigned_abs();
+            let expires_ms = freeway::clock::epoch_ms() + lasts_s * 1000;
+            format!("{path}?token={}", signer.sign(run_id, expires_ms))
+        }
+        None => path,
+    }
 }
 
 pub async fn show(

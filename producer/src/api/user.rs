@@ -30,16 +30,21 @@ impl<S: Send + Sync> FromRequestParts<S> for ForUser {
         let Query(query) = Query::<UserQuery>::from_request_parts(parts, state)
             .await
             .map_err(|r| ApiError::InvalidRequest(r.body_text()))?;
-        match query.user_id {
+        ForUser::of(query.user_id)
+    }
+}
+
+impl ForUser {
+    /// The scope a `user_id` query field gives: none when absent; an empty one is a mistake.
+    pub fn of(user_id: Option<String>) -> Result<ForUser, ApiError> {
+        match user_id {
             Some(u) if u.is_empty() => Err(ApiError::InvalidRequest(
                 "user_id, when given, must not be empty".into(),
             )),
             user => Ok(ForUser(user)),
         }
     }
-}
 
-impl ForUser {
     /// Whether a run of `owner` is visible to this request.
     pub fn sees(&self, owner: &str) -> bool {
         self.0.as_deref().is_none_or(|u| u == owner)

@@ -3,6 +3,7 @@
 
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, open_store, redis_client};
 use freeway::config::Settings;
+use freeway::signed::EventsSigner;
 use producer::api::{self, AppState, auth::Tokens};
 use producer::hub::Hub;
 use queue::Enqueuer;
@@ -42,6 +43,8 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
             metrics: settings.metrics_token.clone(),
         },
         secret_key: settings.secret_key.clone(),
+        signer: settings.secret_key.as_ref().map(EventsSigner::new),
+        cors_origins: settings.cors_origins.clone(),
         shutdown,
     });
     let listener = match tokio::net::TcpListener::bind(addr).await {

@@ -127,3 +127,84 @@ async fn events_of_an_unknown_run_or_from_a_bad_position_are_refused() {
     let (status, text) = read_events(&s, run_id, Some("not-an-id")).await;
     assert_eq!(status, 400, "{text}");
 }
+
+#[tokio::test]
+async fn a_runs_events_url_opens_its_stream_alone_without_the_api_token_for_a_listed_origin() {
+    use crate::common::{CORS_ORIGIN, JsonBody, SECRET_HEX, json_of};
+    use freeway::store::SecretKey;
+    let tokens = crate::tokens();
+    let s = Server::start(tokens, Some(SecretKey::from_hex(SECRET_HEX).unwrap())).await;
+    let mut urls = Vec::new();
+    for user in ["u1", "u2"] {
+        let resp = s
+            .http
+            .post(s.url("/v1/runs"))
+            .bearer_auth("api-token-1")
+            .json_body(&run_body(user, "vendor/m"))
+            .send()
+            .await
+            .expect("POST");
+        let body: Value = json_of(resp).await;
+        let id = body["run_id"].as_str().expect("id").to_string();
+        let url = body["events_url"].as_str().expect("events_url").to_string();
+        assert!(
+            url.starts_with(&format!("/v1/runs/{id}/events?token=")),
+            "{url}"
+        );
+        s.publish(
+            &id,
+            &[Event::Finished {
+                status: RunStatus::Succeeded,
+                code: None,
+                usage: Usage::default(),
+            }],
+        )
+        .await;
+        urls.push((id, url));
+    }
+    let get = |path: String, origin: Option<&'static str>| {
+        let mut req = s.http.get(s.url(&path));
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        async move { req.send().await.expect("GET") }
+    };
+    let resp = get(urls[0].1.clone(), Some(CORS_ORIGIN)).await;
+    assert_eq!(
+        resp.status().as_u16(),
+        200,
+        "no API token, the run's own URL"
+    );
+    let allowed = resp.headers().get("access-control-allow-origin").cloned();
+    assert_eq!(
+        allowed.as_ref().and_then(|v| v.to_str().ok()),
+        Some(CORS_ORIGIN)
+    );
+    let body = resp.text().await.unwrap();
+    assert!(
+        sse_events(&body).iter().any(|(_, e, _)| e == "finished"),
+        "{body}"
+    );
+    let other = get(urls[0].1.clone(), Some("https://elsewhere.example")).await;
+    assert!(
+        other.headers().get("access-control-allow-origin").is_none(),
+        "an unlisted origin"
+    );
+
+    let (first, second) = (&urls[0].0, &urls[1].1);
+    let token = second.split_once("token=").map(|(_, t)| t).unwrap();
+    let resp = get(format!("/v1/runs/{first}/events?token={token}"), None).await;
+    assert_eq!(
+        resp.status().as_u16(),
+        403,
+        "a second run's token does not open the first"
+    );
+    let tampered = format!("{}x", urls[0].1);
+    assert_eq!(get(tampered, None).await.status().as_u16(), 403);
+    let bare = get(format!("/v1/runs/{first}/events"), None).await;
+    assert_eq!(
+        bare.status().as_u16(),
+        401,
+        "without a token, the API token is needed"
+    );
+}

@@ -48,6 +48,9 @@ pub async fn redis() -> ConnectionManager {
 }
 
 /// The API served in-process, with its own namespace, store and tokens.
+/// The web app origin every test server lets read a run's events with its `events_url`.
+pub const CORS_ORIGIN: &str = "http://127.0.0.1:3999";
+
 pub struct Server {
     pub base: String,
     pub ns: String,
@@ -91,6 +94,8 @@ impl Server {
             ),
             stream_slots: Arc::new(Semaphore::new(max_streams)),
             tokens,
+            signer: secret_key.as_ref().map(freeway::signed::EventsSigner::new),
+            cors_origins: vec![CORS_ORIGIN.to_string()],
             secret_key,
             shutdown,
         });
