@@ -1,9 +1,11 @@
-//! The job board in a real browser (issue 6): starts a fleet (the simulator, `producer serve`,
-//! two worker replicas, Redis from `REDIS_URL`) and runs `tests/browser/board.mjs`, which drives
-//! `/board` in headless Chromium through playwright-core. It checks a rest appearing with a
-//! countdown that goes down, a delayed run completing, runs' attempt logs, and the clear button
-//! failing for a viewer and working for the operator; it saves a screenshot of the board during
-//! the rest as `target/board-during-rest.png`.
+//! The job board in a real browser: starts a fleet (the simulator, `producer serve`, two worker
+//! replicas, Redis from `REDIS_URL`), stores 1,000 failed runs, and runs
+//! `tests/browser/board.mjs`, which drives `/board` in headless Chromium through playwright-core:
+//! sign-in before anything of the dashboard shows, the status tabs and paging through the 1,000
+//! failed runs, a run opened by keyboard, a rest counting down, the pools panel's use rising, a
+//! delayed run cancelled, a failed run retried into a success, the clear waking the run it
+//! delayed within 2 s, no Clear or actions for a viewer, the phone layout within 390 px, badge
+//! contrast, and screenshots in light and dark at desktop and phone width under `target/`.
 //!
 //! Chromium (Debian's `chromium`), node and the script's `npm ci` are installed by
 //! `scripts/test.sh` (`ensure_browser`). Without them the test is skipped loudly, except under CI
@@ -19,8 +21,37 @@ use std::time::Duration;
 /// One free call per window: the second run of a window earns the 429 that rests the pool.
 const WINDOW_S: u64 = 25;
 const FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
+const PAID: &str = "openai/gpt-4o-mini";
 /// The scenario waits up to about two windows for the delayed run; the rest is set-up.
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(240);
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Failed runs stored before the page opens, to filter and page through.
+const SEEDED_FAILED: usize = 1_000;
+
+/// Store `n` failed runs of old users, a millisecond apart, as a burst long past would leave.
+async fn seed_failed_runs(db_url: &str, n: usize) {
+    use freeway::store::Store;
+    let store = freeway::store::SqlStore::open(db_url)
+        .await
+        .expect("the store");
+    let now = freeway::clock::epoch_ms();
+    for i in 0..n {
+        let request = freeway::job::RunRequest::from_json(
+            format!(
+                r#"{{"user_id":"seed{}","input":"old","routes":[{{"model":"{PAID}"}}]}}"#,
+                i % 7
+            )
+            .as_bytes(),
+            &freeway::catalog::Catalog::builtin(),
+        )
+        .expect("a request");
+        let job = freeway::job::RunJob::new(request, now - 3_600_000 + i as u64);
+        let mut rec = freeway::run::RunRecord::queued(&job, job.enqueued_ms);
+        rec.status = freeway::run::RunStatus::Failed;
+        rec.code = Some(freeway::run::Code::RoutesExhausted);
+        store.save_run(&rec).await.expect("a seeded run");
+    }
+    store.close().await;
+}
 
 fn browser_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/browser")
@@ -71,6 +102,7 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
         ..sim::SimConfig::default()
     };
     let fleet = Fleet::start("board", config, 2, Logging::default()).await;
+    seed_failed_runs(&fleet.db_url, SEEDED_FAILED).await;
     let screenshot = target_dir().join("board-during-rest.png");
     let _ = std::fs::remove_file(&screenshot);
     let sim_url = fleet.sim.base_url().trim_end_matches("/api/v1").to_string();
@@ -83,6 +115,8 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
         .env("SIM_WINDOW_S", WINDOW_S.to_string())
         .env("FREE_MODEL", FREE)
         .env("SCREENSHOT", &screenshot)
+        .env("SEEDED_FAILED", SEEDED_FAILED.to_string())
+        .env("PAID_MODEL", PAID)
         .env("CHROMIUM", chromium())
         .stdin(Stdio::null())
         .kill_on_drop(true)
@@ -118,9 +152,28 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
         Some(1.0),
         "{metrics}"
     );
+    // A, B and the retry of D succeeded; C was cancelled; D and the seeded runs failed.
+    let runs = |series: &str| sample(&metrics, series);
     assert_eq!(
-        sample(&metrics, "freeway_runs{status=\"succeeded\",code=\"\"}"),
-        Some(2.0),
+        runs("freeway_runs{status=\"succeeded\",code=\"\"}"),
+        Some(3.0),
         "{metrics}"
     );
+    assert_eq!(
+        runs("freeway_runs{status=\"cancelled\",code=\"\"}"),
+        Some(1.0),
+        "{metrics}"
+    );
+    for name in ["desktop-light", "desktop-dark", "phone-light", "phone-dark"] {
+        let png = std::fs::read(target_dir().join(format!("board-{name}.png"))).expect(name);
+        assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
+    }
+    let log = fleet.log_of("producer");
+    for action in ["run cancelled", "run retried"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(action) && l.contains("admin token")),
+            "{action} is logged with who asked:\n{log}"
+        );
+    }
 }

@@ -109,13 +109,15 @@ impl Rests for MemoryRests {
         if *scope == RestScope::None {
             return Ok(0);
         }
+        // The time is read under the lock: a writer that read it earlier but wrote later would
+        // report a rest a little longer than the one it extended.
+        let mut state = self.lock();
         let now = self.clock.now_ms();
         let requested = match length.mode() {
             ("for", ms) => ms as i64,
             (_, at_ms) => at_ms as i64 - now as i64,
         };
         let cap_ms = length.cap_ms(scope);
-        let mut state = self.lock();
         let remaining = state.extend(scope, requested, cap_ms, reason, now);
         if matches!(length, RestLength::Guess(_)) {
             let until = now + remaining + GUESS_MEMORY_MS;
