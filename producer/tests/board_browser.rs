@@ -6,16 +6,11 @@
 //! delayed run cancelled, a failed run retried into a success, the clear waking the run it
 //! delayed within 2 s, no Clear or actions for a viewer, the phone layout within 390 px, badge
 //! contrast, and screenshots in light and dark at desktop and phone width under `target/`.
-//!
-//! Chromium (Debian's `chromium`), node and the script's `npm ci` are installed by
-//! `scripts/test.sh` (`ensure_browser`). Without them the test is skipped loudly, except under CI
-//! (`CI` set), where a missing browser fails the test rather than hiding a broken board.
 
 mod common;
 
+use common::browser;
 use common::fleet::{ADMIN_TOKEN, API_TOKEN, Fleet, Logging, sample, target_dir};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 /// One free call per window: the second run of a window earns the 429 that rests the pool.
@@ -53,46 +48,9 @@ async fn seed_failed_runs(db_url: &str, n: usize) {
     store.close().await;
 }
 
-fn browser_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/browser")
-}
-
-fn chromium() -> PathBuf {
-    std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
-}
-
-/// What is missing to run the browser, if anything.
-fn missing_prerequisites() -> Vec<String> {
-    let mut missing = Vec::new();
-    if !chromium().exists() {
-        missing.push(format!("chromium ({})", chromium().display()));
-    }
-    let node = std::process::Command::new("node")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !node.is_ok_and(|s| s.success()) {
-        missing.push("node".into());
-    }
-    if !browser_dir().join("node_modules/playwright-core").exists() {
-        missing.push("playwright-core (npm ci in tests/browser)".into());
-    }
-    missing
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_clear() {
-    let missing = missing_prerequisites();
-    if !missing.is_empty() {
-        let what = missing.join(", ");
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the browser test, but these are missing: {what}"
-        );
-        eprintln!(
-            "\n*** board_browser SKIPPED: missing {what}; scripts/test.sh installs them ***\n"
-        );
+    if !browser::available("board_browser") {
         return;
     }
     let config = sim::SimConfig {
@@ -106,35 +64,25 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
     let screenshot = target_dir().join("board-during-rest.png");
     let _ = std::fs::remove_file(&screenshot);
     let sim_url = fleet.sim.base_url().trim_end_matches("/api/v1").to_string();
-    let script = tokio::process::Command::new("node")
-        .arg(browser_dir().join("board.mjs"))
-        .env("BOARD_URL", &fleet.base)
-        .env("SIM_URL", sim_url)
-        .env("API_TOKEN", API_TOKEN)
-        .env("ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("SIM_WINDOW_S", WINDOW_S.to_string())
-        .env("FREE_MODEL", FREE)
-        .env("SCREENSHOT", &screenshot)
-        .env("SEEDED_FAILED", SEEDED_FAILED.to_string())
-        .env("PAID_MODEL", PAID)
-        .env("CHROMIUM", chromium())
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(SCRIPT_TIMEOUT, script)
-        .await
-        .unwrap_or_else(|_| panic!("the browser script ran longer than {SCRIPT_TIMEOUT:?}"))
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    eprintln!("{stdout}");
-    assert!(
-        output.status.success(),
-        "the browser script failed ({}):\n{stdout}\n{stderr}\n--- producer log ---\n{}\n--- worker-0 log ---\n{}",
-        output.status,
-        fleet.log_of("producer"),
-        fleet.log_of("worker-0")
-    );
+    let env = [
+        ("BOARD_URL", fleet.base.clone()),
+        ("SIM_URL", sim_url),
+        ("API_TOKEN", API_TOKEN.to_string()),
+        ("ADMIN_TOKEN", ADMIN_TOKEN.to_string()),
+        ("SIM_WINDOW_S", WINDOW_S.to_string()),
+        ("FREE_MODEL", FREE.to_string()),
+        ("SCREENSHOT", screenshot.display().to_string()),
+        ("SEEDED_FAILED", SEEDED_FAILED.to_string()),
+        ("PAID_MODEL", PAID.to_string()),
+    ];
+    browser::run("board.mjs", &env, SCRIPT_TIMEOUT, || {
+        format!(
+            "--- producer log ---\n{}\n--- worker-0 log ---\n{}",
+            fleet.log_of("producer"),
+            fleet.log_of("worker-0")
+        )
+    })
+    .await;
 
     let png = std::fs::read(&screenshot).expect("the screenshot was saved");
     assert!(png.starts_with(b"\x89PNG"), "a PNG");

@@ -437,3 +437,99 @@ async fn a_bad_configuration_file_stops_every_command_with_one_line() {
         );
     }
 }
+
+#[tokio::test]
+async fn enqueue_wait_counts_a_delay_down_and_tells_a_failed_attempt_in_words() {
+    use freeway::store::Store;
+    let env = Env::new();
+    let mut child = env
+        .command(&[
+            "enqueue", "--user", "u1", "--input", "hi", "--route", "vendor/m", "--wait",
+        ])
+        .spawn()
+        .expect("spawns");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).await.expect("the run id");
+    let run_id = first.trim().to_string();
+    let sink = RedisEvents::new(redis().await, env.ns.clone());
+    let until_ms = freeway::clock::epoch_ms() + 30_000;
+    let delayed = Event::Delayed {
+        until_ms,
+        reason: "openrouter-free is full".into(),
+    };
+    sink.publish(&run_id, &delayed).await.expect("publish");
+    let mut err = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = Vec::new();
+    let countdown = tokio::time::timeout(BOUND, async {
+        while let Some(line) = err.next_line().await.expect("stderr") {
+            seen.push(line.clone());
+            if line.starts_with("[waiting: ") {
+                return line;
+            }
+        }
+        panic!("no countdown: {seen:?}")
+    })
+    .await
+    .expect("a countdown while nothing happens");
+    let left: u64 = countdown
+        .trim_start_matches("[waiting: ")
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("seconds left");
+    assert!((25..=30).contains(&left), "{countdown}");
+
+    // The store's record of the failed attempt says what the provider answered.
+    let store = freeway::store::SqlStore::open(&env.db_url)
+        .await
+        .expect("store");
+    let attempt = freeway::run::AttemptRecord {
+        http_status: Some(502),
+        error: Some("upstream connect error".into()),
+        verdict: Some(freeway::classify::Verdict::Server),
+        ..freeway::run::AttemptRecord::succeeded(
+            &run_id,
+            1,
+            1,
+            "platform:openrouter/vendor/m".into(),
+            0,
+        )
+    };
+    store.record_attempt(&attempt).await.expect("recorded");
+    let failover = Event::Failover {
+        from: "platform:openrouter/vendor/m".into(),
+        to: None,
+        verdict: freeway::classify::Verdict::Server,
+    };
+    let finished = Event::Finished {
+        status: RunStatus::Failed,
+        code: Some(Code::RoutesExhausted),
+        usage: Usage::default(),
+    };
+    for e in [&failover, &finished] {
+        sink.publish(&run_id, e).await.expect("publish");
+    }
+    let rest = tokio::time::timeout(BOUND, async {
+        let mut lines = Vec::new();
+        while let Some(line) = err.next_line().await.expect("stderr") {
+            lines.push(line);
+        }
+        lines
+    })
+    .await
+    .expect("ends after the last event");
+    let rest = rest.join("\n");
+    assert!(
+        rest.contains(
+            "[attempt 1 on platform:openrouter/vendor/m: HTTP 502: upstream connect error]"
+        ),
+        "{rest}"
+    );
+    assert!(
+        rest.contains("[platform:openrouter/vendor/m failed (server): no route is left to try]"),
+        "{rest}"
+    );
+    let status = child.wait().await.expect("exits");
+    assert_eq!(status.code(), Some(1));
+}

@@ -12,6 +12,7 @@ use freeway::events::Event;
 use freeway::job::RunRequest;
 use freeway::route::RouteSpec;
 use freeway::run::RunStatus;
+use freeway::store::Store;
 use producer::stream::{Entry, Reader};
 use queue::{Enqueuer, Outcome};
 use std::io::Write;
@@ -77,7 +78,8 @@ pub async fn run(settings: Settings, args: Args) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store))
+    let store: Arc<dyn Store> = Arc::new(store);
+    let enqueuer = Enqueuer::new(conn, &settings.namespace, store.clone())
         .with_catalog(settings.catalog.clone());
     let run_id = match enqueuer.enqueue(request).await {
         Ok(Outcome::Enqueued { run_id } | Outcome::Duplicate { run_id }) => run_id,
@@ -103,22 +105,33 @@ pub async fn run(settings: Settings, args: Args) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    follow(&client, &settings.namespace, &run_id).await
+    follow(&client, &settings.namespace, &run_id, store.as_ref()).await
 }
 
-/// Print the run's events until its last one; the exit code follows how it ended.
-async fn follow(client: &redis::Client, ns: &str, run_id: &str) -> ExitCode {
+/// How often a delayed run's countdown is shown while nothing else happens.
+const COUNTDOWN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Print the run's events until its last one; the exit code follows how it ended. A failed
+/// attempt is told with the status and message the store recorded for it.
+async fn follow(client: &redis::Client, ns: &str, run_id: &str, store: &dyn Store) -> ExitCode {
     let mut reader = match Reader::open(client, ns, run_id).await {
         Ok(r) => r,
         Err(e) => return fail(EXIT_FAILED, &format!("cannot follow the run: {e}")),
     };
     let mut display = Display::default();
     loop {
-        let batch = match reader.next_batch().await {
-            Ok(b) => b,
-            Err(e) => return fail(EXIT_FAILED, &format!("cannot follow the run: {e}")),
+        let batch = match tokio::time::timeout(COUNTDOWN_EVERY, reader.next_batch()).await {
+            Err(_) => {
+                display.countdown();
+                continue;
+            }
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return fail(EXIT_FAILED, &format!("cannot follow the run: {e}")),
         };
         for entry in batch {
+            if matches!(entry.event, Some(Event::Failover { .. })) {
+                display.failed_attempt(store.attempts(run_id).await.ok().as_deref());
+            }
             if let Some(code) = display.show(run_id, &entry) {
                 return code;
             }
@@ -131,6 +144,12 @@ async fn follow(client: &redis::Client, ns: &str, run_id: &str) -> ExitCode {
 struct Display {
     /// Text went to stdout without a final newline yet.
     open_line: bool,
+    /// The run waits until then (epoch ms): the countdown shows what is left.
+    delayed_until: Option<u64>,
+    /// The countdown's line is open on stderr (a terminal rewrites it in place).
+    counting: bool,
+    /// The last countdown printed, in whole seconds (a pipe gets one line per 10 s).
+    last_shown_s: Option<u64>,
 }
 
 impl Display {
@@ -151,15 +170,18 @@ impl Display {
             Event::Started { worker } => self.progress(&format!("[started on {worker}]")),
             Event::Delayed { until_ms, reason } => {
                 let wait_ms = until_ms.saturating_sub(freeway::clock::epoch_ms());
-                self.progress(&format!("[delayed {} s: {reason}]", wait_ms.div_ceil(1000)))
+                let line = format!("[delayed {} s: {reason}]", wait_ms.div_ceil(1000));
+                self.progress(&line);
+                self.delayed_until = Some(*until_ms);
+                None
             }
             Event::Attempt { n, step, route } => {
                 self.progress(&format!("[attempt {n} step {step} route {route}]"))
             }
-            Event::Failover { from, to, verdict } => {
-                let to = to.as_deref().unwrap_or("nothing");
-                self.progress(&format!("[failover {from} -> {to} ({verdict})]"))
-            }
+            Event::Failover { from, to, verdict } => self.progress(&match to {
+                Some(to) => format!("[{from} failed ({verdict}): trying {to}]"),
+                None => format!("[{from} failed ({verdict}): no route is left to try]"),
+            }),
             Event::ToolCall {
                 name, arguments, ..
             } => self.progress(&format!("[tool call {name}({arguments})]")),
@@ -204,8 +226,52 @@ impl Display {
 
     fn progress(&mut self, line: &str) -> Option<ExitCode> {
         self.end_line();
+        self.end_countdown();
+        self.delayed_until = None;
         eprintln!("{line}");
         None
+    }
+
+    /// What the store recorded of the attempt that just failed: its HTTP status and message.
+    fn failed_attempt(&mut self, attempts: Option<&[freeway::run::AttemptRecord]>) {
+        let Some(a) = attempts.and_then(|a| a.iter().rev().find(|a| a.verdict.is_some())) else {
+            return;
+        };
+        let status = a
+            .http_status
+            .map_or_else(|| "no answer".to_string(), |s| format!("HTTP {s}"));
+        let message: String = a.error.as_deref().unwrap_or("").chars().take(300).collect();
+        self.progress(&format!(
+            "[attempt {} on {}: {status}: {message}]",
+            a.n, a.route
+        ));
+    }
+
+    /// While delayed: the time left, rewritten in place on a terminal, a line per 10 s on a pipe.
+    fn countdown(&mut self) {
+        use std::io::IsTerminal;
+        let Some(until) = self.delayed_until else {
+            return;
+        };
+        let left_s = until
+            .saturating_sub(freeway::clock::epoch_ms())
+            .div_ceil(1000);
+        self.end_line();
+        if std::io::stderr().is_terminal() {
+            eprint!("\r[waiting: {left_s} s left]   ");
+            self.counting = true;
+        } else if self.last_shown_s.is_none_or(|shown| shown >= left_s + 10) {
+            eprintln!("[waiting: {left_s} s left]");
+            self.last_shown_s = Some(left_s);
+        }
+    }
+
+    fn end_countdown(&mut self) {
+        if self.counting {
+            eprintln!();
+            self.counting = false;
+        }
+        self.last_shown_s = None;
     }
 
     /// Close the answer's line on stdout before anything else is printed.

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod browser;
 pub mod fleet;
 
 use freeway::events::{Event, EventSink, RedisEvents};
