@@ -14,8 +14,11 @@
 //! | `ns:metrics:latency` | `le:<ms>`, `le:+Inf`, `sum`, `count` | call latency in ms |
 //! | `ns:metrics:calls_per_run` | `le:<n>`, `le:+Inf`, `sum`, `count` | calls of each run when it settles |
 //! | `ns:metrics:canary_failures` | `["<provider>","<verdict>"]` | canaries the provider refused or failed |
+//! | `ns:metrics:minute:<m>` | `["<route>","<outcome>"]`, `["<route>","le:<ms>"]` | one minute's calls and latencies per route |
 //!
-//! The keys never expire: they are counters, and their size is bounded by the routes in use.
+//! The counters never expire: their size is bounded by the routes in use. A minute's hash
+//! (`m` is epoch minutes) expires [`MINUTES_KEPT`] minutes after it began: the board charts the
+//! last hour from them.
 //! Recording never fails a run; a failed write is logged and that count is lost.
 
 use crate::fleet::FleetError;
@@ -42,6 +45,12 @@ pub trait Metrics: Send + Sync {
     async fn add(&self, increments: Vec<Increment>);
     /// Every counter, for a scrape.
     async fn read(&self) -> Result<Snapshot, FleetError>;
+    /// The per-route counts of the epoch minutes `from..=to` that are still kept, by minute.
+    async fn minutes(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, HashMap<String, u64>)>, FleetError>;
 }
 
 /// One field of one counter family gets `by` more.
@@ -50,36 +59,115 @@ pub struct Increment {
     family: &'static str,
     field: String,
     by: u64,
+    /// The epoch minute of a per-minute family's hash.
+    minute: Option<u64>,
 }
 
-/// One provider call: `outcome` is [`OK`] or the failure's verdict.
-pub fn call(route: &str, outcome: &str, latency_ms: u64) -> Vec<Increment> {
-    let mut add = vec![Increment {
-        family: CALLS,
-        field: pair(route, outcome),
-        by: 1,
-    }];
+/// How long a minute of per-route counts is kept.
+pub const MINUTES_KEPT: u64 = 120;
+
+/// One provider call at `at_ms`: `outcome` is [`OK`] or the failure's verdict.
+pub fn call(route: &str, outcome: &str, latency_ms: u64, at_ms: u64) -> Vec<Increment> {
+    let minute = Some(at_ms / 60_000);
+    let bucket = LATENCY_BUCKETS_MS
+        .iter()
+        .find(|&&b| latency_ms <= b)
+        .map_or_else(|| "le:+Inf".to_string(), |b| format!("le:{b}"));
+    let mut add = vec![
+        Increment::counter(CALLS, pair(route, outcome)),
+        Increment {
+            minute,
+            ..Increment::counter(MINUTE, pair(route, outcome))
+        },
+        Increment {
+            minute,
+            ..Increment::counter(MINUTE, pair(route, &bucket))
+        },
+    ];
     add.extend(observe(LATENCY, LATENCY_BUCKETS_MS, latency_ms));
     add
+}
+
+impl Increment {
+    fn counter(family: &'static str, field: String) -> Increment {
+        Increment {
+            family,
+            field,
+            by: 1,
+            minute: None,
+        }
+    }
+}
+
+/// One route's calls in one minute.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RouteMinute {
+    /// The minute's start, epoch ms.
+    pub t_ms: u64,
+    pub calls: u64,
+    /// Calls refused for a rate limit (the rate-limit verdicts).
+    pub rate_limited: u64,
+    /// Calls that failed otherwise.
+    pub failed: u64,
+    /// The latency bucket bounds (ms) holding the median and the 95th percentile call.
+    pub p50_ms: Option<u64>,
+    pub p95_ms: Option<u64>,
+}
+
+/// Each route's minutes, oldest first, from the per-minute hashes (`minute` → its fields).
+pub fn route_minutes(
+    minutes: &[(u64, HashMap<String, u64>)],
+) -> std::collections::BTreeMap<String, Vec<RouteMinute>> {
+    let mut out: std::collections::BTreeMap<String, Vec<RouteMinute>> = Default::default();
+    for (m, fields) in minutes {
+        let mut routes: std::collections::BTreeMap<String, (RouteMinute, Vec<(u64, u64)>)> =
+            Default::default();
+        for (field, &n) in fields {
+            let Ok([route, what]) = serde_json::from_str::<[String; 2]>(field) else {
+                continue;
+            };
+            let (minute, buckets) = routes.entry(route).or_default();
+            match what.strip_prefix("le:") {
+                Some(bound) => buckets.push((bound.parse().unwrap_or(u64::MAX), n)),
+                None => {
+                    minute.calls += n;
+                    match crate::classify::Verdict::parse(&what) {
+                        None => {}
+                        Some(v) if v.is_rate_limit() => minute.rate_limited += n,
+                        Some(_) => minute.failed += n,
+                    }
+                }
+            }
+        }
+        for (route, (mut minute, mut buckets)) in routes {
+            buckets.sort_unstable();
+            let total: u64 = buckets.iter().map(|(_, n)| n).sum();
+            let quantile = |q: f64| {
+                let rank = (q * total as f64).ceil().max(1.0) as u64;
+                let mut seen = 0;
+                buckets.iter().find_map(|&(bound, n)| {
+                    seen += n;
+                    (seen >= rank).then_some(bound)
+                })
+            };
+            minute.t_ms = m * 60_000;
+            minute.p50_ms = quantile(0.5);
+            minute.p95_ms = quantile(0.95);
+            out.entry(route).or_default().push(minute);
+        }
+    }
+    out
 }
 
 /// A rest written (or extended) for a failure of `verdict`; `scope` is `pool`, `route` or
 /// `connection`.
 pub fn rest(scope: &str, verdict: &str) -> Vec<Increment> {
-    vec![Increment {
-        family: RESTS,
-        field: pair(scope, verdict),
-        by: 1,
-    }]
+    vec![Increment::counter(RESTS, pair(scope, verdict))]
 }
 
 /// A provider's canary failed with `verdict`.
 pub fn canary_failure(provider: &str, verdict: &str) -> Vec<Increment> {
-    vec![Increment {
-        family: CANARY_FAILURES,
-        field: pair(provider, verdict),
-        by: 1,
-    }]
+    vec![Increment::counter(CANARY_FAILURES, pair(provider, verdict))]
 }
 
 /// A run settled (finished, refused or paused for an approval) after `calls` calls in all.
@@ -92,6 +180,7 @@ const RESTS: &str = "rests";
 const LATENCY: &str = "latency";
 const CALLS_PER_RUN: &str = "calls_per_run";
 const CANARY_FAILURES: &str = "canary_failures";
+const MINUTE: &str = "minute";
 
 /// The counters in Redis hashes, one per family (see the module's table).
 #[derive(Clone)]
@@ -141,14 +230,30 @@ impl RedisMetrics {
     fn key(&self, family: &str) -> String {
         format!("{}:metrics:{family}", self.ns)
     }
+
+    fn key_of(&self, i: &Increment) -> String {
+        match i.minute {
+            Some(m) => format!("{}:metrics:{MINUTE}:{m}", self.ns),
+            None => self.key(i.family),
+        }
+    }
 }
 
 #[async_trait]
 impl Metrics for RedisMetrics {
     async fn add(&self, increments: Vec<Increment>) {
         let mut pipe = redis::pipe();
+        let mut minutes = Vec::new();
         for i in &increments {
-            pipe.hincr(self.key(i.family), &i.field, i.by).ignore();
+            pipe.hincr(self.key_of(i), &i.field, i.by).ignore();
+            if let Some(m) = i.minute.filter(|m| !minutes.contains(m)) {
+                minutes.push(m);
+            }
+        }
+        for m in minutes {
+            let key = format!("{}:metrics:{MINUTE}:{m}", self.ns);
+            let expires_s = (m + MINUTES_KEPT) * 60;
+            pipe.cmd("EXPIREAT").arg(key).arg(expires_s).ignore();
         }
         let mut conn = self.conn.clone();
         if let Err(error) = pipe.query_async::<()>(&mut conn).await {
@@ -170,6 +275,25 @@ impl Metrics for RedisMetrics {
             .into();
         Ok(snapshot(families.each_ref()))
     }
+
+    async fn minutes(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, HashMap<String, u64>)>, FleetError> {
+        let mut pipe = redis::pipe();
+        let span: Vec<u64> = (from..=to).collect();
+        for m in &span {
+            pipe.hgetall(format!("{}:metrics:{MINUTE}:{m}", self.ns));
+        }
+        let mut conn = self.conn.clone();
+        let hashes: Vec<Fields> = pipe.query_async(&mut conn).await?;
+        Ok(span
+            .into_iter()
+            .zip(hashes)
+            .filter(|(_, f)| !f.is_empty())
+            .collect())
+    }
 }
 
 type Fields = HashMap<String, u64>;
@@ -178,18 +302,20 @@ type Fields = HashMap<String, u64>;
 #[derive(Default)]
 pub struct MemoryMetrics {
     families: Mutex<HashMap<&'static str, Fields>>,
+    minutes: Mutex<std::collections::BTreeMap<u64, Fields>>,
 }
 
 #[async_trait]
 impl Metrics for MemoryMetrics {
     async fn add(&self, increments: Vec<Increment>) {
         let mut families = self.families.lock().unwrap_or_else(|e| e.into_inner());
+        let mut minutes = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
         for i in increments {
-            *families
-                .entry(i.family)
-                .or_default()
-                .entry(i.field)
-                .or_default() += i.by;
+            let fields = match i.minute {
+                Some(m) => minutes.entry(m).or_default(),
+                None => families.entry(i.family).or_default(),
+            };
+            *fields.entry(i.field).or_default() += i.by;
         }
     }
 
@@ -204,6 +330,18 @@ impl Metrics for MemoryMetrics {
             family(CALLS_PER_RUN),
             family(CANARY_FAILURES),
         ]))
+    }
+
+    async fn minutes(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, HashMap<String, u64>)>, FleetError> {
+        let minutes = self.minutes.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(minutes
+            .range(from..=to)
+            .map(|(m, f)| (*m, f.clone()))
+            .collect())
     }
 }
 
@@ -235,7 +373,12 @@ fn observe(family: &'static str, bounds: &[u64], value: u64) -> Vec<Increment> {
         ("count".to_string(), 1),
     ]
     .into_iter()
-    .map(|(field, by)| Increment { family, field, by })
+    .map(|(field, by)| Increment {
+        family,
+        field,
+        by,
+        minute: None,
+    })
     .collect()
 }
 
@@ -274,6 +417,39 @@ fn histogram(fields: &HashMap<String, u64>, bounds: &'static [u64]) -> Histogram
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn each_routes_minute_counts_its_calls_by_kind_with_its_latency_quantiles() {
+        let m = MemoryMetrics::default();
+        let minute = 29_000_000;
+        let at = minute * 60_000 + 5_000;
+        for (outcome, latency) in [
+            ("ok", 40),
+            ("ok", 90),
+            ("ok", 900),
+            ("account", 60),
+            ("server", 3_000),
+        ] {
+            m.add(call("platform:openrouter/a", outcome, latency, at))
+                .await;
+        }
+        m.add(call("platform:openrouter/b", "ok", 20, at + 60_000))
+            .await;
+        let minutes = m.minutes(minute - 1, minute + 1).await.unwrap();
+        assert_eq!(
+            minutes.iter().map(|(m, _)| *m).collect::<Vec<_>>(),
+            [minute, minute + 1]
+        );
+        let routes = route_minutes(&minutes);
+        let a = &routes["platform:openrouter/a"][0];
+        assert_eq!(
+            (a.t_ms, a.calls, a.rate_limited, a.failed),
+            (minute * 60_000, 5, 1, 1)
+        );
+        assert_eq!((a.p50_ms, a.p95_ms), (Some(100), Some(5_000)), "{a:?}");
+        let b = &routes["platform:openrouter/b"];
+        assert_eq!((b.len(), b[0].calls, b[0].p95_ms), (1, 1, Some(50)));
+    }
 
     #[test]
     fn buckets_accumulate_and_labels_parse_back() {

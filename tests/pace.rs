@@ -473,15 +473,20 @@ async fn the_next_window_admits_again_and_a_held_slot_comes_due() {
     assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
 }
 
-#[tokio::test]
-async fn a_call_admitted_at_a_windows_end_is_counted_in_the_next_window_too() {
+/// An in-process limiter of two calls a window that admitted one call just before its window
+/// ended, when the call may reach the provider in the next one.
+async fn admitted_at_a_windows_end() -> (Fixture, Arc<InstantClock>, Limits, u64) {
     let f = Fixture::memory();
     let clock = f.clock.clone().unwrap();
-    let limits = fixed(2);
-    let end = day_end();
-    // Just before the window ends: the call may reach the provider in the next one.
+    let (limits, end) = (fixed(2), day_end());
     clock.advance(Duration::from_millis(to_window_end() - WINDOW_GUARD_MS / 2));
     assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
+    (f, clock, limits, end)
+}
+
+#[tokio::test]
+async fn a_call_admitted_at_a_windows_end_is_counted_in_the_next_window_too() {
+    let (f, clock, limits, end) = admitted_at_a_windows_end().await;
     clock.advance(Duration::from_millis(WINDOW_GUARD_MS));
     let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
     assert_eq!(usage.window_used, 1, "the next window counts it too");
@@ -502,12 +507,7 @@ async fn a_call_admitted_at_a_windows_end_is_counted_in_the_next_window_too() {
 
 #[tokio::test]
 async fn a_window_end_call_whose_answer_is_back_before_the_next_window_gives_its_slot_back() {
-    let f = Fixture::memory();
-    let clock = f.clock.clone().unwrap();
-    let limits = fixed(2);
-    let end = day_end();
-    clock.advance(Duration::from_millis(to_window_end() - WINDOW_GUARD_MS / 2));
-    assert_eq!(f.admits(&limits, 1, end).await, vec![Slot::Now]);
+    let (f, clock, limits, end) = admitted_at_a_windows_end().await;
     clock.advance(Duration::from_millis(100));
     assert!(f.pace.landed(POOL, &limits, 100, 0).await.unwrap());
     assert!(

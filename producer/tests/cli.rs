@@ -189,8 +189,14 @@ async fn a_refused_enqueue_exits_75_and_prints_the_delay() {
     assert!(stdout(&out).is_empty());
 }
 
-/// `enqueue --wait` while the test plays the worker's events; returns the process output.
-async fn wait_for(env: &Env, events: Vec<Event>) -> (String, Output) {
+/// `enqueue --wait` started: the process, its stdout after the run id, and the run id.
+async fn enqueue_waiting(
+    env: &Env,
+) -> (
+    tokio::process::Child,
+    BufReader<tokio::process::ChildStdout>,
+    String,
+) {
     let mut child = env
         .command(&[
             "enqueue", "--user", "u1", "--input", "hi", "--route", "vendor/m", "--wait",
@@ -201,6 +207,12 @@ async fn wait_for(env: &Env, events: Vec<Event>) -> (String, Output) {
     let mut first = String::new();
     out.read_line(&mut first).await.expect("the run id");
     let run_id = first.trim().to_string();
+    (child, out, run_id)
+}
+
+/// `enqueue --wait` while the test plays the worker's events; returns the process output.
+async fn wait_for(env: &Env, events: Vec<Event>) -> (String, Output) {
+    let (child, mut out, run_id) = enqueue_waiting(env).await;
     let sink = RedisEvents::new(redis().await, env.ns.clone());
     for e in &events {
         sink.publish(&run_id, e).await.expect("publish");
@@ -442,16 +454,7 @@ async fn a_bad_configuration_file_stops_every_command_with_one_line() {
 async fn enqueue_wait_counts_a_delay_down_and_tells_a_failed_attempt_in_words() {
     use freeway::store::Store;
     let env = Env::new();
-    let mut child = env
-        .command(&[
-            "enqueue", "--user", "u1", "--input", "hi", "--route", "vendor/m", "--wait",
-        ])
-        .spawn()
-        .expect("spawns");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut first = String::new();
-    out.read_line(&mut first).await.expect("the run id");
-    let run_id = first.trim().to_string();
+    let (mut child, _out, run_id) = enqueue_waiting(&env).await;
     let sink = RedisEvents::new(redis().await, env.ns.clone());
     let until_ms = freeway::clock::epoch_ms() + 30_000;
     let delayed = Event::Delayed {

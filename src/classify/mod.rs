@@ -101,6 +101,11 @@ impl Verdict {
         )
     }
 
+    /// The verdict [`Verdict::as_str`] names; `None` for any other text (`ok`, say).
+    pub fn parse(text: &str) -> Option<Verdict> {
+        serde_json::from_value(serde_json::Value::from(text)).ok()
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Account => "account",

@@ -235,7 +235,13 @@ impl Engine {
         }
         log_attempt(&record);
         let outcome_label = record.verdict.map_or(metrics::OK, Verdict::as_str);
-        let call = metrics::call(&route.metrics_label(), outcome_label, record.latency_ms);
+        let at_ms = record.t_ms + record.latency_ms;
+        let call = metrics::call(
+            &route.metrics_label(),
+            outcome_label,
+            record.latency_ms,
+            at_ms,
+        );
         self.fleet.metrics.add(call).await;
         Ok(outcome)
     }

@@ -245,6 +245,12 @@ try {
   assert.match(await page.textContent('#events'), /delayed/);
   assert.match(await page.textContent('#detail-fields'), /wakes/);
 
+  step('the routes panel charts the free route\'s calls, one of them rate-limited');
+  const routeCell = (i) => page.locator(`#routes tbody tr[data-route="platform:openrouter/${FREE}"] td`).nth(i);
+  await until('the free route in the routes panel', async () => Number(await routeCell(2).textContent()) >= 2
+    && Number(await routeCell(3).textContent()) >= 1);
+  assert.ok((await routeCell(1).locator('.chart span').count()) === 60, 'a bar a minute for the hour');
+
   step('a viewer is shown no Clear; the reason reads as words');
   assert.equal(await restRow.locator('button.clear').isVisible(), false);
   assert.match(await restRow.locator('td').nth(2).textContent(), /Shared pool openrouter-free is used up — reopens/);

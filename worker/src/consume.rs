@@ -183,8 +183,7 @@ impl apalis_core::backend::ext::poll_strategy::PollStrategy for Ticks {
 
 /// Run the queue worker until a shutdown signal; `grace` bounds the wait for running jobs.
 pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(), String> {
-    let host = hostname();
-    let pid = std::process::id();
+    let name = replica_name();
     let storage = app.queue.storage(concurrency);
     // Before taking anything, move due jobs in chunks: a backlog that piled up while no worker
     // ran must not reach apalis's fetch in one piece.
@@ -193,7 +192,12 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
     let worker_app = app.clone();
     let monitor = Monitor::new()
         .register(move |restarts| {
-            WorkerBuilder::new(format!("{host}-{pid}-r{restarts}"))
+            // apalis needs a new name after a restart; the first keeps the replica's own.
+            let worker = match restarts {
+                0 => name.clone(),
+                n => format!("{name}-r{n}"),
+            };
+            WorkerBuilder::new(worker)
                 .backend(WithCodec::new(
                     storage.clone().poll_with_strategy(Ticks::every(POLL)),
                     LenientJson,
@@ -305,8 +309,11 @@ async fn shutdown_signal() -> std::io::Result<()> {
     Ok(())
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+/// The replica's one name, `{host}-{pid}`: the board's workers list, its runs' `started` events
+/// and its logs all say it.
+pub fn replica_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "worker".to_string())
+        .unwrap_or_else(|_| "worker".to_string());
+    format!("{host}-{}", std::process::id())
 }

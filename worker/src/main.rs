@@ -169,7 +169,7 @@ fn serve(
         Err(e) => return exit::fail(exit::FAILED, &format!("cannot start the runtime: {e}")),
     };
     runtime.block_on(async move {
-        let name = format!("worker-{}", std::process::id());
+        let name = consume::replica_name();
         let events = |conn| {
             std::sync::Arc::new(freeway::events::RedisEvents::new(
                 conn,

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod origin;
 pub mod pools;
 pub mod rests;
+pub mod route_history;
 pub mod run_actions;
 pub mod run_list;
 pub mod runs;
@@ -101,6 +102,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/rests", get(rests::list))
         .route("/pools", get(pools::pools))
         .route("/providers", get(pools::providers))
+        .route("/routes", get(route_history::history))
         .route("/rests/{scope}/{*key}", delete(rests::clear))
         .route("/board/overview", get(board::overview))
         .route("/board/runs/{id}", get(board::run_detail))

@@ -134,3 +134,58 @@ async fn metrics_show_queue_depths_and_rests() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_routes_history_counts_each_routes_minutes_by_kind() {
+    use freeway::metrics::Metrics;
+    let s = Server::open().await;
+    let metrics = s.enqueuer.metrics();
+    let now = freeway::clock::epoch_ms();
+    for (outcome, latency) in [("ok", 40), ("account", 70), ("server", 900)] {
+        metrics
+            .add(freeway::metrics::call(
+                "platform:openrouter/m:free",
+                outcome,
+                latency,
+                now,
+            ))
+            .await;
+    }
+    let earlier = now - 2 * 60_000;
+    metrics
+        .add(freeway::metrics::call(
+            "platform:openrouter/m:free",
+            "ok",
+            20,
+            earlier,
+        ))
+        .await;
+    let (status, h) = s.get_json("/v1/routes?minutes=10").await;
+    assert_eq!(status, 200, "{h}");
+    let route = &h["routes"][0];
+    assert_eq!(route["route"], "platform:openrouter/m:free");
+    let total = &route["total"];
+    assert_eq!(
+        (&total["calls"], &total["rate_limited"], &total["failed"]),
+        (&json!(4), &json!(1), &json!(1)),
+        "{h}"
+    );
+    assert_eq!(
+        route["minutes"].as_array().map(Vec::len),
+        Some(2),
+        "two minutes with calls"
+    );
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(format!("{}:metrics:minute:{}", s.ns, now / 60_000))
+        .query_async(&mut s.conn.clone())
+        .await
+        .unwrap();
+    assert!(
+        (7_000..=7_200).contains(&ttl),
+        "a minute is kept two hours: {ttl} s"
+    );
+    for bad in ["minutes=0", "minutes=121", "minutes=x", "since=1"] {
+        let (status, err) = s.get_json(&format!("/v1/routes?{bad}")).await;
+        assert_eq!((status, code(&err)), (400, "invalid_request"), "{bad}");
+    }
+}
