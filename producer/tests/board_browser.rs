@@ -3,9 +3,10 @@
 //! `tests/browser/board.mjs`, which drives `/board` in headless Chromium through playwright-core:
 //! sign-in before anything of the dashboard shows, the status tabs and paging through the 1,000
 //! failed runs, a run opened by keyboard, a rest counting down, the pools panel's use rising, a
-//! delayed run cancelled, a failed run retried into a success, the clear waking the run it
-//! delayed within 2 s, no Clear or actions for a viewer, the phone layout within 390 px, badge
-//! contrast, and screenshots in light and dark at desktop and phone width under `target/`.
+//! delayed run cancelled, a failed run retried into a success, a tool call approved, the clear
+//! waking the run it delayed within 2 s, no Clear or actions for a viewer, the phone layout
+//! within 390 px, badge contrast, and screenshots in light and dark at desktop and phone width
+//! under `target/`.
 
 mod common;
 
@@ -100,11 +101,12 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
         Some(1.0),
         "{metrics}"
     );
-    // A, B and the retry of D succeeded; C was cancelled; D and the seeded runs failed.
+    // A, B, the retry of D, E (its part done once answered) and E's continuation succeeded;
+    // C was cancelled; D and the seeded runs failed.
     let runs = |series: &str| sample(&metrics, series);
     assert_eq!(
         runs("freeway_runs{status=\"succeeded\",code=\"\"}"),
-        Some(3.0),
+        Some(5.0),
         "{metrics}"
     );
     assert_eq!(

@@ -8,8 +8,8 @@
 // free call (the pools panel's use rises); run B earns the 429, so the pool rests and B is
 // delayed. The page must show the rest with a countdown that goes down (a screenshot is taken
 // then), each run's attempt log, no Clear or run actions for a viewer; the operator cancels a
-// delayed run C, clears the rest (B then starts within 2 s), and retries a failed run D into a
-// success. Last, the page at 390 px fits its width, badges keep 4.5:1 contrast, and screenshots
+// delayed run C, clears the rest (B then starts within 2 s), retries a failed run D into a
+// success and approves the tool call run E waits on. Last, the page at 390 px fits its width, badges keep 4.5:1 contrast, and screenshots
 // are taken in light and dark at desktop and phone width.
 
 import { chromium } from 'playwright-core';
@@ -318,6 +318,27 @@ try {
   await until('its detail', async () => (await page.textContent('#detail-id')) === retried
     && /D is answered/.test(await page.textContent('#detail-output')));
   assert.match(await page.textContent('#detail-fields'), new RegExp(`retries${d}`));
+
+  step('the operator approves a tool call the run waits on, and its continuation succeeds');
+  const asked = await http('POST', `${BASE}/v1/runs`, { body: { user_id: 'erin', input: 'mail Bob [[tools:1]] [[tool:send_email]]',
+    routes: [{ model: PAID }], tools: [{ name: 'send_email', approval: 'required' }] } });
+  assert.equal(asked.status, 202, JSON.stringify(asked.body));
+  const e = asked.body.run_id;
+  let eSeen = '';
+  await until('E awaiting approval', async () => {
+    const run = (await http('GET', `${BASE}/v1/runs/${e}`)).body;
+    eSeen = JSON.stringify({ status: run.status, code: run.code, output: run.output, attempts: run.attempts });
+    if (['failed', 'refused', 'succeeded'].includes(run.status)) throw new Error(eSeen);
+    return run.status === 'awaiting_approval';
+  }, 20000).catch((err) => { throw new Error(`${err.message}; E: ${eSeen}`); });
+  await until('E in the list', async () => (await runStatus(e)) === 'awaiting_approval');
+  await openRun(e);
+  await page.locator('#act-approve').waitFor({ state: 'visible' });
+  assert.equal(await page.isVisible('#act-deny'), true);
+  await page.click('#act-approve');
+  await until('the approval message', async () => /Approved: run \S+ carries on/.test(await notice()));
+  const continuation = (await notice()).match(/run (\S+) carries on/)[1];
+  await until('the continuation to succeed', async () => (await apiStatus(continuation)) === 'succeeded', 20000);
 
   step('badges keep 4.5:1, light and dark; the phone layout fits 390 px; screenshots');
   for (const scheme of ['light', 'dark']) {
