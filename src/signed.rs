@@ -68,9 +68,12 @@ impl EventsSigner {
     }
 }
 
-fn mac(key: &[u8]) -> HmacSha256 {
-    // HMAC takes a key of any length: this never fails.
-    <HmacSha256 as KeyInit>::new_from_slice(key).unwrap_or_else(|_| unreachable!())
+/// HMAC-SHA256 under a 32-byte key. HMAC pads a key shorter than SHA-256's 64-byte block with
+/// zeros, so the padded key is the same key, and no length can be wrong.
+fn mac(key: &[u8; 32]) -> HmacSha256 {
+    let mut block = [0u8; 64];
+    block[..32].copy_from_slice(key);
+    <HmacSha256 as KeyInit>::new(&block.into())
 }
 
 /// What is signed: the run and the expiry, length-prefixed so no pair reads as another.
