@@ -80,6 +80,22 @@ macro_rules! rows_for {
     };
 }
 
+/// The rows a built [`list::Statement`] selects, each decoded by `decode`.
+macro_rules! rows_of {
+    ($store:expr, $statement:expr, $decode:expr) => {
+        on_db!($store, |pool| {
+            let query = sqlx::query(AssertSqlSafe($statement.sql.as_str()));
+            let rows = bound(query, &$statement.binds)
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?;
+            rows.iter()
+                .map($decode)
+                .collect::<Result<Vec<_>, StoreError>>()
+        })
+    };
+}
+
 /// A transaction that writes: SQLite takes the write lock at `BEGIN IMMEDIATE`, so a transaction
 /// never has to upgrade a read lock (which fails at once instead of waiting when another writer
 /// got in between); PostgreSQL locks rows as it goes.
@@ -458,18 +474,8 @@ impl Store for SqlStore {
         let limit = limit.clamp(1, MAX_PAGE);
         // One row past the page says whether another follows.
         let statement = list::page(self.backend(), filter, after, limit + 1);
-        let mut runs: Vec<RunRecord> = on_db!(self, |pool| {
-            let rows = bound(
-                sqlx::query(AssertSqlSafe(statement.sql.as_str())),
-                &statement.binds,
-            )
-            .fetch_all(pool)
-            .await
-            .map_err(db_error)?;
-            rows.iter()
-                .map(|row| RunRow::read(row)?.into_record())
-                .collect::<Result<Vec<_>, StoreError>>()
-        })?;
+        let mut runs: Vec<RunRecord> =
+            rows_of!(self, statement, |row| RunRow::read(row)?.into_record())?;
         let next = (runs.len() > limit as usize).then(|| {
             runs.truncate(limit as usize);
             runs.last().map(RunCursor::after)
@@ -482,22 +488,11 @@ impl Store for SqlStore {
 
     async fn count_runs(&self, filter: &RunFilter) -> Result<Vec<(RunStatus, u64)>, StoreError> {
         let statement = list::counts(self.backend(), &filter.any_status());
-        let mut counts: Vec<(RunStatus, u64)> = on_db!(self, |pool| {
-            let rows = bound(
-                sqlx::query(AssertSqlSafe(statement.sql.as_str())),
-                &statement.binds,
-            )
-            .fetch_all(pool)
-            .await
-            .map_err(db_error)?;
-            rows.iter()
-                .map(|row| {
-                    Ok((
-                        enum_from(row.text("status")?, "status")?,
-                        from_i64(row.int("runs")?, "runs")?,
-                    ))
-                })
-                .collect::<Result<Vec<_>, StoreError>>()
+        let mut counts: Vec<(RunStatus, u64)> = rows_of!(self, statement, |row| {
+            Ok((
+                enum_from(row.text("status")?, "status")?,
+                from_i64(row.int("runs")?, "runs")?,
+            ))
         })?;
         counts.sort_by_key(|(status, _)| *status as u8);
         Ok(counts)
