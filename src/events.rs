@@ -29,6 +29,11 @@ pub enum Event {
     Started {
         worker: String,
     },
+    /// The run waits in place (`wait_for_free_s`) for a full pool's next slot, until then.
+    Waiting {
+        until_ms: u64,
+        reason: String,
+    },
     Attempt {
         n: u32,
         step: u32,
@@ -64,8 +69,12 @@ pub enum Event {
         code: Option<Code>,
         usage: Usage,
     },
-    /// The run was cancelled: before it started, or before its next call.
-    Cancelled,
+    /// The run was cancelled, before it started or before its next call, by `by` (the
+    /// credential that asked; absent when told from the store, which does not keep it).
+    Cancelled {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
 }
 
 impl Event {
@@ -75,6 +84,7 @@ impl Event {
             Event::Queued => "queued",
             Event::Delayed { .. } => "delayed",
             Event::Started { .. } => "started",
+            Event::Waiting { .. } => "waiting",
             Event::Attempt { .. } => "attempt",
             Event::Failover { .. } => "failover",
             Event::Delta { .. } => "delta",
@@ -83,7 +93,7 @@ impl Event {
             Event::AwaitingApproval { .. } => "awaiting_approval",
             Event::Refused { .. } => "refused",
             Event::Finished { .. } => "finished",
-            Event::Cancelled => "cancelled",
+            Event::Cancelled { .. } => "cancelled",
         }
     }
 
@@ -114,7 +124,7 @@ impl Event {
                 .pending_tool_call
                 .clone()
                 .map(|tool_call| Event::AwaitingApproval { tool_call }),
-            RunStatus::Cancelled => Some(Event::Cancelled),
+            RunStatus::Cancelled => Some(Event::Cancelled { by: None }),
             RunStatus::Queued | RunStatus::Delayed | RunStatus::Running => None,
         }
     }
@@ -126,7 +136,7 @@ impl Event {
             Event::Finished { .. }
                 | Event::Refused { .. }
                 | Event::AwaitingApproval { .. }
-                | Event::Cancelled
+                | Event::Cancelled { .. }
         )
     }
 

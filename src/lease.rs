@@ -46,11 +46,11 @@ pub trait Leases: Send + Sync {
     /// that spends something (a canary's call) so costs nothing when a fleet starts or a replica
     /// joins. A fleet that stops asking for a whole period starts over.
     async fn take_period(&self, name: &str, period: Duration) -> Result<bool, FleetError>;
-    /// Mark the run cancelled for every executor: whoever runs it stops before its next call.
-    /// The mark lasts [`CANCEL_TTL`], past any run's deadline.
-    async fn cancel(&self, run_id: &str) -> Result<(), FleetError>;
-    /// Whether the run was cancelled.
-    async fn is_cancelled(&self, run_id: &str) -> Result<bool, FleetError>;
+    /// Mark the run cancelled by `by` for every executor: whoever runs it stops before its next
+    /// call. The mark lasts [`CANCEL_TTL`], past any run's deadline.
+    async fn cancel(&self, run_id: &str, by: &str) -> Result<(), FleetError>;
+    /// Who cancelled the run, if someone did.
+    async fn cancelled_by(&self, run_id: &str) -> Result<Option<String>, FleetError>;
 }
 
 /// How long a run's cancellation is remembered: longer than any run may last.
@@ -153,11 +153,11 @@ impl Leases for RedisLeases {
         Ok(taken == 1)
     }
 
-    async fn cancel(&self, run_id: &str) -> Result<(), FleetError> {
+    async fn cancel(&self, run_id: &str, by: &str) -> Result<(), FleetError> {
         let mut conn = self.conn.clone();
         let _: () = redis::cmd("SET")
             .arg(self.cancel_key(run_id))
-            .arg(1)
+            .arg(by)
             .arg("PX")
             .arg(CANCEL_TTL.as_millis() as u64)
             .query_async(&mut conn)
@@ -165,13 +165,13 @@ impl Leases for RedisLeases {
         Ok(())
     }
 
-    async fn is_cancelled(&self, run_id: &str) -> Result<bool, FleetError> {
+    async fn cancelled_by(&self, run_id: &str) -> Result<Option<String>, FleetError> {
         let mut conn = self.conn.clone();
-        let found: bool = redis::cmd("EXISTS")
+        let by: Option<String> = redis::cmd("GET")
             .arg(self.cancel_key(run_id))
             .query_async(&mut conn)
             .await?;
-        Ok(found)
+        Ok(by)
     }
 }
 
@@ -181,7 +181,8 @@ pub struct MemoryLeases {
     held: Mutex<HashMap<String, (String, u64)>>,
     /// Chore name → when its period ends (clock ms).
     periods: Mutex<HashMap<String, u64>>,
-    cancelled: Mutex<std::collections::HashSet<String>>,
+    /// Run id → who cancelled it.
+    cancelled: Mutex<HashMap<String, String>>,
 }
 
 impl Default for MemoryLeases {
@@ -267,15 +268,15 @@ impl Leases for MemoryLeases {
         Ok(taken)
     }
 
-    async fn cancel(&self, run_id: &str) -> Result<(), FleetError> {
+    async fn cancel(&self, run_id: &str, by: &str) -> Result<(), FleetError> {
         let mut cancelled = self.cancelled.lock().unwrap_or_else(|e| e.into_inner());
-        cancelled.insert(run_id.to_string());
+        cancelled.insert(run_id.to_string(), by.to_string());
         Ok(())
     }
 
-    async fn is_cancelled(&self, run_id: &str) -> Result<bool, FleetError> {
+    async fn cancelled_by(&self, run_id: &str) -> Result<Option<String>, FleetError> {
         let cancelled = self.cancelled.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(cancelled.contains(run_id))
+        Ok(cancelled.get(run_id).cloned())
     }
 }
 

@@ -250,8 +250,9 @@ async fn a_continuation_is_never_paced_out() {
 }
 
 /// `wait_for_free_s` on the system clock: a pool declared at 2 calls per 2 s window, as the
-/// simulator plays it.
-async fn waiting_run(wait_for_free_s: Option<u32>) -> Vec<(String, u16)> {
+/// simulator plays it. The calls the simulator saw, and whether the third run published that
+/// it waited in place.
+async fn waiting_run(wait_for_free_s: Option<u32>) -> (Vec<(String, u16)>, bool) {
     let config = sim::SimConfig {
         rpm: 2,
         window_s: 2,
@@ -273,11 +274,16 @@ async fn waiting_run(wait_for_free_s: Option<u32>) -> Vec<(String, u16)> {
         catalog.clone(),
         keys.into_iter().collect(),
     ));
+    let events = Arc::new(freeway::events::MemoryEvents::default());
+    let fleet = freeway::fleet::Fleet {
+        events: events.clone(),
+        ..freeway::fleet::Fleet::in_memory()
+    };
     let engine = freeway::engine::Engine::new(
         Arc::new(HttpProvider::new(Timeouts::default()).unwrap()),
         targets,
         Arc::new(freeway::store::MemoryStore::default()),
-        freeway::fleet::Fleet::in_memory(),
+        fleet,
     );
     // Start early in a window, so that the window's two calls and the third run fall in it.
     let now = freeway::clock::epoch_ms();
@@ -302,22 +308,29 @@ async fn waiting_run(wait_for_free_s: Option<u32>) -> Vec<(String, u16)> {
         max_tokens: None,
         wait_for_free_s: wait,
     };
+    let mut waited = false;
     for (user, wait) in [("u1", None), ("u2", None), ("u3", wait_for_free_s)] {
         let job = RunJob::new(
             request(user, &[FREE_A, PAID], wait),
             freeway::clock::epoch_ms(),
         );
+        let run_id = job.run_id.clone();
         let routes = job.check(&catalog).unwrap();
         let outcome = engine
             .execute(&job, &routes, WhenResting::Snooze)
             .await
             .unwrap();
         assert!(succeeded(&outcome), "{outcome:?}");
+        waited = events.of(&run_id).iter().any(|e| {
+            matches!(e, freeway::events::Event::Waiting { until_ms, .. } if *until_ms > job.enqueued_ms)
+        });
     }
-    sim.calls()
+    let calls = sim
+        .calls()
         .into_iter()
         .map(|c| (c.model, c.status))
-        .collect()
+        .collect();
+    (calls, waited)
 }
 
 #[tokio::test]
@@ -325,13 +338,13 @@ async fn a_run_may_wait_in_place_for_the_next_free_slot_instead_of_paying() {
     let free = |n: usize| vec![(FREE_A.to_string(), 200); n];
     assert_eq!(
         waiting_run(None).await,
-        [free(2), vec![(PAID.to_string(), 200)]].concat(),
+        ([free(2), vec![(PAID.to_string(), 200)]].concat(), false),
         "without a wait, a full pool sends the run on"
     );
     assert_eq!(
         waiting_run(Some(5)).await,
-        free(3),
-        "with one, the run takes the next window's slot"
+        (free(3), true),
+        "with one, the run takes the next window's slot, and says it waits"
     );
 }
 

@@ -1448,7 +1448,7 @@ async fn a_cancelled_run_ends_cancelled_before_its_next_call() {
         freeway::clock::epoch_ms(),
     );
     // The producer marked it while a worker held it: the mark is what the executor reads.
-    freeway::lease::Leases::cancel(&*s.h.leases, &job.run_id)
+    freeway::lease::Leases::cancel(&*s.h.leases, &job.run_id, "admin token")
         .await
         .unwrap();
     let outcome = execute(&s.h, &job, WhenResting::Snooze).await;
@@ -1456,5 +1456,10 @@ async fn a_cancelled_run_ends_cancelled_before_its_next_call() {
     assert!(s.sim.calls().is_empty(), "no call after the cancel");
     let rec = s.h.store.run(&job.run_id).await.unwrap().unwrap();
     assert_eq!(rec.status, RunStatus::Cancelled);
-    assert_eq!(s.h.events.of(&job.run_id).last(), Some(&Event::Cancelled));
+    let by = Some("admin token".to_string());
+    assert_eq!(
+        s.h.events.of(&job.run_id).last(),
+        Some(&Event::Cancelled { by }),
+        "the stream says who"
+    );
 }

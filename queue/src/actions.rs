@@ -34,12 +34,13 @@ impl Enqueuer {
         &self,
         run_id: &str,
         user: Option<&str>,
+        by: &str,
     ) -> Result<Cancelled, EnqueueError> {
         let mut run = self.run_of(run_id, user).await?;
         if run.status.is_final() {
             return Err(conflict(&run, "cancelled"));
         }
-        self.leases.cancel(run_id).await?;
+        self.leases.cancel(run_id, by).await?;
         if run.status == RunStatus::Running {
             return Ok(Cancelled::BeforeNextCall);
         }
@@ -48,7 +49,10 @@ impl Enqueuer {
         run.updated_ms = freeway::clock::epoch_ms();
         self.store.save_run(&run).await?;
         self.queue.forget(run_id).await?;
-        self.events.publish(run_id, &Event::Cancelled).await?;
+        let cancelled = Event::Cancelled {
+            by: Some(by.to_string()),
+        };
+        self.events.publish(run_id, &cancelled).await?;
         Ok(Cancelled::Now)
     }
 

@@ -94,8 +94,8 @@ impl Engine {
                 return Err(unavailable.into());
             }
         };
-        if self.fleet.leases.is_cancelled(&run.rec.run_id).await? {
-            return Err(EngineError::Cancelled);
+        if let Some(by) = self.fleet.leases.cancelled_by(&run.rec.run_id).await? {
+            return Err(EngineError::Cancelled { by });
         }
         // docs/design.md §3.3: after a guessed rest, one call fleet-wide goes first. A
         // continuation tries once whatever rests, so it neither waits for a probe nor is one.

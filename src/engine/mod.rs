@@ -88,8 +88,8 @@ pub enum EngineError {
     Targets(#[from] TargetError),
     /// Not a fault: the run was cancelled before a call. [`Engine::execute`] ends the run
     /// `cancelled` on it; no caller sees it.
-    #[error("the run was cancelled")]
-    Cancelled,
+    #[error("the run was cancelled by {by}")]
+    Cancelled { by: String },
 }
 
 /// Everything a run needs, shared by every job a worker runs.
@@ -288,9 +288,9 @@ impl Engine {
             None => {
                 self.start(&mut run).await?;
                 match self.steps(&mut run, when_resting).await {
-                    Err(EngineError::Cancelled) => {
-                        tracing::info!(run_id = %job.run_id, "cancelled before its next call");
-                        self.finish(&mut run, RunStatus::Cancelled, None).await?
+                    Err(EngineError::Cancelled { by }) => {
+                        tracing::info!(run_id = %job.run_id, %by, "cancelled before its next call");
+                        self.cancelled(&mut run, by).await?
                     }
                     stepped => stepped?,
                 }
@@ -679,16 +679,25 @@ impl Engine {
             run.rec.incomplete = true;
         }
         self.save(run).await?;
-        let event = match status {
-            RunStatus::Cancelled => Event::Cancelled,
-            _ => Event::Finished {
-                status,
-                code,
-                usage: run.rec.usage,
-            },
+        let event = Event::Finished {
+            status,
+            code,
+            usage: run.rec.usage,
         };
         self.publish(run, event).await?;
         Ok(Outcome::Finished { status, code })
+    }
+
+    /// End a run that `by` cancelled while it ran.
+    async fn cancelled(&self, run: &mut Run<'_>, by: String) -> Result<Outcome, EngineError> {
+        run.rec.status = RunStatus::Cancelled;
+        run.rec.code = None;
+        self.save(run).await?;
+        self.publish(run, Event::Cancelled { by: Some(by) }).await?;
+        Ok(Outcome::Finished {
+            status: RunStatus::Cancelled,
+            code: None,
+        })
     }
 
     /// Save the run with the writes waiting for it ([`Run::unsaved`]), all or none.

@@ -4,6 +4,7 @@
 //! pacing miss.
 
 use super::{Engine, EngineError, Run};
+use crate::events::Event;
 use crate::job::HeldSlot;
 use crate::pace::{Slot, WINDOW_GUARD_MS};
 use crate::preflight::Preflight;
@@ -197,6 +198,11 @@ impl Engine {
             return Ok(None);
         }
         tracing::info!(pool = %pool, wait_ms, "waiting in place for the pool's next slot");
+        let waiting = Event::Waiting {
+            until_ms: self.clock.now_ms() + wait_ms,
+            reason: format!("{pool} is full: waiting for its next slot"),
+        };
+        self.publish(run, waiting).await?;
         self.clock
             .sleep(std::time::Duration::from_millis(wait_ms))
             .await;

@@ -34,7 +34,7 @@ pub async fn cancel(
     user: ForUser,
 ) -> Result<Response, ApiError> {
     let by = actor(&state, &headers, &user)?;
-    let cancelled = state.enqueuer.cancel(&id, user.0.as_deref()).await?;
+    let cancelled = state.enqueuer.cancel(&id, user.0.as_deref(), &by).await?;
     let status = match cancelled {
         Cancelled::Now => "cancelled",
         Cancelled::BeforeNextCall => "running",

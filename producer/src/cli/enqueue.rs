@@ -168,9 +168,13 @@ impl Display {
             }
             Event::Queued => self.progress("[queued]"),
             Event::Started { worker } => self.progress(&format!("[started on {worker}]")),
-            Event::Delayed { until_ms, reason } => {
+            Event::Delayed { until_ms, reason } | Event::Waiting { until_ms, reason } => {
                 let wait_ms = until_ms.saturating_sub(freeway::clock::epoch_ms());
-                let line = format!("[delayed {} s: {reason}]", wait_ms.div_ceil(1000));
+                let how = match event {
+                    Event::Waiting { .. } => "waiting in place",
+                    _ => "delayed",
+                };
+                let line = format!("[{how} {} s: {reason}]", wait_ms.div_ceil(1000));
                 self.progress(&line);
                 self.delayed_until = Some(*until_ms);
                 None
@@ -217,8 +221,12 @@ impl Display {
                     ExitCode::from(EXIT_FAILED)
                 })
             }
-            Event::Cancelled => {
-                self.progress("[cancelled]");
+            Event::Cancelled { by } => {
+                let by = by
+                    .as_deref()
+                    .map(|b| format!(" by {b}"))
+                    .unwrap_or_default();
+                self.progress(&format!("[cancelled{by}]"));
                 Some(ExitCode::from(EXIT_FAILED))
             }
         }
