@@ -241,12 +241,10 @@ impl Engine {
         estimate: u32,
         spent: Option<u64>,
     ) -> Result<(), EngineError> {
+        // A pool that counts no tokens ignores the correction without a round trip.
         let (Some(pool), Some(limits), Some(spent)) = (&route.pool, &route.pace, spent) else {
             return Ok(());
         };
-        if !limits.counts_tokens() {
-            return Ok(());
-        }
         let delta = i64::try_from(spent).unwrap_or(i64::MAX) - i64::from(estimate);
         self.fleet
             .pace

@@ -132,6 +132,17 @@ impl View<'_> {
         wait.max(0.0).ceil() as u64
     }
 
+    /// When this call has room: the day's end when the day is full, else the window's wait.
+    fn slot(&self, day_end_ms: u64) -> Slot {
+        if self.day_full() {
+            return Slot::In(day_end_ms.saturating_sub(self.now).max(1));
+        }
+        match self.wait() {
+            0 => Slot::Now,
+            ms => Slot::In(ms),
+        }
+    }
+
     /// Ms until the pool has room (0: now).
     fn wait(&self) -> u64 {
         let w = self.window();
@@ -221,15 +232,7 @@ impl Pacer for MemoryPacer {
         day_end_ms: u64,
         tokens: u32,
     ) -> Result<Slot, FleetError> {
-        Ok(self.with(pool, limits, day_end_ms, tokens, |v| {
-            if v.day_full() {
-                return Slot::In(day_end_ms.saturating_sub(v.now).max(1));
-            }
-            match v.wait() {
-                0 => Slot::Now,
-                ms => Slot::In(ms),
-            }
-        }))
+        Ok(self.with(pool, limits, day_end_ms, tokens, |v| v.slot(day_end_ms)))
     }
 
     async fn admit(
@@ -240,11 +243,8 @@ impl Pacer for MemoryPacer {
         tokens: u32,
     ) -> Result<Slot, FleetError> {
         Ok(self.with(pool, limits, day_end_ms, tokens, |v| {
-            if v.day_full() {
-                return Slot::In(day_end_ms.saturating_sub(v.now).max(1));
-            }
-            match v.wait() {
-                0 => {
+            match v.slot(day_end_ms) {
+                Slot::Now => {
                     let w = v.window();
                     let tail = v.tail();
                     v.count(w);
@@ -262,7 +262,7 @@ impl Pacer for MemoryPacer {
                     }
                     Slot::Now
                 }
-                ms => Slot::In(ms),
+                later => later,
             }
         }))
     }

@@ -159,3 +159,27 @@ async fn a_delayed_run_wakes_now_and_a_cancelled_one_leaves_the_schedule() {
         "the cancelled run is no longer parked"
     );
 }
+
+#[tokio::test]
+async fn a_retry_of_a_run_whose_input_is_in_the_conversation_regenerates_instead_of_resending_it() {
+    let s = Server::start(tokens(), None).await;
+    let id = enqueued(&s, "u1").await;
+    let mut rec = s.store.run(&id).await.unwrap().unwrap();
+    rec.status = RunStatus::Failed;
+    rec.state.input_applied = true;
+    s.store.save_run(&rec).await.unwrap();
+    let (status, body) = act(&s, &format!("/v1/runs/{id}/retry"), "admin-token-1").await;
+    assert_eq!(status, 202, "{body}");
+    let new_id = body["run_id"].as_str().expect("a new run");
+    let job = s.enqueuer.job(new_id).await.unwrap().expect("the new job");
+    assert_eq!(
+        (job.request.input.as_deref(), job.request.regenerate),
+        (None, true),
+        "the input is not appended twice"
+    );
+    assert_eq!(
+        job.conversation_id, rec.conversation_id,
+        "the same conversation"
+    );
+    assert_eq!(job.retry_of.as_deref(), Some(id.as_str()));
+}
