@@ -26,6 +26,11 @@ pub const HEARTBEAT: Duration = Duration::from_secs(10);
 pub const MISSED_HEARTBEATS: usize = 3;
 /// Ids moved or pushed per Redis call: far below Lua's 8,000-value `unpack` limit.
 pub const CHUNK: usize = 1_000;
+/// The most jobs a replica takes in one fetch (docs/design.md §4.3). apalis fetches a batch
+/// when one slot frees and keeps what it cannot start yet, so a replica holds its running jobs
+/// plus at most one batch: a batch as large as the concurrency let a replica claim twice its
+/// slots, stranding them behind its heartbeat if it died and leaving a later replica nothing.
+pub const FETCH_BATCH: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
@@ -114,11 +119,12 @@ impl Queue {
         self
     }
 
-    /// The apalis storage a worker takes jobs from, with its batch size.
-    pub fn storage(&self, batch_size: usize) -> RedisStorage<serde_json::Value> {
+    /// The apalis storage a worker running `concurrency` jobs at once takes them from: it
+    /// fetches [`FETCH_BATCH`] at most at a time.
+    pub fn storage(&self, concurrency: usize) -> RedisStorage<serde_json::Value> {
         RedisStorage::new(self.conn.clone()).with_config(storage_config(
             &self.ns,
-            batch_size,
+            concurrency.min(FETCH_BATCH),
             self.heartbeat,
         ))
     }

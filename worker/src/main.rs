@@ -29,7 +29,7 @@ use std::process::ExitCode;
 )]
 struct Cli {
     /// Runs executed at once by this replica (runs are I/O-bound).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     concurrency: u16,
     /// Seconds to let running jobs finish after SIGTERM/SIGINT before the rest are released.
     #[arg(long, default_value_t = 30)]

@@ -606,3 +606,64 @@ async fn three_replicas_send_one_canary_per_period_for_the_fleet() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// docs/design.md §4.3: a replica holds its running runs plus one fetch batch at most, so a
+/// replica started while another drains a backlog finds work for every slot it has.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_holds_no_more_than_its_concurrency_and_one_fetch_batch() {
+    const CONCURRENCY: u64 = 40;
+    let mut c = Cluster::start(
+        "claims",
+        sim::SimConfig {
+            latency_ms: 100,
+            ..Default::default()
+        },
+    )
+    .await;
+    let jobs: Vec<_> = (0..1_500)
+        .map(|i| {
+            freeway::job::RunJob::new(
+                request(&format!("u{}", i % 50), "hi", &[PAID]),
+                freeway::clock::epoch_ms(),
+            )
+        })
+        .collect();
+    c.queue.push(&jobs).await.unwrap();
+    let concurrency = CONCURRENCY.to_string();
+    c.spawn_worker(&["--concurrency", &concurrency]);
+    let mut held: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut second_started = false;
+    loop {
+        let (depths, replicas) = c.queue.snapshot().await.unwrap();
+        for r in &replicas {
+            let most = held.entry(r.name.clone()).or_default();
+            *most = (*most).max(r.running);
+        }
+        // The second replica starts once the first is draining the backlog.
+        if !second_started && depths.done > 0 {
+            c.spawn_worker(&["--concurrency", &concurrency]);
+            second_started = true;
+        }
+        if depths.done >= jobs.len() as u64 {
+            break;
+        }
+        for n in 0..c.workers.len() {
+            let alive = support::is_running(c.workers[n].id());
+            assert!(alive, "worker {n} died: {}", c.log_tail(n));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let bound = CONCURRENCY + queue::schedule::FETCH_BATCH as u64;
+    assert_eq!(held.len(), 2, "both replicas took runs: {held:?}");
+    for (name, most) in &held {
+        assert!(
+            *most <= bound,
+            "{name} held {most} runs at once, more than its {CONCURRENCY} slots and one batch"
+        );
+    }
+    assert!(
+        held.values().all(|most| *most >= CONCURRENCY),
+        "the later replica filled its slots from the backlog: {held:?}"
+    );
+    c.assert_budgets(&jobs).await;
+}

@@ -59,7 +59,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub replicas: u16,
     /// Runs executed at once by each replica (`worker --concurrency`).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     pub concurrency: u16,
     /// throughput: runs pushed, and no-op jobs pushed for the bare apalis comparison.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]

@@ -317,7 +317,7 @@ impl Drop for PrivateRedis {
 }
 
 /// Whether a process runs (a dead child not yet reaped is a zombie: not running).
-fn is_running(pid: u32) -> bool {
+pub fn is_running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| {
             stat.rsplit_once(") ")
