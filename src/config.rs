@@ -60,11 +60,16 @@ pub struct Settings {
     /// `FREEWAY_MAX_STREAMS` (default [`DEFAULT_MAX_STREAMS`]): the event streams one producer
     /// serves at once; past it a new one is refused until another ends.
     pub max_streams: usize,
+    /// `FREEWAY_EVENTS_KEEP_S` (default [`crate::events::DEFAULT_EVENTS_KEEP_S`]): how long a
+    /// run's event stream stays in Redis after its last event.
+    pub events_keep_s: u64,
     /// `FREEWAY_CORS_ORIGINS`: the web app origins (`scheme://host[:port]`, comma-separated)
     /// whose pages may open a run's event stream with its `events_url`.
     pub cors_origins: Vec<String>,
 }
 
+/// The longest `FREEWAY_EVENTS_KEEP_S`: a week.
+const MAX_EVENTS_KEEP_S: u64 = 7 * 24 * 3600;
 /// Event streams one producer serves at once unless `FREEWAY_MAX_STREAMS` says otherwise.
 pub const DEFAULT_MAX_STREAMS: usize = 1_000;
 /// The largest `FREEWAY_MAX_STREAMS`: far past what one process's file descriptors allow.
@@ -178,6 +183,19 @@ impl Settings {
                     )
                 })?,
         };
+        let events_keep_s = match get("FREEWAY_EVENTS_KEEP_S") {
+            None => crate::events::DEFAULT_EVENTS_KEEP_S,
+            Some(v) => v
+                .parse::<u64>()
+                .ok()
+                .filter(|n| (1..=MAX_EVENTS_KEEP_S).contains(n))
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        "FREEWAY_EVENTS_KEEP_S",
+                        format!("must be seconds from 1 to {MAX_EVENTS_KEEP_S}, got {v:?}"),
+                    )
+                })?,
+        };
         Ok(Settings {
             redis_url,
             database_url,
@@ -193,6 +211,7 @@ impl Settings {
             admin_token: get("FREEWAY_ADMIN_TOKEN").map(ApiKey::new),
             metrics_token: get("FREEWAY_METRICS_TOKEN").map(ApiKey::new),
             max_streams,
+            events_keep_s,
             cors_origins: get("FREEWAY_CORS_ORIGINS")
                 .map(cors_origins)
                 .transpose()?

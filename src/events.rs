@@ -1,7 +1,9 @@
 //! Run events (docs/design.md §2.5): what a run tells the web app while it happens.
 //!
 //! Every event goes to the run's Redis Stream `{ns}:run:{run_id}:events`, trimmed, and set to
-//! expire a day after the run ends. The API relays the stream as Server-Sent Events.
+//! expire [`DEFAULT_EVENTS_KEEP_S`] (`FREEWAY_EVENTS_KEEP_S`) after the run's last event. The
+//! API relays the stream as Server-Sent Events; a reader that comes later is told the run's
+//! last event from the store ([`Event::last_of`]), so Redis keeps nothing of a run past that.
 
 use crate::chat::{ToolCall, Usage};
 use crate::classify::Verdict;
@@ -11,8 +13,12 @@ use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 
-/// How long a finished run's events stay in Redis.
-pub const EVENTS_TTL_S: i64 = 24 * 3600;
+/// How long a run's events stay in Redis after its last event, unless `FREEWAY_EVENTS_KEEP_S`
+/// says otherwise.
+pub const DEFAULT_EVENTS_KEEP_S: u64 = 3600;
+/// How long past its deadline a run's `events_url` opens its stream (from the store once Redis
+/// has let go of it).
+pub const EVENTS_URL_GRACE_S: u64 = 24 * 3600;
 /// The most entries a run's stream keeps (approximately).
 const STREAM_MAXLEN: usize = 10_000;
 
@@ -176,6 +182,7 @@ pub fn stream_key(ns: &str, run_id: &str) -> String {
 pub struct RedisEvents {
     conn: ConnectionManager,
     ns: String,
+    keep_s: u64,
 }
 
 impl RedisEvents {
@@ -183,7 +190,14 @@ impl RedisEvents {
         Self {
             conn,
             ns: ns.into(),
+            keep_s: DEFAULT_EVENTS_KEEP_S,
         }
+    }
+
+    /// Keep a run's stream `keep_s` after its last event (`FREEWAY_EVENTS_KEEP_S`).
+    pub fn keeping(mut self, keep_s: u64) -> Self {
+        self.keep_s = keep_s;
+        self
     }
 }
 
@@ -204,7 +218,7 @@ impl EventSink for RedisEvents {
             .arg(event.to_json())
             .ignore();
         if event.is_last() {
-            pipe.cmd("EXPIRE").arg(&key).arg(EVENTS_TTL_S).ignore();
+            pipe.cmd("EXPIRE").arg(&key).arg(self.keep_s).ignore();
         }
         let mut conn = self.conn.clone();
         pipe.query_async::<()>(&mut conn)

@@ -2,8 +2,10 @@
 //!
 //! Calls, rests and latencies happen in the worker replicas, but the fleet should be one scrape
 //! target: the producer's `/metrics`. So every replica adds to the same Redis hashes with
-//! `HINCRBY` (atomic, no read-modify-write, one pipelined round trip per record), and the producer
-//! reads them at scrape time ([`Metrics::read`]). Replicas need no port of their own, a replica
+//! `HINCRBY` (atomic, no read-modify-write), and the producer reads them at scrape time
+//! ([`Metrics::read`]). A replica sums what it counts for [`FLUSH_EVERY`] and writes the sums
+//! in one pipeline: a busy replica counts a few hundred calls a flush for the price of one
+//! (ten commands a run before), and a quiet one writes each count at once. Replicas need no port of their own, a replica
 //! that restarts loses nothing, and the values are the fleet's totals, not one process's.
 //! Histograms are fixed buckets, one hash field per bucket.
 //!
@@ -43,6 +45,8 @@ pub const OK: &str = "ok";
 pub trait Metrics: Send + Sync {
     /// Add `increments` (see [`Increment`]) to the counters.
     async fn add(&self, increments: Vec<Increment>);
+    /// Write the counts still held back; the worker calls it at every tick and before it exits.
+    async fn flush(&self) {}
     /// Every counter, for a scrape.
     async fn read(&self) -> Result<Snapshot, FleetError>;
     /// The per-route counts of the epoch minutes `from..=to` that are still kept, by minute.
@@ -62,6 +66,10 @@ pub struct Increment {
     /// The epoch minute of a per-minute family's hash.
     minute: Option<u64>,
 }
+
+/// The longest a count waits in a replica before it is written, while counts keep coming; the
+/// worker's housekeeping writes what is left ([`Metrics::flush`]).
+pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How long a minute of per-route counts is kept.
 pub const MINUTES_KEPT: u64 = 120;
@@ -187,6 +195,14 @@ const MINUTE: &str = "minute";
 pub struct RedisMetrics {
     conn: ConnectionManager,
     ns: String,
+    held: std::sync::Arc<Mutex<Held>>,
+}
+
+/// The sums not yet written, by Redis key and field.
+struct Held {
+    sums: HashMap<(String, String), u64>,
+    minutes: Vec<u64>,
+    last_write: std::time::Instant,
 }
 
 /// A counter with two labels, as [`Metrics::read`] returns it.
@@ -221,9 +237,44 @@ pub struct Snapshot {
 
 impl RedisMetrics {
     pub fn new(conn: ConnectionManager, ns: &str) -> RedisMetrics {
+        let held = Held {
+            sums: HashMap::new(),
+            minutes: Vec::new(),
+            // The first count is written at once.
+            last_write: std::time::Instant::now()
+                .checked_sub(FLUSH_EVERY)
+                .unwrap_or_else(std::time::Instant::now),
+        };
         RedisMetrics {
             conn,
             ns: ns.to_string(),
+            held: std::sync::Arc::new(Mutex::new(held)),
+        }
+    }
+
+    /// The held sums as one pipeline, when a write is due (or `always`).
+    fn take(&self, always: bool) -> Option<redis::Pipeline> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if held.sums.is_empty() || !(always || held.last_write.elapsed() >= FLUSH_EVERY) {
+            return None;
+        }
+        held.last_write = std::time::Instant::now();
+        let mut pipe = redis::pipe();
+        for ((key, field), by) in held.sums.drain() {
+            pipe.hincr(key, field, by).ignore();
+        }
+        for m in held.minutes.drain(..) {
+            let key = format!("{}:metrics:{MINUTE}:{m}", self.ns);
+            let expires_s = (m + MINUTES_KEPT) * 60;
+            pipe.cmd("EXPIREAT").arg(key).arg(expires_s).ignore();
+        }
+        Some(pipe)
+    }
+
+    async fn write(&self, pipe: redis::Pipeline) {
+        let mut conn = self.conn.clone();
+        if let Err(error) = pipe.query_async::<()>(&mut conn).await {
+            tracing::warn!(%error, "metrics: cannot count");
         }
     }
 
@@ -242,23 +293,23 @@ impl RedisMetrics {
 #[async_trait]
 impl Metrics for RedisMetrics {
     async fn add(&self, increments: Vec<Increment>) {
-        let mut pipe = redis::pipe();
-        let mut minutes = Vec::new();
-        for i in &increments {
-            pipe.hincr(self.key_of(i), &i.field, i.by).ignore();
-            if let Some(m) = i.minute.filter(|m| !minutes.contains(m)) {
-                minutes.push(m);
+        {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            for i in increments {
+                if let Some(m) = i.minute.filter(|m| !held.minutes.contains(m)) {
+                    held.minutes.push(m);
+                }
+                *held.sums.entry((self.key_of(&i), i.field)).or_default() += i.by;
             }
         }
-        for m in minutes {
-            let key = format!("{}:metrics:{MINUTE}:{m}", self.ns);
-            let expires_s = (m + MINUTES_KEPT) * 60;
-            pipe.cmd("EXPIREAT").arg(key).arg(expires_s).ignore();
+        if let Some(pipe) = self.take(false) {
+            self.write(pipe).await;
         }
-        let mut conn = self.conn.clone();
-        if let Err(error) = pipe.query_async::<()>(&mut conn).await {
-            let family = increments.first().map_or("", |i| i.family);
-            tracing::warn!(%error, family, "metrics: cannot count");
+    }
+
+    async fn flush(&self) {
+        if let Some(pipe) = self.take(true) {
+            self.write(pipe).await;
         }
     }
 

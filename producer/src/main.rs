@@ -39,6 +39,9 @@ enum Command {
     Status { run_id: String },
 }
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let settings = match freeway::config::Settings::from_env() {

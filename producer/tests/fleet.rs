@@ -90,7 +90,9 @@ async fn metrics_count_what_the_fleet_did_call_for_call() {
     assert_eq!(runs[2]["code"], "account_resting");
 
     let calls = fleet.sim.calls();
-    let text = fleet.metrics().await;
+    let text = fleet
+        .metrics_showing("freeway_calls_per_run_count", 5.0)
+        .await;
     // Calls by route and outcome, exactly as the simulator logged them.
     let mut expected: BTreeMap<(String, &str), u64> = BTreeMap::new();
     for c in &calls {
@@ -242,13 +244,14 @@ async fn a_whole_run_at_trace_level_logs_no_secret_and_json_spans_carry_the_atte
         !rests.to_string().contains("conn_secret"),
         "bob's run rested nothing of u-sec's: {rests}"
     );
-    let metrics = fleet.metrics().await;
+    let user_series = format!("route=\"conn:*/{PAID}\"");
+    let metrics = fleet.metrics_when(|m| m.contains(&user_series)).await;
     assert!(
         !metrics.contains("conn_"),
         "a metrics label names a user's connection:\n{metrics}"
     );
     assert!(
-        metrics.contains(&format!("route=\"conn:*/{PAID}\"")),
+        metrics.contains(&user_series),
         "a user's calls count under conn:*:\n{metrics}"
     );
     // The operator's paths log too: a refused token, a refused clear, a clear.

@@ -202,12 +202,10 @@ async fn a_failed_canary_shows_in_the_providers_the_board_and_the_metrics() {
     let board = fleet.json("/v1/board/overview").await;
     assert_eq!(board["canaries"][0]["provider"], "openrouter", "{board}");
     assert_eq!(board["canaries"][0]["verdict"], "provider", "{board}");
-    let metrics = fleet.metrics().await;
+    let failures = r#"freeway_canary_failures_total{provider="openrouter",verdict="provider"}"#;
+    let metrics = fleet.metrics_showing(failures, 1.0).await;
     assert_eq!(
-        common::fleet::sample(
-            &metrics,
-            r#"freeway_canary_failures_total{provider="openrouter",verdict="provider"}"#
-        ),
+        common::fleet::sample(&metrics, failures),
         Some(1.0),
         "{metrics}"
     );

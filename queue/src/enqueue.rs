@@ -11,12 +11,13 @@
 //! | key | what | TTL |
 //! |---|---|---|
 //! | `{ns}:idem:{user_id}/{idempotency_key}` | the run id of the first request with that key (`/` cannot occur in either id, so two users never share a key) | 48 h |
-//! | `{ns}:job:{run_id}` | the job as it was pushed: an approval reads the parent's tools and request back from it | deadline + 24 h |
+//! | `{ns}:job:{run_id}` | the job as it was pushed: an approval reads the parent's tools and request back from it | deadline + 24 h, deleted when the run settles (the store keeps the job) |
 //! | `{ns}:approval:{run_id}:{tool_call_id}` | the continuation that answered this tool call: the claim that makes a second approval a conflict | 48 h |
 //!
-//! The job copy exists because the store keeps a run's record, not its request (tools, system
-//! prompt, deadline). An approval later than a day after the parent's deadline finds no job and
-//! is refused as a conflict.
+//! The job copy is the reconciler's sign that Redis still knows an unsettled run, and what an
+//! approval reads the parent's request (tools, system prompt, deadline) from. Once a run
+//! settles it is deleted: Redis holds next to nothing per finished run (docs/design.md §2.5),
+//! and a retry reads the job from the store.
 
 use crate::RedisFault;
 use crate::schedule::{IDEMPOTENCY_TTL, Queue, QueueError};
@@ -139,6 +140,12 @@ impl Enqueuer {
     /// (OpenRouter and its free pool); give it the catalog the workers have.
     pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> Enqueuer {
         self.catalog = catalog;
+        self
+    }
+
+    /// Keep a run's event stream `keep_s` after its last event (`FREEWAY_EVENTS_KEEP_S`).
+    pub fn keeping_events(mut self, keep_s: u64) -> Enqueuer {
+        self.events = self.events.keeping(keep_s);
         self
     }
 
@@ -320,10 +327,14 @@ impl Enqueuer {
         Ok(job.run_id)
     }
 
-    /// The job of `run_id` as it was pushed, while it is kept.
+    /// The job of `run_id` as it was pushed: Redis's copy while the run is unsettled, then the
+    /// store's.
     pub async fn job(&self, run_id: &str) -> Result<Option<RunJob>, EnqueueError> {
         let mut conn = self.conn.clone();
-        let bytes: Option<Vec<u8>> = conn.get(self.job_key(run_id)).await?;
+        let mut bytes: Option<Vec<u8>> = conn.get(self.job_key(run_id)).await?;
+        if bytes.is_none() {
+            bytes = self.store.job(run_id).await?.map(String::into_bytes);
+        }
         match bytes {
             None => Ok(None),
             Some(b) => match RunJob::from_json(&b, &self.catalog) {
@@ -366,6 +377,14 @@ impl Enqueuer {
         let mut conn = self.conn.clone();
         conn.pset_ex::<_, _, ()>(self.job_key(&job.run_id), payload, ttl_ms)
             .await?;
+        Ok(())
+    }
+
+    /// A settled run's job copy is no longer needed in Redis (the store keeps the job for a
+    /// retry); a run awaiting an approval keeps it until the approval.
+    pub async fn settled(&self, run_id: &str) -> Result<(), EnqueueError> {
+        let mut conn = self.conn.clone();
+        conn.del::<_, ()>(self.job_key(run_id)).await?;
         Ok(())
     }
 

@@ -155,6 +155,11 @@ impl Engine {
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
+
+    /// Write the counts the fleet's counters still hold back (the worker's housekeeping).
+    pub async fn flush_metrics(&self) {
+        self.fleet.metrics.flush().await;
+    }
 }
 
 /// One run in progress: its job, chain, budget and record.

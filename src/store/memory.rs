@@ -68,6 +68,10 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn job(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        self.with(|m| m.jobs.get(run_id).cloned())
+    }
+
     async fn unsettled_jobs(&self, before_ms: u64, limit: u32) -> Result<Vec<String>, StoreError> {
         self.with(|m| {
             let mut stale: Vec<(&RunRecord, &String)> = m

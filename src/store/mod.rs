@@ -93,6 +93,9 @@ pub trait Store: Send + Sync {
     /// were not updated since `before_ms`, oldest first, at most `limit`. Runs pushed past the
     /// producer keep no job and are not among them.
     async fn unsettled_jobs(&self, before_ms: u64, limit: u32) -> Result<Vec<String>, StoreError>;
+    /// The job a run was enqueued as, if the producer kept it: what a retry or an approval
+    /// reads once Redis has let go of its copy.
+    async fn job(&self, run_id: &str) -> Result<Option<String>, StoreError>;
     /// Forget a run that was created but could not be enqueued (the request is answered with an
     /// error): a queued run that made no call, and its job. Anything else is left as it is.
     async fn discard_queued(&self, run_id: &str) -> Result<(), StoreError>;

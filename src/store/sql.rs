@@ -258,6 +258,19 @@ impl Store for SqlStore {
         self.writer.write(Write::CreateRun { row, job }).await
     }
 
+    async fn job(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        const SQL: &str = "SELECT job FROM run_jobs WHERE run_id = $1";
+        on_db!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(run_id)
+                .fetch_optional(pool)
+                .await
+                .map_err(db_error)?
+                .map(|row| row.text("job"))
+                .transpose()
+        })
+    }
+
     async fn unsettled_jobs(&self, before_ms: u64, limit: u32) -> Result<Vec<String>, StoreError> {
         const SQL: &str = "SELECT j.job FROM runs r JOIN run_jobs j ON j.run_id = r.run_id \
              WHERE r.status IN ('queued', 'delayed', 'running') AND r.updated_ms < $1 \

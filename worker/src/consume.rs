@@ -88,6 +88,13 @@ async fn settle(
     routes: &[freeway::route::Route],
 ) -> Result<String, BoxDynError> {
     let outcome = app.engine.execute(job, routes, WhenResting::Snooze).await?;
+    if matches!(
+        outcome,
+        Outcome::Finished { .. } | Outcome::Refused { .. } | Outcome::Skipped(_)
+    ) && let Err(e) = app.enqueuer.settled(&job.run_id).await
+    {
+        warn!(error = %e, "could not drop the settled run's job copy; it expires on its own");
+    }
     match outcome {
         Outcome::Snoozed {
             until_ms,
@@ -218,11 +225,12 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
     info!(concurrency, "worker started");
     let result = monitor.run_with_signal(shutdown_signal()).await;
     ticker.abort();
+    app.engine.flush_metrics().await;
     info!("worker stopped");
     result.map_err(|e| e.to_string())
 }
 
-/// The replica's housekeeping: wake snoozed runs, promote due jobs, vacuum old records, and
+/// The replica's housekeeping: write held-back counts, wake snoozed runs, promote due jobs, vacuum old records, and
 /// take its turn at reconciling the store with Redis, at reading quota endpoints and at sending
 /// the providers' canaries.
 async fn tick(app: Arc<App>) {
@@ -244,6 +252,7 @@ async fn tick(app: Arc<App>) {
         .unwrap_or_else(tokio::time::Instant::now);
     loop {
         tokio::time::sleep(TICK).await;
+        app.engine.flush_metrics().await;
         let now = freeway::clock::epoch_ms();
         if let Err(e) = app.queue.wake_due(now, queue::schedule::CHUNK).await {
             warn!(error = %e, "waking snoozed runs failed");

@@ -24,7 +24,7 @@ use std::process::ExitCode;
     version,
     about = "freeway worker: takes LLM runs from Redis and executes them",
     after_help = "Environment: REDIS_URL, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_CONFIG, \
-                  OPENROUTER_API_KEY, OPENROUTER_BASE_URL, FREEWAY_TOOL_URL, FREEWAY_SUMMARY, FREEWAY_SECRET_KEY, RUST_LOG, \
+                  OPENROUTER_API_KEY, OPENROUTER_BASE_URL, FREEWAY_TOOL_URL, FREEWAY_SUMMARY, FREEWAY_SECRET_KEY, FREEWAY_EVENTS_KEEP_S, RUST_LOG, \
                   FREEWAY_LOG_FORMAT"
 )]
 struct Cli {
@@ -91,6 +91,9 @@ enum ConfigAction {
     /// variables are set, never a key). Exit 2, with one line naming the key, when it is bad.
     Check,
 }
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -171,10 +174,10 @@ fn serve(
     runtime.block_on(async move {
         let name = consume::replica_name();
         let events = |conn| {
-            std::sync::Arc::new(freeway::events::RedisEvents::new(
-                conn,
-                settings.namespace.clone(),
-            )) as _
+            std::sync::Arc::new(
+                freeway::events::RedisEvents::new(conn, settings.namespace.clone())
+                    .keeping(settings.events_keep_s),
+            ) as _
         };
         let wired = match wiring::engine(&settings, name, events).await {
             Ok(w) => w,
@@ -187,7 +190,8 @@ fn serve(
             &settings.namespace,
             wired.engine.store().clone(),
         )
-        .with_catalog(settings.catalog.clone());
+        .with_catalog(settings.catalog.clone())
+        .keeping_events(settings.events_keep_s);
         let app = std::sync::Arc::new(consume::App {
             engine: wired.engine,
             queue,

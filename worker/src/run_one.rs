@@ -61,8 +61,12 @@ pub fn main(path: &str) -> ExitCode {
 async fn run(settings: Settings, request: RunRequest) -> ExitCode {
     let worker = format!("run-one-{}", std::process::id());
     let namespace = settings.namespace.clone();
-    let events =
-        |conn| Arc::new(PrintingEvents(RedisEvents::new(conn, namespace))) as Arc<dyn EventSink>;
+    let keep_s = settings.events_keep_s;
+    let events = |conn| {
+        Arc::new(PrintingEvents(
+            RedisEvents::new(conn, namespace).keeping(keep_s),
+        )) as Arc<dyn EventSink>
+    };
     let engine = match crate::wiring::engine(&settings, worker, events).await {
         Ok(w) => w.engine,
         Err(e) => return crate::exit::start_failed(&e),
@@ -72,7 +76,9 @@ async fn run(settings: Settings, request: RunRequest) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("invalid job: {e}")),
     };
-    match engine.execute(&job, &routes, WhenResting::Refuse).await {
+    let executed = engine.execute(&job, &routes, WhenResting::Refuse).await;
+    engine.flush_metrics().await;
+    match executed {
         Ok(
             Outcome::Finished {
                 status: RunStatus::Succeeded,

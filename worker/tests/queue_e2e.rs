@@ -667,3 +667,81 @@ async fn a_replica_holds_no_more_than_its_concurrency_and_one_fetch_batch() {
     );
     c.assert_budgets(&jobs).await;
 }
+
+/// docs/design.md §2.5: once a run's events have outlived `FREEWAY_EVENTS_KEEP_S` and apalis's
+/// record of it is vacuumed (what a replica does an hour after a run finished), Redis keeps
+/// under 1 KB of it, counting every key of the namespace.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_hour_after_runs_finished_redis_keeps_under_a_kilobyte_of_each() {
+    const RUNS: usize = 300;
+    let mut c = Cluster::start("bytes", sim::SimConfig::default()).await;
+    let enqueuer =
+        queue::Enqueuer::new(c.conn.clone(), &c.ns, std::sync::Arc::new(c.store.clone()));
+    let mut ids = Vec::new();
+    for i in 0..RUNS {
+        let mut req = request(&format!("u{}", i % 20), "Say something, please.", &[PAID]);
+        req.idempotency_key = Some(format!("k{i}"));
+        match enqueuer.enqueue(req).await.unwrap() {
+            queue::Outcome::Enqueued { run_id } => ids.push(run_id),
+            other => panic!("not enqueued: {other:?}"),
+        }
+    }
+    c.spawn_worker_with(&["--concurrency", "32"], &[("FREEWAY_EVENTS_KEEP_S", "1")]);
+    c.watch_queue(Duration::from_secs(60), |d| d.done >= RUNS as u64)
+        .await;
+    let mut conn = c.conn.clone();
+    // The streams lapse a second after each run's last event.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !keys(&mut conn, &format!("{}:run:*:events", c.ns))
+        .await
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "event streams outlived their keep"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.queue.vacuum(Duration::ZERO).await.unwrap();
+    let mut bytes = 0u64;
+    for key in keys(&mut conn, &format!("{}:*", c.ns)).await {
+        let used: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        bytes += used.unwrap_or(0);
+    }
+    let per_run = bytes / RUNS as u64;
+    eprintln!("Redis keeps {bytes} bytes for {RUNS} finished runs: {per_run} a run");
+    assert!(
+        per_run <= 1024,
+        "Redis keeps {per_run} bytes a finished run"
+    );
+    // What Redis let go of, the store still answers: the output and a retry's job.
+    let run = c.store.run(&ids[0]).await.unwrap().unwrap();
+    assert_eq!(run.status, freeway::run::RunStatus::Succeeded);
+    assert!(enqueuer.job(&ids[0]).await.unwrap().is_some());
+}
+
+async fn keys(conn: &mut redis::aio::ConnectionManager, pattern: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .unwrap();
+        found.extend(batch);
+        if next == 0 {
+            return found;
+        }
+        cursor = next;
+    }
+}

@@ -80,7 +80,8 @@ pub async fn run(settings: Settings, args: Args) -> ExitCode {
     };
     let store: Arc<dyn Store> = Arc::new(store);
     let enqueuer = Enqueuer::new(conn, &settings.namespace, store.clone())
-        .with_catalog(settings.catalog.clone());
+        .with_catalog(settings.catalog.clone())
+        .keeping_events(settings.events_keep_s);
     let run_id = match enqueuer.enqueue(request).await {
         Ok(Outcome::Enqueued { run_id } | Outcome::Duplicate { run_id }) => run_id,
         Ok(Outcome::Refused {

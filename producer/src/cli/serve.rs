@@ -31,7 +31,8 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
     };
     let (shutdown_tx, shutdown) = watch::channel(false);
     let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store.clone()))
-        .with_catalog(settings.catalog.clone());
+        .with_catalog(settings.catalog.clone())
+        .keeping_events(settings.events_keep_s);
     let state = Arc::new(AppState {
         hub: Hub::new(redis, enqueuer.connection(), settings.max_streams),
         stream_slots: Arc::new(Semaphore::new(settings.max_streams)),

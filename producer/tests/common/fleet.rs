@@ -280,6 +280,26 @@ impl Fleet {
         resp.text().await.expect("text")
     }
 
+    /// `/metrics` once `series` reads `value`: a replica writes its counts within a tick of
+    /// counting them.
+    pub async fn metrics_showing(&self, series: &str, value: f64) -> String {
+        self.metrics_when(|text| sample(text, series) == Some(value))
+            .await
+    }
+
+    /// `/metrics` once `shows` holds of it, or after 5 s (the caller's assertions say what is
+    /// missing).
+    pub async fn metrics_when(&self, shows: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = self.metrics().await;
+            if shows(&text) || tokio::time::Instant::now() > deadline {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn json(&self, path: &str) -> Value {
         let resp = self
             .http

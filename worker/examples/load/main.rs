@@ -14,10 +14,14 @@
 //! - `quota`: K replicas and M users share one free-model account of R calls a window, offered
 //!   more than R; it shows what the shared rests buy: calls per run, 429s, delayed and failed
 //!   runs, and goodput as a fraction of R.
+//! - `latency`: one replica at a high concurrency on a slow simulator (`--latency-ms`): runs/s
+//!   against the slots' C / L, runs in flight, peak RSS, take → attempt percentiles.
+//! - `soak`: `--runs` through one replica in rounds of 10,000, its RSS after each round.
 //!
 //! `cargo build --release -p worker --bins --examples && target/release/examples/load --help`
 
 mod cluster;
+mod latency;
 mod measure;
 mod quota;
 mod store_probe;
@@ -39,14 +43,17 @@ pub enum Chain {
 enum Scenario {
     Throughput,
     Quota,
+    /// throughput then quota.
     Both,
+    Latency,
+    Soak,
 }
 
 #[derive(Parser)]
 #[command(
     name = "load",
-    about = "freeway's load benchmark: end-to-end throughput against bare apalis, and the \
-             shared-quota scenario",
+    about = "freeway's load benchmark: end-to-end throughput against bare apalis, the \
+             shared-quota scenario, a slow provider at high concurrency, and a memory soak",
     after_help = "Needs a Redis (REDIS_URL) and the worker binary next to this one: \
                   cargo build --release -p worker --bins --examples. Worker processes log at \
                   RUST_LOG (default warn) into the scenario's temp folder."
@@ -64,6 +71,9 @@ pub struct Args {
     /// throughput: runs pushed, and no-op jobs pushed for the bare apalis comparison.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub runs: u64,
+    /// latency: how long the simulator takes to answer each call, in ms.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub latency_ms: u64,
     /// quota: users enqueueing runs.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u16).range(1..=10_000))]
     pub users: u16,
@@ -146,6 +156,11 @@ async fn run(args: &Args, worker: &std::path::Path) -> Result<(), BoxError> {
     }
     if matches!(args.scenario, Scenario::Quota | Scenario::Both) {
         quota::run(args, worker).await?;
+    }
+    match args.scenario {
+        Scenario::Latency => latency::latency(args, worker).await?,
+        Scenario::Soak => latency::soak(args, worker).await?,
+        Scenario::Throughput | Scenario::Quota | Scenario::Both => {}
     }
     println!("load average at the end: {}", measure::load_average());
     Ok(())
