@@ -421,6 +421,21 @@ async fn a_stream_cap_that_is_not_a_positive_number_is_bad_configuration() {
 }
 
 #[tokio::test]
+async fn an_events_keep_outside_a_second_to_a_week_is_bad_configuration() {
+    let env = Env::new();
+    for bad in ["0", "604801", "1h"] {
+        let mut cmd = env.command(&["status", "run_x"]);
+        cmd.env("FREEWAY_EVENTS_KEEP_S", bad);
+        let out = cmd.output().await.expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(
+            one_clear_line(&out).contains("FREEWAY_EVENTS_KEEP_S"),
+            "{bad:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_bad_configuration_file_stops_every_command_with_one_line() {
     let env = Env::new();
     let dir = temp_dir("cli-config");
