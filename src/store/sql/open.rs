@@ -36,6 +36,9 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<(Db, Option<FileLoc
         .busy_timeout(SQLITE_BUSY_TIMEOUT)
         .synchronous(SqliteSynchronous::Normal)
         .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string())
+        // A multi-row upsert inside a transaction keeps a statement journal; on a temp file that
+        // was a write and a read of the file system per statement of every batch.
+        .pragma("temp_store", "memory")
         .disable_statement_logging();
     let unreachable = |e: sqlx::Error| {
         StoreError::Unavailable(format!("cannot open {shown}: {}", one_line(&e.to_string())))

@@ -194,6 +194,14 @@ impl Cluster {
         Ok(())
     }
 
+    pub fn db_url(&self) -> &str {
+        &self.db_url
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
     pub fn worker_pids(&self) -> Vec<u32> {
         self.workers.iter().map(Child::id).collect()
     }

@@ -17,10 +17,13 @@
 //! - `latency`: one replica at a high concurrency on a slow simulator (`--latency-ms`): runs/s
 //!   against the slots' C / L, runs in flight, peak RSS, take → attempt percentiles.
 //! - `soak`: `--runs` through one replica in rounds of 10,000, its RSS after each round.
+//! - `enqueue`: `POST /v1/runs` and `POST /v1/runs:batch` against `producer serve` (built next
+//!   to the worker) while replicas drain the runs.
 //!
-//! `cargo build --release -p worker --bins --examples && target/release/examples/load --help`
+//! `cargo build --release -p worker -p producer --bins --examples && target/release/examples/load --help`
 
 mod cluster;
+mod enqueue;
 mod latency;
 mod measure;
 mod quota;
@@ -47,6 +50,7 @@ enum Scenario {
     Both,
     Latency,
     Soak,
+    Enqueue,
 }
 
 #[derive(Parser)]
@@ -55,7 +59,8 @@ enum Scenario {
     about = "freeway's load benchmark: end-to-end throughput against bare apalis, the \
              shared-quota scenario, a slow provider at high concurrency, and a memory soak",
     after_help = "Needs a Redis (REDIS_URL) and the worker binary next to this one: \
-                  cargo build --release -p worker --bins --examples. Worker processes log at \
+                  cargo build --release -p worker -p producer --bins --examples (the enqueue \
+                  scenario also runs the producer binary). Worker processes log at \
                   RUST_LOG (default warn) into the scenario's temp folder."
 )]
 pub struct Args {
@@ -160,6 +165,7 @@ async fn run(args: &Args, worker: &std::path::Path) -> Result<(), BoxError> {
     match args.scenario {
         Scenario::Latency => latency::latency(args, worker).await?,
         Scenario::Soak => latency::soak(args, worker).await?,
+        Scenario::Enqueue => enqueue::run(args, worker).await?,
         Scenario::Throughput | Scenario::Quota | Scenario::Both => {}
     }
     println!("load average at the end: {}", measure::load_average());

@@ -183,7 +183,7 @@ fn postgres_cpu_s() -> f64 {
 }
 
 /// utime + stime of a `/proc/…/stat` file, in seconds.
-fn cpu_s(path: &str) -> Option<f64> {
+pub fn cpu_s(path: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(path).ok()?;
     // The command name may hold spaces; the fields after it do not. utime and stime are fields
     // 14 and 15, i.e. the 12th and 13th after the name (which is field 2).

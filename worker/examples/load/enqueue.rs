@@ -1,0 +1,235 @@
+//! The enqueue path under load: `POST /v1/runs` one run a request and `POST /v1/runs:batch`
+//! (docs/api.md) against a real `producer serve`, while worker replicas drain what arrives, so
+//! the producer shares the machine with the work it feeds, as it does in production.
+
+use crate::cluster::{Sim, with_cluster};
+use crate::measure::{cpu_s, thousands};
+use crate::{Args, BoxError};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const API_TOKEN: &str = "load-api-token";
+/// Clients posting single runs at once.
+const CLIENTS: u64 = 256;
+/// Bodies a batch request carries, and batch requests in flight at once.
+const BATCH: u64 = 500;
+const BATCHES_AT_ONCE: u64 = 4;
+
+pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
+    let producer = worker.with_file_name("producer");
+    if !producer.is_file() {
+        return Err(format!(
+            "the producer binary is missing at {}: build it with `cargo build --release -p \
+             producer --bin producer`",
+            producer.display()
+        )
+        .into());
+    }
+    let sim = Sim::start(sim::SimConfig::default())?;
+    with_cluster(sim, args, "enq", async |sim, cluster| {
+        let n = args.runs;
+        println!(
+            "enqueue: {n} runs by POST /v1/runs ({CLIENTS} clients), then {n} by POST \
+             /v1/runs:batch ({BATCH} a request, {BATCHES_AT_ONCE} at once), while {} worker \
+             processes × concurrency {} drain them",
+            args.replicas, args.concurrency
+        );
+        cluster.spawn_workers(
+            worker,
+            args.replicas,
+            args.concurrency,
+            &sim.handle().base_url(),
+            &[],
+        )?;
+        let port = free_port()?;
+        let mut serve = Serving(
+            Command::new(&producer)
+                .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+                .env("REDIS_URL", &args.redis_url)
+                .env("DATABASE_URL", cluster.db_url())
+                .env("FREEWAY_NAMESPACE", cluster.namespace())
+                .env("FREEWAY_API_TOKEN", API_TOKEN)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", producer.display()))?,
+        );
+        let base = format!("http://127.0.0.1:{port}");
+        freeway::provider::install_crypto();
+        let http = reqwest::Client::new();
+        ready(&http, &base, &mut serve.0).await?;
+
+        let pid = serve.0.id();
+        let single = timed(pid, || single(&http, &base, n)).await?;
+        single.report("POST /v1/runs", n);
+        let batch = timed(pid, || batches(&http, &base, n)).await?;
+        batch.report("POST /v1/runs:batch", n);
+        let started = Instant::now();
+        loop {
+            let d = cluster.queue.depths().await?;
+            if d.done + d.dead >= 2 * n {
+                break;
+            }
+            cluster.check_workers()?;
+            if started.elapsed().as_secs() > args.timeout_s {
+                return Err(format!("only {} of {} runs finished", d.done, 2 * n).into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        println!(
+            "  drained          all {} runs {:.2} s after the last enqueue",
+            2 * n,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// The producer process, stopped when the scenario ends however it ends.
+struct Serving(Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How an enqueue phase went.
+struct Phase {
+    wall_s: f64,
+    producer_cpu_s: f64,
+}
+
+impl Phase {
+    fn report(&self, what: &str, n: u64) {
+        println!(
+            "  {what:<20} {n} runs in {:.2} s = {} runs/s; producer CPU {:.3} ms a run",
+            self.wall_s,
+            thousands(n as f64 / self.wall_s),
+            1000.0 * self.producer_cpu_s / n as f64
+        );
+    }
+}
+
+async fn timed<F: Future<Output = Result<(), BoxError>>>(
+    pid: u32,
+    phase: impl FnOnce() -> F,
+) -> Result<Phase, BoxError> {
+    let stat = format!("/proc/{pid}/stat");
+    let cpu_before = cpu_s(&stat).unwrap_or(0.0);
+    let started = Instant::now();
+    phase().await?;
+    Ok(Phase {
+        wall_s: started.elapsed().as_secs_f64(),
+        producer_cpu_s: cpu_s(&stat).unwrap_or(0.0) - cpu_before,
+    })
+}
+
+/// A run body of the scenario's workload: one paid model, one of a hundred users.
+fn body(i: u64) -> serde_json::Value {
+    serde_json::json!({
+        "user_id": format!("user-{}", i % 100),
+        "input": "Say something about load testing, please.",
+        "routes": [{ "model": "openai/gpt-4o-mini" }],
+    })
+}
+
+async fn single(http: &reqwest::Client, base: &str, n: u64) -> Result<(), BoxError> {
+    let next = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (http, url, next) = (http.clone(), format!("{base}/v1/runs"), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return Ok::<(), String>(());
+                    }
+                    let resp = http
+                        .post(&url)
+                        .bearer_auth(API_TOKEN)
+                        .header("content-type", "application/json")
+                        .body(body(i).to_string())
+                        .send()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if resp.status().as_u16() != 202 {
+                        return Err(format!("POST /v1/runs answered {}", resp.status()));
+                    }
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.await??;
+    }
+    Ok(())
+}
+
+async fn batches(http: &reqwest::Client, base: &str, n: u64) -> Result<(), BoxError> {
+    let next = Arc::new(AtomicU64::new(0));
+    let senders: Vec<_> = (0..BATCHES_AT_ONCE)
+        .map(|_| {
+            let (http, url, next) = (http.clone(), format!("{base}/v1/runs:batch"), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let from = next.fetch_add(BATCH, Ordering::Relaxed);
+                    if from >= n {
+                        return Ok::<(), String>(());
+                    }
+                    let runs: Vec<_> = (from..(from + BATCH).min(n)).map(body).collect();
+                    let resp = http
+                        .post(&url)
+                        .bearer_auth(API_TOKEN)
+                        .header("content-type", "application/json")
+                        .body(serde_json::json!({ "runs": runs }).to_string())
+                        .send()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+                    let answer: serde_json::Value =
+                        serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+                    let results = answer["results"].as_array().cloned().unwrap_or_default();
+                    if results.len() != runs.len() || results.iter().any(|r| r["status"] != 202) {
+                        return Err(format!("a batch was not all enqueued: {answer}"));
+                    }
+                }
+            })
+        })
+        .collect();
+    for s in senders {
+        s.await??;
+    }
+    Ok(())
+}
+
+/// Wait for the producer's `/healthz`, failing fast if it exited.
+async fn ready(http: &reqwest::Client, base: &str, serve: &mut Child) -> Result<(), BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = serve.try_wait()? {
+            return Err(format!("producer serve exited: {status}").into());
+        }
+        if let Ok(resp) = http.get(format!("{base}/healthz")).send().await
+            && resp.status().is_success()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err("producer serve did not answer /healthz within 30 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn free_port() -> Result<u16, BoxError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
