@@ -36,6 +36,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "retry_of",
         include_str!("../../migrations/0007_retry_of.sql"),
     ),
+    (
+        8,
+        "unused_run_indexes",
+        include_str!("../../migrations/0008_unused_run_indexes.sql"),
+    ),
 ];
 
 pub(super) fn migrator() -> Migrator {
@@ -67,7 +72,7 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    const PINNED: [(i64, u64); 7] = [
+    const PINNED: [(i64, u64); 8] = [
         (1, 0xe69cb70d1b7d5fbf),
         (2, 0x8a2f765eeb19a40e),
         (3, 0xd7ae84a71a3089de),
@@ -75,6 +80,7 @@ mod tests {
         (5, 0x191c380e2c5cacb0),
         (7, 0xb7dca67c62254b70),
         (6, 0x9def6c565ac5b24e),
+        (8, 0x75e6eae18d9b0785),
     ];
 
     /// FNV-1a: a fingerprint of a migration's text, enough to notice an edit.

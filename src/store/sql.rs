@@ -45,6 +45,8 @@ pub struct SqlStore {
     pub(super) db: Db,
     /// Where the engine's writes go: one batching task per store (see [`writer`]).
     writer: Writer,
+    /// The writer's pool (a SQLite file's own connection; PostgreSQL's is `db`), to close.
+    writer_db: Db,
     /// `DATABASE_URL` without its password, for error lines.
     url: String,
 }
@@ -129,19 +131,21 @@ impl SqlStore {
     /// the migrations. A SQLite file is created when missing and switched to WAL.
     pub async fn open(url: &str) -> Result<SqlStore, StoreError> {
         let shown = crate::connect::redact(url);
-        let (db, file_lock) = if url.starts_with("sqlite:") {
-            open::sqlite(url, &shown).await?
+        let (db, writer_db, file_lock) = if url.starts_with("sqlite:") {
+            let opened = open::sqlite(url, &shown).await?;
+            (opened.readers, opened.writer, opened.file_lock)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            (open::postgres(url, &shown).await?, None)
+            let db = open::postgres(url, &shown).await?;
+            (db.clone(), db, None)
         } else {
             return Err(StoreError::BadUrl(format!(
                 "{shown:?} must start with sqlite: or postgres://"
             )));
         };
-        let writer = Writer::spawn(db.clone(), file_lock);
         Ok(SqlStore {
             db,
-            writer,
+            writer: Writer::spawn(writer_db.clone(), file_lock),
+            writer_db,
             url: shown,
         })
     }
@@ -160,7 +164,11 @@ impl SqlStore {
 
     /// Close every connection (waits for the ones in use).
     pub async fn close(&self) {
-        on_db!(self, |pool| pool.close().await)
+        on_db!(self, |pool| pool.close().await);
+        match &self.writer_db {
+            Db::Sqlite(pool) => pool.close().await,
+            Db::Postgres(pool) => pool.close().await,
+        }
     }
 
     /// The migrations recorded as applied, as (version, success).

@@ -28,8 +28,17 @@ const SQLITE_MMAP_BYTES: u64 = 1 << 30;
 const SQLITE_CONNECTIONS: u32 = 4;
 const PG_CONNECTIONS: u32 = 8;
 
-/// The pool, and the lock file writers take turns with (none for an in-memory database).
-pub(super) async fn sqlite(url: &str, shown: &str) -> Result<(Db, Option<FileLock>), StoreError> {
+/// A SQLite store's pools: the readers', the writer's, and the lock file writers of several
+/// processes take turns with (none for an in-memory database, whose one connection is both).
+pub(super) struct Sqlite {
+    pub readers: Db,
+    /// The store writer's own connection: in the readers' pool its every batch queued behind
+    /// the reads of every run starting meanwhile, and the file sat idle while it waited.
+    pub writer: Db,
+    pub file_lock: Option<FileLock>,
+}
+
+pub(super) async fn sqlite(url: &str, shown: &str) -> Result<Sqlite, StoreError> {
     let options = SqliteConnectOptions::from_str(url)
         .map_err(|e| StoreError::BadUrl(format!("{shown}: {}", one_line(&e.to_string()))))?
         .create_if_missing(true)
@@ -54,7 +63,11 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<(Db, Option<FileLoc
             .await
             .map_err(unreachable)?;
         migrator().run(&pool).await.map_err(migrate_error)?;
-        return Ok((Db::Sqlite(pool), None));
+        return Ok(Sqlite {
+            readers: Db::Sqlite(pool.clone()),
+            writer: Db::Sqlite(pool),
+            file_lock: None,
+        });
     }
     let path = options.get_filename().to_path_buf();
     let cannot_open = |why: String| StoreError::Unavailable(format!("cannot open {shown}: {why}"));
@@ -80,14 +93,18 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<(Db, Option<FileLoc
     migrator().run(&first).await.map_err(migrate_error)?;
     first.close().await;
     drop(lock);
-    let pool = SqlitePoolOptions::new()
-        .max_connections(SQLITE_CONNECTIONS)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
-        .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
-        .connect_with(options)
-        .await
-        .map_err(unreachable)?;
-    Ok((Db::Sqlite(pool), Some(file_lock)))
+    let pool = |connections| {
+        SqlitePoolOptions::new()
+            .max_connections(connections)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
+            .connect_with(options.clone())
+    };
+    Ok(Sqlite {
+        readers: Db::Sqlite(pool(SQLITE_CONNECTIONS).await.map_err(unreachable)?),
+        writer: Db::Sqlite(pool(1).await.map_err(unreachable)?),
+        file_lock: Some(file_lock),
+    })
 }
 
 fn is_memory(url: &str) -> bool {
