@@ -140,12 +140,17 @@ pub async fn soak(args: &Args, worker: &Path) -> Result<(), BoxError> {
                 tokio::time::sleep(SAMPLE_EVERY).await;
             }
             let rss = rss_kb(pid).ok_or("the worker's RSS cannot be read")?;
-            let first = *after_first.get_or_insert(rss);
+            let anon = status_kb(pid, "RssAnon").unwrap_or(0);
+            let (first, first_anon) = *after_first.get_or_insert((rss, anon));
+            let change = |now: u64, then: u64| 100.0 * (now as f64 - then as f64) / then as f64;
             println!(
-                "  after {:>7} runs  RSS {:.1} MB ({:+.1}% of after the first round), {:.0} s",
+                "  after {:>7} runs  RSS {:.1} MB ({:+.1}% of after the first round), of which \
+                 heap (RssAnon) {:.1} MB ({:+.1}%), {:.0} s",
                 thousands(pushed as f64),
                 rss as f64 / 1024.0,
-                100.0 * (rss as f64 - first as f64) / first as f64,
+                change(rss, first),
+                anon as f64 / 1024.0,
+                change(anon, first_anon),
                 started.elapsed().as_secs_f64()
             );
         }
@@ -164,10 +169,17 @@ async fn push(cluster: &Cluster, range: std::ops::Range<u64>) -> Result<Vec<RunJ
 
 /// The resident set of `pid`, in KiB (`VmRSS` of /proc/…/status).
 fn rss_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "VmRSS")
+}
+
+/// A `… kB` line of /proc/…/status: `VmRSS`, or its parts `RssAnon` (the heap) and `RssFile`
+/// (mapped files: the SQLite store is read through a memory map, whose pages count here as the
+/// database grows, and which the kernel takes back under pressure).
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
         .trim()
         .trim_end_matches("kB")
         .trim()
