@@ -170,32 +170,18 @@ impl Settings {
                 "is only for rotating FREEWAY_SECRET_KEY, which is not set".to_string(),
             ));
         }
-        let max_streams = match get("FREEWAY_MAX_STREAMS") {
-            None => DEFAULT_MAX_STREAMS,
-            Some(v) => v
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=MAX_MAX_STREAMS).contains(n))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "FREEWAY_MAX_STREAMS",
-                        format!("must be a number from 1 to {MAX_MAX_STREAMS}, got {v:?}"),
-                    )
-                })?,
-        };
-        let events_keep_s = match get("FREEWAY_EVENTS_KEEP_S") {
-            None => crate::events::DEFAULT_EVENTS_KEEP_S,
-            Some(v) => v
-                .parse::<u64>()
-                .ok()
-                .filter(|n| (1..=MAX_EVENTS_KEEP_S).contains(n))
-                .ok_or_else(|| {
-                    ConfigError::new(
-                        "FREEWAY_EVENTS_KEEP_S",
-                        format!("must be seconds from 1 to {MAX_EVENTS_KEEP_S}, got {v:?}"),
-                    )
-                })?,
-        };
+        let max_streams = number_in(
+            get("FREEWAY_MAX_STREAMS"),
+            "FREEWAY_MAX_STREAMS",
+            1..=MAX_MAX_STREAMS,
+            DEFAULT_MAX_STREAMS,
+        )?;
+        let events_keep_s = number_in(
+            get("FREEWAY_EVENTS_KEEP_S"),
+            "FREEWAY_EVENTS_KEEP_S",
+            1..=MAX_EVENTS_KEEP_S,
+            crate::events::DEFAULT_EVENTS_KEEP_S,
+        )?;
         Ok(Settings {
             redis_url,
             database_url,
@@ -244,6 +230,34 @@ fn cors_origins(value: &str) -> Result<Vec<String>, ConfigError> {
             ok.then(|| o.to_string()).ok_or_else(|| bad(o))
         })
         .collect()
+}
+
+/// `value` of `var` as a whole number within `range`, `default` when unset.
+fn number_in<T>(
+    value: Option<&str>,
+    var: &'static str,
+    range: std::ops::RangeInclusive<T>,
+    default: T,
+) -> Result<T, ConfigError>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    v.parse::<T>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            ConfigError::new(
+                var,
+                format!(
+                    "must be a number from {} to {}, got {v:?}",
+                    range.start(),
+                    range.end()
+                ),
+            )
+        })
 }
 
 /// An `http(s)://` URL without a trailing slash.

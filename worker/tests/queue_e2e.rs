@@ -325,17 +325,22 @@ async fn a_redis_that_loses_its_data_loses_no_run() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_backlog_of_20000_runs_drains_once_workers_start() {
-    let mut c = Cluster::start("backlog", sim::SimConfig::default()).await;
-    let jobs: Vec<_> = (0..20_000)
+/// `n` one-call runs on the paid route, from fifty users.
+fn paid_runs(n: usize) -> Vec<freeway::job::RunJob> {
+    (0..n)
         .map(|i| {
             freeway::job::RunJob::new(
                 request(&format!("u{}", i % 50), "hi", &[PAID]),
                 freeway::clock::epoch_ms(),
             )
         })
-        .collect();
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backlog_of_20000_runs_drains_once_workers_start() {
+    let mut c = Cluster::start("backlog", sim::SimConfig::default()).await;
+    let jobs = paid_runs(20_000);
     c.queue.push(&jobs).await.unwrap();
     // Everything is due at once before any worker runs: the apalis-redis 1.0.0 trap.
     let started = std::time::Instant::now();
@@ -620,14 +625,7 @@ async fn a_replica_holds_no_more_than_its_concurrency_and_one_fetch_batch() {
         },
     )
     .await;
-    let jobs: Vec<_> = (0..1_500)
-        .map(|i| {
-            freeway::job::RunJob::new(
-                request(&format!("u{}", i % 50), "hi", &[PAID]),
-                freeway::clock::epoch_ms(),
-            )
-        })
-        .collect();
+    let jobs = paid_runs(1_500);
     c.queue.push(&jobs).await.unwrap();
     let concurrency = CONCURRENCY.to_string();
     c.spawn_worker(&["--concurrency", &concurrency]);

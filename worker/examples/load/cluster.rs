@@ -194,6 +194,12 @@ impl Cluster {
         Ok(())
     }
 
+    /// The scenario's replicas (`--replicas` × `--concurrency`) on `sim`, with no more settings.
+    pub fn spawn_fleet(&mut self, bin: &Path, args: &Args, sim: &Sim) -> Result<(), BoxError> {
+        let url = sim.handle().base_url();
+        self.spawn_workers(bin, args.replicas, args.concurrency, &url, &[])
+    }
+
     pub fn db_url(&self) -> &str {
         &self.db_url
     }

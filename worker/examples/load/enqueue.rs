@@ -37,13 +37,7 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
              processes × concurrency {} drain them",
             args.replicas, args.concurrency
         );
-        cluster.spawn_workers(
-            worker,
-            args.replicas,
-            args.concurrency,
-            &sim.handle().base_url(),
-            &[],
-        )?;
+        cluster.spawn_fleet(worker, args, sim)?;
         let port = free_port()?;
         let mut serve = Serving(
             Command::new(&producer)
