@@ -380,11 +380,22 @@ impl Enqueuer {
         Ok(())
     }
 
-    /// A settled run's job copy is no longer needed in Redis (the store keeps the job for a
-    /// retry); a run awaiting an approval keeps it until the approval.
-    pub async fn settled(&self, run_id: &str) -> Result<(), EnqueueError> {
+    /// Delivery `task_id` is over: its apalis records go `keep` from now, and when it settled
+    /// `settled_run` the run's job copy goes at once (the store keeps the job for a retry; a
+    /// run awaiting an approval keeps its copy until the approval). One round trip.
+    pub async fn delivered(
+        &self,
+        task_id: &str,
+        settled_run: Option<&str>,
+        keep: std::time::Duration,
+    ) -> Result<(), EnqueueError> {
+        let mut pipe = redis::pipe();
+        self.queue.retire_in(&mut pipe, task_id, keep);
+        if let Some(run_id) = settled_run {
+            pipe.del(self.job_key(run_id)).ignore();
+        }
         let mut conn = self.conn.clone();
-        conn.del::<_, ()>(self.job_key(run_id)).await?;
+        pipe.query_async::<()>(&mut conn).await?;
         Ok(())
     }
 

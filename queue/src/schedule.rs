@@ -11,6 +11,9 @@
 //!   into the queue a chunk at a time.
 //! - A snooze is a re-push of the same run, never an apalis retry (apalis ignores
 //!   `RetryAfterError`'s delay and retries any `Err` 25 times).
+//! - apalis's vacuum reads every job's record in one script and leaves the done set growing:
+//!   each finished delivery is [`Queue::retire`]d instead, and [`Queue::vacuum`] deletes the
+//!   records of those whose keep is over, a bounded batch at a time.
 
 use crate::RedisFault;
 use apalis_core::task::builder::TaskBuilder;
@@ -31,6 +34,12 @@ pub const CHUNK: usize = 1_000;
 /// plus at most one batch: a batch as large as the concurrency let a replica claim twice its
 /// slots, stranding them behind its heartbeat if it died and leaving a later replica nothing.
 pub const FETCH_BATCH: usize = 16;
+/// How long apalis's records of a finished delivery (its payload, status and result) stay in
+/// Redis: the store is the record of the run, so a few minutes for a look is enough, and Redis
+/// holds them for the deliveries of those minutes only.
+pub const KEEP_DELIVERED: Duration = Duration::from_secs(300);
+/// How long a dead-lettered delivery's records stay, with the reason it was dead-lettered.
+pub const KEEP_DEAD: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
@@ -302,11 +311,41 @@ impl Queue {
         }
     }
 
-    /// Delete finished jobs' apalis records older than `age` (apalis never deletes them).
-    pub async fn vacuum(&self, age: Duration) -> Result<usize, QueueError> {
-        use apalis_core::backend::Vacuum;
-        let mut storage = self.storage(1);
-        Ok(storage.vacuum_before(age).await?)
+    /// Delivery `task_id` is over (its run settled, parked or was dead-lettered): apalis's
+    /// records of it may go `keep` from now ([`Queue::vacuum`]).
+    pub async fn retire(&self, task_id: &str, keep: Duration) -> Result<(), QueueError> {
+        let mut pipe = redis::pipe();
+        self.retire_in(&mut pipe, task_id, keep);
+        let mut conn = self.conn.clone();
+        pipe.query_async::<()>(&mut conn).await?;
+        Ok(())
+    }
+
+    /// [`Queue::retire`] as a command of `pipe`.
+    pub(crate) fn retire_in(&self, pipe: &mut redis::Pipeline, task_id: &str, keep: Duration) {
+        let at = freeway::clock::epoch_ms() + keep.as_millis() as u64;
+        pipe.zadd(self.retired(), task_id, at).ignore();
+    }
+
+    /// Delete apalis's records of deliveries retired until `now_ms`, at most `limit` of them:
+    /// their payload, status and result, and their ids in the done and dead sets (whose counts
+    /// are then those of the last minutes). apalis's own vacuum reads every job's record in one
+    /// script, which at a few thousand runs a second stalls Redis; this one reads only what it
+    /// deletes. A delivery apalis has not marked finished yet is looked at again a minute later.
+    pub async fn vacuum(&self, now_ms: u64, limit: usize) -> Result<usize, QueueError> {
+        let mut conn = self.conn.clone();
+        let meta = self.config.job_meta_hash();
+        Ok(VACUUM
+            .key(self.retired())
+            .key(self.config.job_data_hash())
+            .key(&meta)
+            .key(format!("{meta}:result"))
+            .key(self.config.done_jobs_set())
+            .key(self.config.dead_jobs_set())
+            .arg(now_ms)
+            .arg(limit)
+            .invoke_async(&mut conn)
+            .await?)
     }
 
     pub async fn depths(&self) -> Result<Depths, QueueError> {
@@ -368,6 +407,11 @@ impl Queue {
     fn snoozed_jobs(&self) -> String {
         format!("{}:snoozed:jobs", queue_name(&self.ns))
     }
+
+    /// Finished deliveries by the time their apalis records may go.
+    fn retired(&self) -> String {
+        format!("{}:retired", queue_name(&self.ns))
+    }
 }
 
 /// The idempotency key of one delivery of a run: `run_id:snooze_n` (docs/design.md §4.2).
@@ -393,6 +437,33 @@ static BRING_FORWARD: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::
             redis.call('ZADD', KEYS[1], 'XX', ARGV[1], id)
         end
         return #ids
+        ",
+    )
+});
+
+/// [`Queue::vacuum`]: KEYS retired set, data hash, meta prefix, result hash, done set, dead set;
+/// ARGV now (ms), limit.
+static VACUUM: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+        local ids = redis.call('ZRANGEBYSCORE', KEYS[1], 0, ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+        local deleted = 0
+        for _, id in ipairs(ids) do
+            local meta = KEYS[3] .. ':' .. id
+            local status = redis.call('HGET', meta, 'status')
+            if status == 'Done' or status == 'Killed' or not status then
+                redis.call('HDEL', KEYS[2], id)
+                redis.call('DEL', meta)
+                redis.call('HDEL', KEYS[4], id)
+                redis.call('SREM', KEYS[5], id)
+                redis.call('SREM', KEYS[6], id)
+                redis.call('ZREM', KEYS[1], id)
+                deleted = deleted + 1
+            else
+                redis.call('ZADD', KEYS[1], 'XX', tonumber(ARGV[1]) + 60000, id)
+            end
+        end
+        return deleted
         ",
     )
 });
