@@ -82,7 +82,7 @@ async fn handle(
             .delivered(&id.to_string(), settled_run.as_deref(), keep)
             .await
     {
-        warn!(task = %id, error = %e, "could not retire the delivery; its records stay until a vacuum by hand");
+        warn!(task = %id, error = %e, "could not retire the delivery; apalis's records of it stay in Redis");
     }
     result
 }
@@ -268,9 +268,9 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
     result.map_err(|e| e.to_string())
 }
 
-/// The replica's housekeeping: write held-back counts, wake snoozed runs, promote due jobs, vacuum old records, and
-/// take its turn at reconciling the store with Redis, at reading quota endpoints and at sending
-/// the providers' canaries.
+/// The replica's housekeeping: write held-back counts, wake snoozed runs, promote due jobs,
+/// vacuum retired deliveries, and take its turn at reconciling the store with Redis, at reading
+/// quota endpoints and at sending the providers' canaries.
 async fn tick(app: Arc<App>) {
     let mut last_vacuum = tokio::time::Instant::now();
     let mut last_reconcile = tokio::time::Instant::now();
