@@ -252,9 +252,16 @@ impl RedisMetrics {
         }
     }
 
-    /// The held sums as one pipeline, when a write is due (or `always`).
-    fn take(&self, always: bool) -> Option<redis::Pipeline> {
+    /// Add `increments` to the held sums; the sums as one pipeline when a write is due (or
+    /// `always`), under one lock.
+    fn hold(&self, increments: Vec<Increment>, always: bool) -> Option<redis::Pipeline> {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        for i in increments {
+            if let Some(m) = i.minute.filter(|m| !held.minutes.contains(m)) {
+                held.minutes.push(m);
+            }
+            *held.sums.entry((self.key_of(&i), i.field)).or_default() += i.by;
+        }
         if held.sums.is_empty() || !(always || held.last_write.elapsed() >= FLUSH_EVERY) {
             return None;
         }
@@ -264,9 +271,11 @@ impl RedisMetrics {
             pipe.hincr(key, field, by).ignore();
         }
         for m in held.minutes.drain(..) {
-            let key = format!("{}:metrics:{MINUTE}:{m}", self.ns);
             let expires_s = (m + MINUTES_KEPT) * 60;
-            pipe.cmd("EXPIREAT").arg(key).arg(expires_s).ignore();
+            pipe.cmd("EXPIREAT")
+                .arg(self.minute_key(m))
+                .arg(expires_s)
+                .ignore();
         }
         Some(pipe)
     }
@@ -282,9 +291,13 @@ impl RedisMetrics {
         format!("{}:metrics:{family}", self.ns)
     }
 
+    fn minute_key(&self, m: u64) -> String {
+        format!("{}:metrics:{MINUTE}:{m}", self.ns)
+    }
+
     fn key_of(&self, i: &Increment) -> String {
         match i.minute {
-            Some(m) => format!("{}:metrics:{MINUTE}:{m}", self.ns),
+            Some(m) => self.minute_key(m),
             None => self.key(i.family),
         }
     }
@@ -293,22 +306,13 @@ impl RedisMetrics {
 #[async_trait]
 impl Metrics for RedisMetrics {
     async fn add(&self, increments: Vec<Increment>) {
-        {
-            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            for i in increments {
-                if let Some(m) = i.minute.filter(|m| !held.minutes.contains(m)) {
-                    held.minutes.push(m);
-                }
-                *held.sums.entry((self.key_of(&i), i.field)).or_default() += i.by;
-            }
-        }
-        if let Some(pipe) = self.take(false) {
+        if let Some(pipe) = self.hold(increments, false) {
             self.write(pipe).await;
         }
     }
 
     async fn flush(&self) {
-        if let Some(pipe) = self.take(true) {
+        if let Some(pipe) = self.hold(Vec::new(), true) {
             self.write(pipe).await;
         }
     }
@@ -335,7 +339,7 @@ impl Metrics for RedisMetrics {
         let mut pipe = redis::pipe();
         let span: Vec<u64> = (from..=to).collect();
         for m in &span {
-            pipe.hgetall(format!("{}:metrics:{MINUTE}:{m}", self.ns));
+            pipe.hgetall(self.minute_key(*m));
         }
         let mut conn = self.conn.clone();
         let hashes: Vec<Fields> = pipe.query_async(&mut conn).await?;

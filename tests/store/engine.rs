@@ -142,7 +142,7 @@ fn engine_on(store: &SqlStore, provider: Arc<dyn ChatProvider>) -> Rig {
     }
 }
 
-fn job(
+pub(crate) fn job(
     conversation_id: &str,
     input: Option<&str>,
     regenerate: bool,

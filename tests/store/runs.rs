@@ -46,6 +46,28 @@ async fn create_run_is_insert_if_absent_and_keeps_the_stored_progress() {
     }
 }
 
+/// A retry reads a settled run's job from the store once Redis has let go of its copy.
+#[tokio::test]
+async fn a_run_enqueued_with_its_job_gives_that_job_back() {
+    on_every_store("job", async |s: &dyn Store, label: &str| {
+        let (job, _) = crate::engine::job(&unique("conv"), Some("hi"), false, &["vendor/m"]);
+        s.create_queued(&job, epoch_ms()).await.unwrap();
+        let kept = s.job(&job.run_id).await.unwrap().expect("the job is kept");
+        let kept: freeway::job::RunJob = serde_json::from_str(&kept).unwrap();
+        assert_eq!(kept.run_id, job.run_id, "{label}");
+        assert_eq!(kept.request, job.request, "{label}");
+        assert_eq!(s.job(&unique("run")).await.unwrap(), None, "{label}");
+        let worker_made = record(&unique("run"), &unique("conv"));
+        s.create_run(&worker_made).await.unwrap();
+        assert_eq!(
+            s.job(&worker_made.run_id).await.unwrap(),
+            None,
+            "{label}: a run stored by a worker keeps no job"
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_conversation_belongs_to_the_user_whose_run_opened_it() {
     on_every_store("owner", check_conversation_owner).await;

@@ -791,3 +791,58 @@ async fn keys(conn: &mut redis::aio::ConnectionManager, pattern: &str) -> Vec<St
         cursor = next;
     }
 }
+
+/// A retired delivery's apalis records go once apalis has marked it finished, and not before:
+/// the vacuum never deletes a job a replica may still be executing or acknowledging.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_vacuum_deletes_a_retired_delivery_only_once_apalis_marked_it_finished() {
+    let c = Cluster::start("vacuum", sim::SimConfig::default()).await;
+    c.queue.push(&paid_runs(1)).await.unwrap();
+    let q = queue::schedule::queue_name(&c.ns);
+    let mut conn = c.conn.clone();
+    let ids: Vec<String> = redis::cmd("HKEYS")
+        .arg(format!("{q}:data"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let [id] = ids.as_slice() else {
+        panic!("one delivery pushed: {ids:?}")
+    };
+    c.queue.retire(id, Duration::ZERO).await.unwrap();
+    let now = freeway::clock::epoch_ms() + 1;
+    assert_eq!(
+        c.queue.vacuum(now, 100).await.unwrap(),
+        0,
+        "not finished yet"
+    );
+    let kept: bool = redis::cmd("HEXISTS")
+        .arg(format!("{q}:data"))
+        .arg(id)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(kept, "an unfinished delivery keeps its payload");
+    // What apalis's acknowledgement writes.
+    redis::pipe()
+        .hset(format!("{q}:meta:{id}"), "status", "Done")
+        .ignore()
+        .sadd(format!("{q}:done"), id)
+        .ignore()
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.queue.vacuum(now, 100).await.unwrap(),
+        0,
+        "an unfinished delivery is looked at again a minute later"
+    );
+    assert_eq!(c.queue.vacuum(now + 60_000, 100).await.unwrap(), 1);
+    let (data, meta, done): (bool, bool, bool) = redis::pipe()
+        .hexists(format!("{q}:data"), id)
+        .exists(format!("{q}:meta:{id}"))
+        .sismember(format!("{q}:done"), id)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((data, meta, done), (false, false, false));
+}
