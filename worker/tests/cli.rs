@@ -50,15 +50,41 @@ const CORPUS_ROUTES: [(&str, &str); 5] = [
     ("openai", "openai:gpt-4o-mini"),
 ];
 
+/// The rows of docs/design.md §3, each as the verdict and the rules `worker classify` names for
+/// it. Every row must be met by at least two answers of the corpus.
+#[rustfmt::skip]
+const SPEC_ROWS: [(&str, &str, &[&str]); 18] = [
+    ("3.1 the key cannot pay", "billing", &["3.1:billing"]),
+    ("3.1 OpenRouter's 402 on a platform route, no hint", "billing", &["3.1:402"]),
+    ("3.1 a transient spend window", "billing_wait", &["3.1:billing_wait"]),
+    ("3.2 row 0, the account's limit_source", "account", &["0:limit_source"]),
+    ("3.2 row 0, one model at capacity", "route", &["0:capacity", "0:limit_source"]),
+    ("3.2 row 0, an upstream's shared pool", "provider", &["0:limit_source"]),
+    ("3.2 row 1, pool-wide headers", "account", &["1:x-ratelimit"]),
+    ("3.2 row 1b, the quota in the message", "account", &["1b:free-models"]),
+    ("3.2 row 2, a provider marker", "provider", &["2:provider_marker"]),
+    ("3.2 row 3, a rate-limit type", "account", &["3:rate_limit_exceeded", "3:resource_exhausted"]),
+    ("3.2 row 4, anything else", "ambiguous", &["4:ambiguous"]),
+    ("3.3 a 429 off quota", "route", &["off_quota"]),
+    ("3.3 a 429 off quota with a provider marker", "provider", &["off_quota"]),
+    ("3.3 401/403", "auth", &["auth"]),
+    ("3.3 moderation", "client", &["moderation"]),
+    ("3.3 400/413/422", "client", &["client"]),
+    ("3.3 a dead route", "gone", &["gone"]),
+    ("3.3 5xx", "server", &["server"]),
+];
+
 /// Every real-shaped answer of the corpus gets the verdict its file name starts with (and a day
-/// rest when the name says `-day-`), read by `worker classify` on the route of its folder.
+/// rest when the name says `-day-`), read by `worker classify` on the route of its folder; every
+/// row of docs/design.md §3 is met by two answers at least, and spent days by two day clocks.
 #[test]
 fn classify_gives_every_answer_of_the_corpus_its_verdict() {
     let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
     let config = std::env::temp_dir().join(format!("freeway-corpus-{}.toml", std::process::id()));
     std::fs::write(&config, CORPUS_CONFIG).expect("write the configuration");
     let config = config.to_str().expect("utf-8 path").to_string();
-    let mut seen = 0;
+    let mut met = [0; SPEC_ROWS.len()];
+    let mut day_clocks = std::collections::BTreeSet::new();
     for (folder, route) in CORPUS_ROUTES {
         let mut files: Vec<_> = std::fs::read_dir(corpus.join(folder))
             .expect("a corpus folder")
@@ -92,10 +118,25 @@ fn classify_gives_every_answer_of_the_corpus_its_verdict() {
                 line["scope"].is_string() && line["rest_s"].is_u64() && line["rule"].is_string(),
                 "{line}"
             );
-            seen += 1;
+            let row = SPEC_ROWS
+                .iter()
+                .position(|(_, verdict, rules)| {
+                    line["verdict"] == *verdict && rules.iter().any(|rule| line["rule"] == *rule)
+                })
+                .unwrap_or_else(|| panic!("{folder}/{name}: {line} is no row of SPEC_ROWS"));
+            met[row] += 1;
+            if line["day"] == true {
+                day_clocks.insert(folder);
+            }
         }
     }
-    assert!(seen >= 25, "only {seen} answers in the corpus");
+    for ((row, _, _), count) in SPEC_ROWS.iter().zip(met) {
+        assert!(
+            count >= 2,
+            "{row}: {count} answer(s) of the corpus, not two"
+        );
+    }
+    assert!(day_clocks.len() >= 2, "spent days only on {day_clocks:?}");
 }
 
 #[test]
