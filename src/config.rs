@@ -4,7 +4,7 @@
 //! that names the variable, never as a panic.
 
 use crate::catalog::Catalog;
-use crate::provider::{ApiKey, EnvTargets};
+use crate::provider::{ApiKey, EnvTargets, Http2};
 use crate::store::{SecretKey, SecretKeys};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -44,6 +44,9 @@ pub struct Settings {
     pub tool_url: Option<String>,
     pub summary: bool,
     pub log_format: LogFormat,
+    /// `FREEWAY_HTTP2` (default `negotiated`): HTTP/2 where TLS negotiates it, or
+    /// `prior-knowledge`, HTTP/2 over cleartext too (an `http://` gateway that speaks h2c).
+    pub http2: Http2,
     /// `FREEWAY_SECRET_KEY`: seals users' connection keys in the store; without it user
     /// connections cannot be stored or used.
     pub secret_key: Option<SecretKey>,
@@ -146,6 +149,16 @@ impl Settings {
                 ));
             }
         };
+        let http2 = match get("FREEWAY_HTTP2").unwrap_or("negotiated") {
+            "negotiated" => Http2::Negotiated,
+            "prior-knowledge" => Http2::PriorKnowledge,
+            other => {
+                return Err(ConfigError::new(
+                    "FREEWAY_HTTP2",
+                    format!("must be negotiated or prior-knowledge, got {other:?}"),
+                ));
+            }
+        };
         let log_format = match get("FREEWAY_LOG_FORMAT").unwrap_or("pretty") {
             "pretty" => LogFormat::Pretty,
             "json" => LogFormat::Json,
@@ -191,6 +204,7 @@ impl Settings {
             tool_url,
             summary,
             log_format,
+            http2,
             secret_key,
             previous_secret_key,
             api_token: get("FREEWAY_API_TOKEN").map(ApiKey::new),
@@ -286,12 +300,17 @@ mod tests {
         assert_eq!(openrouter.base_url, "https://openrouter.ai/api/v1");
         assert!(s.platform_keys.is_empty());
         assert!(!s.summary);
+        assert_eq!(s.http2, Http2::Negotiated);
     }
 
     #[test]
     fn bad_values_name_their_variable() {
         let e = Settings::from_vars(&vars(&[("FREEWAY_SUMMARY", "yes")])).unwrap_err();
         assert_eq!(e.var, "FREEWAY_SUMMARY");
+        let e = Settings::from_vars(&vars(&[("FREEWAY_HTTP2", "h2")])).unwrap_err();
+        assert_eq!(e.var, "FREEWAY_HTTP2");
+        let s = Settings::from_vars(&vars(&[("FREEWAY_HTTP2", "prior-knowledge")])).unwrap();
+        assert_eq!(s.http2, Http2::PriorKnowledge);
         let e = Settings::from_vars(&vars(&[("REDIS_URL", "localhost:6379")])).unwrap_err();
         assert_eq!(e.var, "REDIS_URL");
         let e = Settings::from_vars(&vars(&[("OPENROUTER_BASE_URL", "ftp://x")])).unwrap_err();

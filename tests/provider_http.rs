@@ -3,12 +3,13 @@
 //! A well-behaved simulator cannot stall before its headers, cut a chunked body in half or lie
 //! about its content type on demand, so these tests run a tiny raw HTTP/1.1 server: it reads one
 //! request, hands it to the test, and plays a script of byte writes, waits and hang-ups. Every
-//! failure must come back as a classified `CallError` within the call's timeouts.
+//! failure must come back as a classified `CallError` within the call's timeouts. The
+//! simulator shows how calls share connections over HTTP/2 and not over HTTP/1.1.
 
 use freeway::chat::{Message, ToolCall, ToolSpec, Usage};
 use freeway::provider::{
-    ApiKey, BODY_CAP, CallError, ChatProvider, ChatRequest, Completion, ERROR_BODY_CAP,
-    HttpProvider, Target, Timeouts, TransportError,
+    ApiKey, BODY_CAP, CALLS_PER_CONNECTION, CallError, ChatProvider, ChatRequest, Completion,
+    ERROR_BODY_CAP, Http2, HttpProvider, Target, Timeouts, Transport, TransportError,
 };
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -910,4 +911,66 @@ async fn sim_faults_classify_as_transport_errors() {
     let body: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["error"]["metadata"]["provider_name"], "Chutes");
     sim.shutdown().await;
+}
+
+/// Calls made at once by one provider client through the simulator, which answers each after
+/// `latency_ms`, so that all of them are open together; returns how many TCP connections the
+/// simulator accepted for them.
+async fn connections_for(transport: Transport, calls: usize) -> u64 {
+    let config = sim::SimConfig {
+        latency_ms: 300,
+        ..sim::SimConfig::default()
+    };
+    let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(2),
+        first_byte: Duration::from_secs(5),
+        idle: Duration::from_secs(5),
+        total: Duration::from_secs(10),
+    };
+    let provider = HttpProvider::with_transport(timeouts, transport).unwrap();
+    let target = target(&sim.base_url());
+    let req = ChatRequest {
+        model: "openai/gpt-4o-mini".into(),
+        messages: vec![Message::user("hi")],
+        tools: vec![],
+        stream: true,
+        max_tokens: None,
+    };
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let results =
+        futures_util::future::join_all((0..calls).map(|_| provider.call(&target, &req, &tx))).await;
+    for result in results {
+        assert!(result.is_ok(), "{result:?}");
+    }
+    let log = sim.calls();
+    assert_eq!(log.len(), calls, "every call reached the simulator");
+    let accepted = sim.connections();
+    sim.shutdown().await;
+    accepted
+}
+
+/// HTTP/2 carries many calls on a connection, but a server caps the calls a connection holds at
+/// once and hyper queues the rest on it: the client spreads them over connections of
+/// `CALLS_PER_CONNECTION` calls.
+#[tokio::test]
+async fn http2_calls_share_connections_of_a_hundred_calls_each() {
+    let transport = Transport {
+        http2: Http2::PriorKnowledge,
+        calls_at_once: 250,
+    };
+    assert_eq!(CALLS_PER_CONNECTION, 100);
+    assert_eq!(connections_for(transport, 250).await, 3);
+}
+
+/// Over cleartext without prior knowledge, a call is HTTP/1.1 and has a connection of its own.
+#[tokio::test]
+async fn negotiated_http_over_cleartext_is_a_connection_per_call_at_once() {
+    let transport = Transport {
+        http2: Http2::Negotiated,
+        calls_at_once: 250,
+    };
+    assert_eq!(connections_for(transport, 250).await, 250);
 }

@@ -3,7 +3,8 @@
 //! It reproduces the wire formats of `docs/providers.md`: chat completions (JSON and SSE
 //! with `: OPENROUTER PROCESSING` comments, tool calls, both usage-chunk layouts, `[DONE]`), the
 //! shared free-model account with its 429 bodies and `X-RateLimit-*` headers in the 2025 and
-//! 2026 shapes, `GET /api/v1/key`, a Groq mode, injectable faults and a call log.
+//! 2026 shapes, `GET /api/v1/key`, a Groq mode, injectable faults and a call log. It speaks
+//! HTTP/1.1 and, to a client with prior knowledge, HTTP/2, as hosted providers do over TLS.
 //!
 //! Start it in-process with [`start`] (port 0 is fine) or run the `sim` binary.
 //!

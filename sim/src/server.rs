@@ -3,6 +3,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -287,6 +288,7 @@ pub struct SimHandle {
     /// The bound address (the real port when started on port 0).
     pub addr: SocketAddr,
     shared: Arc<Shared>,
+    accepted: Arc<AtomicU64>,
     task: Option<JoinHandle<io::Result<()>>>,
 }
 
@@ -309,6 +311,12 @@ impl SimHandle {
     /// the limits it plays (the limits in force when it started).
     pub fn freeway_config(&self) -> String {
         crate::freeway_config::render(&self.shared.config(), |p| self.base_url_of(p))
+    }
+
+    /// The TCP connections accepted since the start: a call apiece over HTTP/1.1, many calls
+    /// apiece over HTTP/2 (which the simulator also speaks, as hosted providers do).
+    pub fn connections(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// Every logged chat request, oldest first.
@@ -370,7 +378,10 @@ pub async fn start(config: SimConfig, addr: SocketAddr) -> io::Result<SimHandle>
         .map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
-    let listener = listener.tap_io(|tcp| {
+    let accepted = Arc::new(AtomicU64::new(0));
+    let counted = accepted.clone();
+    let listener = listener.tap_io(move |tcp| {
+        counted.fetch_add(1, Ordering::Relaxed);
         // Small SSE events must leave at once, not wait for Nagle's algorithm.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY not set: {e}");
@@ -388,6 +399,7 @@ pub async fn start(config: SimConfig, addr: SocketAddr) -> io::Result<SimHandle>
     Ok(SimHandle {
         addr,
         shared,
+        accepted,
         task: Some(task),
     })
 }

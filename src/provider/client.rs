@@ -11,6 +11,8 @@ use super::wire;
 use super::*;
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{self, HeaderMap, HeaderValue};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 
@@ -49,32 +51,121 @@ pub const BODY_CAP: usize = 8 << 20;
 #[error("cannot build the HTTP client: {0}")]
 pub struct ProviderInitError(reqwest::Error);
 
-/// [`ChatProvider`] over HTTP: one pooled client shared by all calls.
+/// Calls one HTTP/2 connection carries at once. A server caps a connection's concurrent streams
+/// (`SETTINGS_MAX_CONCURRENT_STREAMS`, commonly 100 to 256; hyper's server says 200) and
+/// hyper queues the calls past the cap on that one connection, where they wait unseen for their
+/// first-byte deadline; 100 fits every cap we know of.
+pub const CALLS_PER_CONNECTION: usize = 100;
+
+/// Which HTTP a call speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Http2 {
+    /// HTTP/2 where TLS negotiates it (every hosted provider), HTTP/1.1 over cleartext.
+    #[default]
+    Negotiated,
+    /// HTTP/2 from the first byte over cleartext too (h2c with prior knowledge), for a gateway
+    /// or simulator on `http://` that speaks it; every provider must then speak HTTP/2.
+    PriorKnowledge,
+}
+
+/// How a replica reaches providers: which HTTP, and how many calls it makes at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Transport {
+    pub http2: Http2,
+    /// The replica's concurrency: it sizes the connections HTTP/2 calls are spread over.
+    pub calls_at_once: usize,
+}
+
+impl Default for Transport {
+    fn default() -> Self {
+        Transport {
+            http2: Http2::Negotiated,
+            calls_at_once: 1,
+        }
+    }
+}
+
+/// [`ChatProvider`] over HTTP: pooled clients shared by all calls.
+///
+/// HTTP/2 puts every call to one host on one connection per client, so the calls are spread over
+/// *lanes*, clients of their own, [`CALLS_PER_CONNECTION`] each: a replica at 5,000 calls holds
+/// 50 connections to a provider, and a server's stream cap never queues a call. Over HTTP/1.1,
+/// where each call has a connection of its own anyway, the lanes change nothing.
 #[derive(Debug, Clone)]
 pub struct HttpProvider {
-    client: reqwest::Client,
+    lanes: Arc<[Lane]>,
     timeouts: Timeouts,
 }
 
+#[derive(Debug)]
+struct Lane {
+    client: reqwest::Client,
+    calls: AtomicUsize,
+}
+
+/// A call's place in its lane, given back when the call ends however it ends.
+struct InLane<'a>(&'a Lane);
+
+impl Drop for InLane<'_> {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl HttpProvider {
+    /// One lane, HTTP/2 where TLS negotiates it: for a process that makes a call at a time.
     pub fn new(timeouts: Timeouts) -> Result<HttpProvider, ProviderInitError> {
+        HttpProvider::with_transport(timeouts, Transport::default())
+    }
+
+    pub fn with_transport(
+        timeouts: Timeouts,
+        transport: Transport,
+    ) -> Result<HttpProvider, ProviderInitError> {
         // Fails only when a provider is already installed, which is just as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .connect_timeout(timeouts.connect)
-            // reqwest would otherwise replay a request refused by HTTP/2 (REFUSED_STREAM, GOAWAY);
-            // every call must be one attempt that the budget has counted.
-            .retry(reqwest::retry::never())
-            // A redirect would be a second request; surface the 3xx as an answer instead.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(ProviderInitError)?;
-        Ok(HttpProvider { client, timeouts })
+        let lanes = transport
+            .calls_at_once
+            .div_ceil(CALLS_PER_CONNECTION)
+            .max(1);
+        let lanes = (0..lanes)
+            .map(|_| {
+                let builder = reqwest::Client::builder()
+                    .connect_timeout(timeouts.connect)
+                    // reqwest would otherwise replay a request refused by HTTP/2 (REFUSED_STREAM,
+                    // GOAWAY); every call must be one attempt that the budget has counted.
+                    .retry(reqwest::retry::never())
+                    // A redirect would be a second request; surface the 3xx as an answer instead.
+                    .redirect(reqwest::redirect::Policy::none());
+                let builder = match transport.http2 {
+                    Http2::Negotiated => builder,
+                    Http2::PriorKnowledge => builder.http2_prior_knowledge(),
+                };
+                Ok(Lane {
+                    client: builder.build().map_err(ProviderInitError)?,
+                    calls: AtomicUsize::new(0),
+                })
+            })
+            .collect::<Result<Arc<[Lane]>, _>>()?;
+        Ok(HttpProvider { lanes, timeouts })
     }
 
     /// The pooled client, for the provider's other endpoints (quota reads).
     pub(super) fn client(&self) -> &reqwest::Client {
-        &self.client
+        &self.lanes[0].client
+    }
+
+    /// The first lane with room, so that a quiet replica keeps one connection a host; when all
+    /// are full (more calls than the replica's concurrency), the least busy.
+    fn lane(&self) -> InLane<'_> {
+        let lanes = &self.lanes;
+        let lane = lanes
+            .iter()
+            .find(|l| l.calls.load(Ordering::Relaxed) < CALLS_PER_CONNECTION)
+            .or_else(|| lanes.iter().min_by_key(|l| l.calls.load(Ordering::Relaxed)))
+            .expect("a provider has at least one lane");
+        lane.calls.fetch_add(1, Ordering::Relaxed);
+        InLane(lane)
     }
 
     fn endpoint(base_url: &str) -> String {
@@ -91,7 +182,11 @@ impl ChatProvider for HttpProvider {
         deltas: &UnboundedSender<String>,
     ) -> Result<Completion, CallError> {
         let started = Instant::now();
-        let result = self.call_inner(target, request, deltas, started).await;
+        let lane = self.lane();
+        let result = self
+            .call_inner(&lane.0.client, target, request, deltas, started)
+            .await;
+        drop(lane);
         match &result {
             Ok(c) => tracing::debug!(
                 model = %request.model,
@@ -120,6 +215,7 @@ enum ReadError {
 impl HttpProvider {
     async fn call_inner(
         &self,
+        client: &reqwest::Client,
         target: &Target,
         request: &ChatRequest,
         deltas: &UnboundedSender<String>,
@@ -140,8 +236,7 @@ impl HttpProvider {
         } else {
             "application/json"
         };
-        let sending = self
-            .client
+        let sending = client
             .post(Self::endpoint(&target.base_url))
             .header(header::AUTHORIZATION, auth)
             .header(header::CONTENT_TYPE, "application/json")

@@ -12,7 +12,10 @@ mod sse;
 mod targets;
 mod wire;
 
-pub use client::{BODY_CAP, ERROR_BODY_CAP, HttpProvider, ProviderInitError, Timeouts};
+pub use client::{
+    BODY_CAP, CALLS_PER_CONNECTION, ERROR_BODY_CAP, Http2, HttpProvider, ProviderInitError,
+    Timeouts, Transport,
+};
 pub use quota::{DayQuota, QuotaError, parse_day_quota};
 pub use targets::{EnvTargets, TargetError, Targets};
 

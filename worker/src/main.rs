@@ -24,7 +24,7 @@ use std::process::ExitCode;
     version,
     about = "freeway worker: takes LLM runs from Redis and executes them",
     after_help = "Environment: REDIS_URL, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_CONFIG, \
-                  OPENROUTER_API_KEY, OPENROUTER_BASE_URL, FREEWAY_TOOL_URL, FREEWAY_SUMMARY, FREEWAY_SECRET_KEY, FREEWAY_EVENTS_KEEP_S, RUST_LOG, \
+                  OPENROUTER_API_KEY, OPENROUTER_BASE_URL, FREEWAY_HTTP2, FREEWAY_TOOL_URL, FREEWAY_SUMMARY, FREEWAY_SECRET_KEY, FREEWAY_EVENTS_KEEP_S, RUST_LOG, \
                   FREEWAY_LOG_FORMAT"
 )]
 struct Cli {
@@ -179,7 +179,7 @@ fn serve(
                     .keeping(settings.events_keep_s),
             ) as _
         };
-        let wired = match wiring::engine(&settings, name, events).await {
+        let wired = match wiring::engine(&settings, name, concurrency, events).await {
             Ok(w) => w,
             Err(e) => return exit::start_failed(&e),
         };

@@ -67,7 +67,7 @@ async fn run(settings: Settings, request: RunRequest) -> ExitCode {
             RedisEvents::new(conn, namespace).keeping(keep_s),
         )) as Arc<dyn EventSink>
     };
-    let engine = match crate::wiring::engine(&settings, worker, events).await {
+    let engine = match crate::wiring::engine(&settings, worker, 1, events).await {
         Ok(w) => w.engine,
         Err(e) => return crate::exit::start_failed(&e),
     };

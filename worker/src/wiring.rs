@@ -5,7 +5,7 @@ use freeway::config::Settings;
 use freeway::engine::Engine;
 use freeway::events::EventSink;
 use freeway::fleet::Fleet;
-use freeway::provider::{HttpProvider, Timeouts};
+use freeway::provider::{HttpProvider, Timeouts, Transport};
 use freeway::quota::DayWatch;
 use freeway::store::{SqlStore, StoreTargets};
 use freeway::tools::ToolRunner;
@@ -44,11 +44,12 @@ pub struct Wired {
     pub day_watch: DayWatch,
 }
 
-/// Open the store (applying migrations) and Redis, and build an engine whose events go to
-/// `events(conn)`.
+/// Open the store (applying migrations) and Redis, and build an engine that makes up to
+/// `calls_at_once` calls at once and whose events go to `events(conn)`.
 pub async fn engine(
     settings: &Settings,
     worker: String,
+    calls_at_once: usize,
     events: impl FnOnce(ConnectionManager) -> Arc<dyn EventSink>,
 ) -> Result<Wired, StartError> {
     settings.require_platform_keys().map_err(|e| StartError {
@@ -59,7 +60,11 @@ pub async fn engine(
     let conn = freeway::connect::redis(&settings.redis_url)
         .await
         .map_err(|e| StartError::unavailable(e.to_string()))?;
-    let provider = HttpProvider::new(Timeouts::default())
+    let transport = Transport {
+        http2: settings.http2,
+        calls_at_once,
+    };
+    let provider = HttpProvider::with_transport(Timeouts::default(), transport)
         .map_err(|e| StartError::unavailable(e.to_string()))?;
     let tools = ToolRunner::new(settings.tool_url.clone())
         .map_err(|e| StartError::unavailable(e.to_string()))?;

@@ -158,9 +158,8 @@ impl Cluster {
         })
     }
 
-    /// Start `replicas` worker processes against `sim_url`; each logs to `worker-N.log`.
     /// Start `replicas` worker processes on the simulator at `sim_url`, each also getting
-    /// `env` (a `FREEWAY_CONFIG`, …).
+    /// `env` (a `FREEWAY_CONFIG`, …); each logs to `worker-N.log`.
     pub fn spawn_workers(
         &mut self,
         bin: &Path,
@@ -197,7 +196,12 @@ impl Cluster {
     /// The scenario's replicas (`--replicas` × `--concurrency`) on `sim`, with no more settings.
     pub fn spawn_fleet(&mut self, bin: &Path, args: &Args, sim: &Sim) -> Result<(), BoxError> {
         let url = sim.handle().base_url();
-        self.spawn_workers(bin, args.replicas, args.concurrency, &url, &[])
+        let http2: &[(&str, &str)] = if args.http2 {
+            &[("FREEWAY_HTTP2", "prior-knowledge")]
+        } else {
+            &[]
+        };
+        self.spawn_workers(bin, args.replicas, args.concurrency, &url, http2)
     }
 
     pub fn db_url(&self) -> &str {

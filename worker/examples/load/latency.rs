@@ -33,8 +33,10 @@ pub async fn latency(args: &Args, worker: &Path) -> Result<(), BoxError> {
     with_cluster(sim, args, "lat", async |sim, cluster| {
         let (n, c) = (args.runs, u64::from(args.concurrency));
         println!(
-            "latency: {n} streamed runs, sim latency {} ms, {} replica(s) × concurrency {c}",
-            args.latency_ms, args.replicas
+            "latency: {n} streamed runs, sim latency {} ms, {} replica(s) × concurrency {c}, {}",
+            args.latency_ms,
+            args.replicas,
+            if args.http2 { "HTTP/2" } else { "HTTP/1.1" }
         );
         let jobs = push(cluster, 0..n).await?;
         let mut conn = cluster.conn.clone();

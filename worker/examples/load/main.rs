@@ -109,6 +109,11 @@ pub struct Args {
     /// build's, to compare two builds on one load.
     #[arg(long, value_name = "PATH")]
     pub worker: Option<PathBuf>,
+    /// The workers speak HTTP/2 to the simulator (`FREEWAY_HTTP2=prior-knowledge`), as they do
+    /// to hosted providers over TLS: calls share connections. Without it, HTTP/1.1: a connection
+    /// a call in flight.
+    #[arg(long)]
+    pub http2: bool,
     /// Give up waiting for a phase after this many seconds.
     #[arg(long, default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_s: u64,
