@@ -1,5 +1,5 @@
-//! Opening the database a `DATABASE_URL` names: the pools, their timeouts, SQLite's WAL and
-//! page mapping, migrations applied before anything else runs. A failure here is one line that
+//! Opening the database a `DATABASE_URL` names: the pools, their timeouts, SQLite's WAL,
+//! migrations applied before anything else runs. A failure here is one line that
 //! says which database and why, with any password left out.
 
 use super::{Db, one_line};
@@ -20,10 +20,6 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A PostgreSQL that does not answer fails a request within this (a 503 the client may retry)
 /// instead of holding it for [`ACQUIRE_TIMEOUT`].
 const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Pages are read through a mapping of the file rather than copied in by a system call each: with
-/// several worker processes writing one file, a connection finds its page cache stale at nearly
-/// every transaction and reads again what it touches.
-const SQLITE_MMAP_BYTES: u64 = 1 << 30;
 /// SQLite serializes writers, so a few connections serve the concurrent readers.
 const SQLITE_CONNECTIONS: u32 = 4;
 const PG_CONNECTIONS: u32 = 8;
@@ -44,7 +40,6 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<Sqlite, StoreError>
         .create_if_missing(true)
         .busy_timeout(SQLITE_BUSY_TIMEOUT)
         .synchronous(SqliteSynchronous::Normal)
-        .pragma("mmap_size", SQLITE_MMAP_BYTES.to_string())
         // A multi-row upsert inside a transaction keeps a statement journal; on a temp file that
         // was a write and a read of the file system per statement of every batch.
         .pragma("temp_store", "memory")

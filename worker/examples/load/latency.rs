@@ -7,7 +7,10 @@
 //!   runs in flight than slots. Reports the in-flight peak, runs/s against C / L, the worker's
 //!   peak RSS and take → attempt percentiles from the store.
 //! - `soak`: N runs at zero latency through one replica in rounds of 10,000, its RSS after each
-//!   round: a replica's memory must level off, not grow with the runs it has done.
+//!   round: a replica's memory must level off, not grow with the runs it has done. What a round
+//!   leaves behind is read at rest, the lowest RSS of the [`AT_REST`] after the round drained
+//!   (at the instant it drains the allocator still holds what the last runs freed, a few MB
+//!   more or less from one round to the next); the round's peak is reported beside it.
 
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile, thousands};
@@ -22,6 +25,8 @@ use std::time::{Duration, Instant};
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// The soak's round: RSS is read after each.
 const ROUND: u64 = 10_000;
+/// How long the soak watches an idle replica after each round for its RSS at rest.
+const AT_REST: Duration = Duration::from_secs(2);
 /// Runs read back from the store for the take → attempt times.
 const SAMPLE: usize = 1_000;
 
@@ -124,7 +129,9 @@ pub async fn soak(args: &Args, worker: &Path) -> Result<(), BoxError> {
             let round = pushed..(pushed + ROUND).min(n);
             pushed = round.end;
             push(cluster, round).await?;
+            let mut peak = Memory::default();
             loop {
+                peak = peak.max(Memory::of(pid)?);
                 let depths = cluster.queue.depths().await?;
                 if depths.done + depths.dead >= pushed {
                     break;
@@ -135,18 +142,23 @@ pub async fn soak(args: &Args, worker: &Path) -> Result<(), BoxError> {
                 }
                 tokio::time::sleep(SAMPLE_EVERY).await;
             }
-            let rss = rss_kb(pid).ok_or("the worker's RSS cannot be read")?;
-            let anon = status_kb(pid, "RssAnon").unwrap_or(0);
-            let (first, first_anon) = *after_first.get_or_insert((rss, anon));
+            let resting = Instant::now();
+            let mut rest = Memory::of(pid)?;
+            while resting.elapsed() < AT_REST {
+                tokio::time::sleep(SAMPLE_EVERY).await;
+                rest = rest.min(Memory::of(pid)?);
+            }
+            let first = *after_first.get_or_insert(rest);
             let change = |now: u64, then: u64| 100.0 * (now as f64 - then as f64) / then as f64;
             println!(
-                "  after {:>7} runs  RSS {:.1} MB ({:+.1}% of after the first round), of which \
-                 heap (RssAnon) {:.1} MB ({:+.1}%), {:.0} s",
+                "  after {:>7} runs  at rest RSS {:.1} MB ({:+.1}% of after the first round), \
+                 heap (RssAnon) {:.1} MB ({:+.1}%); the round's peak RSS {:.1} MB; {:.0} s",
                 thousands(pushed as f64),
-                rss as f64 / 1024.0,
-                change(rss, first),
-                anon as f64 / 1024.0,
-                change(anon, first_anon),
+                mb(rest.rss_kb),
+                change(rest.rss_kb, first.rss_kb),
+                mb(rest.anon_kb),
+                change(rest.anon_kb, first.anon_kb),
+                mb(peak.rss_kb),
                 started.elapsed().as_secs_f64()
             );
         }
@@ -168,9 +180,28 @@ fn rss_kb(pid: u32) -> Option<u64> {
     status_kb(pid, "VmRSS")
 }
 
-/// A `… kB` line of /proc/…/status: `VmRSS`, or its parts `RssAnon` (the heap) and `RssFile`
-/// (mapped files: the SQLite store is read through a memory map, whose pages count here as the
-/// database grows, and which the kernel takes back under pressure).
+/// A worker's resident set, and the part of it that is its heap (the rest is mapped files, its
+/// own code first).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Memory {
+    rss_kb: u64,
+    anon_kb: u64,
+}
+
+impl Memory {
+    fn of(pid: u32) -> Result<Memory, BoxError> {
+        Ok(Memory {
+            rss_kb: rss_kb(pid).ok_or("the worker's RSS cannot be read")?,
+            anon_kb: status_kb(pid, "RssAnon").unwrap_or(0),
+        })
+    }
+}
+
+fn mb(kb: u64) -> f64 {
+    kb as f64 / 1024.0
+}
+
+/// A `… kB` line of /proc/…/status: `VmRSS`, or its parts `RssAnon` and `RssFile`.
 fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
