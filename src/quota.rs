@@ -15,6 +15,7 @@
 //! A pool reopened either way is returned, so the caller can wake the runs it delayed.
 
 use crate::catalog::{Catalog, Pool};
+use crate::clock::{Clock, SystemClock};
 use crate::fleet::{Fleet, FleetError};
 use crate::pace::Limits;
 use crate::provider::{EnvTargets, HttpProvider};
@@ -29,6 +30,9 @@ pub struct DayWatch {
     http: HttpProvider,
     fleet: Fleet,
     every: Duration,
+    /// The day a read resynchronises is the day of this clock's now: the engine's, whose runs
+    /// counted it.
+    clock: Arc<dyn Clock>,
 }
 
 /// A pool the watch reopened: its day rest lifted, or its limiter's day no longer full.
@@ -56,7 +60,14 @@ impl DayWatch {
             http,
             fleet,
             every: Self::EVERY,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// Read the time from `clock` instead of the system's (the engine's, in tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Read each endpoint every `every` instead of [`DayWatch::EVERY`].
@@ -139,10 +150,7 @@ impl DayWatch {
             self.fleet.rests.clear("pool", &instance).await?;
             self.fleet.pace.reopen(&instance).await?;
         }
-        let day_end = self
-            .catalog
-            .day_clock(pool)
-            .day_end_ms(crate::clock::epoch_ms());
+        let day_end = self.catalog.day_clock(pool).day_end_ms(self.clock.now_ms());
         let synced = self
             .fleet
             .pace

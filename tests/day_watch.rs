@@ -41,6 +41,7 @@ fn request(user: &str) -> RunRequest {
     }
 }
 
+/// The watch of one replica; a harness's watch reads the harness's clock, as its engine does.
 fn watch(sim: &sim::SimHandle, fleet: Fleet) -> DayWatch {
     let keys = EnvTargets::openrouter(&sim.base_url(), Some(ApiKey::new(support::PLATFORM_KEY)));
     DayWatch::new(
@@ -92,7 +93,7 @@ impl Day {
             .unwrap();
         let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
         let h = support::harness(provider, &sim.base_url());
-        let watch = watch(&sim, h.fleet());
+        let watch = watch(&sim, h.fleet()).with_clock(h.clock.clone());
         if to_utc_midnight(h.clock.now_ms()) < 30 * 60_000 {
             h.clock.advance(Duration::from_secs(3600));
         }
@@ -193,7 +194,7 @@ async fn rests_that_are_no_spent_day_are_never_lifted() {
         Arc::new(HttpProvider::new(Timeouts::default()).unwrap()),
         &sim.base_url(),
     );
-    let watch = watch(&sim, h.fleet());
+    let watch = watch(&sim, h.fleet()).with_clock(h.clock.clone());
     let far = h.clock.now_ms() + 3_600_000;
     // A pool rest within the pool cap (a minute's window), a dead route's hour, a connection's
     // circuit, and a day rest on a pool the configuration does not know: the endpoint shows
