@@ -92,6 +92,9 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<Sqlite, StoreError>
         SqlitePoolOptions::new()
             .max_connections(connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            // A ping proves nothing of a file the process has open, and it was a round trip to
+            // the connection's thread, and back, at every read of every run.
+            .test_before_acquire(false)
             .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
             .connect_with(options.clone())
     };
