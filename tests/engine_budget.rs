@@ -10,7 +10,7 @@ use freeway::budget::{Budget, Kind};
 use freeway::catalog::Catalog;
 use freeway::chat::{ToolCall, ToolSpec};
 use freeway::classify::CIRCUIT_MS;
-use freeway::clock::InstantClock;
+use freeway::clock::{Clock, InstantClock};
 use freeway::engine::{Outcome, WhenResting};
 use freeway::events::Event;
 use freeway::headers::Headers;
@@ -305,9 +305,11 @@ async fn check_case(
             .execute(&job, &routes, WhenResting::Snooze)
             .await
             .unwrap();
-        if let Outcome::Snoozed { .. } = o {
-            // Time passes: every rest expires before the re-delivery.
-            rest_clock.advance(Duration::from_millis(CIRCUIT_MS + 1_000));
+        if let Outcome::Snoozed { until_ms, .. } = o {
+            // Time passes: every rest expires before the re-delivery, a spent day's at the day
+            // clock's midnight, up to a day away.
+            let wait = until_ms.saturating_sub(rest_clock.now_ms()).max(CIRCUIT_MS);
+            rest_clock.advance(Duration::from_millis(wait + 1_000));
             continue;
         }
         outcome = Some(o);
