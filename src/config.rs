@@ -139,36 +139,27 @@ impl Settings {
         let tool_url = get("FREEWAY_TOOL_URL")
             .map(|u| http_url("FREEWAY_TOOL_URL", u))
             .transpose()?;
-        let summary = match get("FREEWAY_SUMMARY").unwrap_or("off") {
-            "on" => true,
-            "off" => false,
-            other => {
-                return Err(ConfigError::new(
-                    "FREEWAY_SUMMARY",
-                    format!("must be on or off, got {other:?}"),
-                ));
-            }
-        };
-        let http2 = match get("FREEWAY_HTTP2").unwrap_or("negotiated") {
-            "negotiated" => Http2::Negotiated,
-            "prior-knowledge" => Http2::PriorKnowledge,
-            other => {
-                return Err(ConfigError::new(
-                    "FREEWAY_HTTP2",
-                    format!("must be negotiated or prior-knowledge, got {other:?}"),
-                ));
-            }
-        };
-        let log_format = match get("FREEWAY_LOG_FORMAT").unwrap_or("pretty") {
-            "pretty" => LogFormat::Pretty,
-            "json" => LogFormat::Json,
-            other => {
-                return Err(ConfigError::new(
-                    "FREEWAY_LOG_FORMAT",
-                    format!("must be json or pretty, got {other:?}"),
-                ));
-            }
-        };
+        let summary = one_of(
+            get("FREEWAY_SUMMARY"),
+            "FREEWAY_SUMMARY",
+            "off",
+            &[("on", true), ("off", false)],
+        )?;
+        let http2 = one_of(
+            get("FREEWAY_HTTP2"),
+            "FREEWAY_HTTP2",
+            "negotiated",
+            &[
+                ("negotiated", Http2::Negotiated),
+                ("prior-knowledge", Http2::PriorKnowledge),
+            ],
+        )?;
+        let log_format = one_of(
+            get("FREEWAY_LOG_FORMAT"),
+            "FREEWAY_LOG_FORMAT",
+            "pretty",
+            &[("json", LogFormat::Json), ("pretty", LogFormat::Pretty)],
+        )?;
         let secret = |var: &'static str| {
             get(var)
                 .map(SecretKey::from_hex)
@@ -244,6 +235,24 @@ fn cors_origins(value: &str) -> Result<Vec<String>, ConfigError> {
             ok.then(|| o.to_string()).ok_or_else(|| bad(o))
         })
         .collect()
+}
+
+/// `value` of `var` as one of `choices` by name, the one named `default` when unset.
+fn one_of<T: Copy>(
+    value: Option<&str>,
+    var: &'static str,
+    default: &str,
+    choices: &[(&str, T)],
+) -> Result<T, ConfigError> {
+    let name = value.unwrap_or(default);
+    choices
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, choice)| *choice)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            ConfigError::new(var, format!("must be {}, got {name:?}", names.join(" or ")))
+        })
 }
 
 /// `value` of `var` as a whole number within `range`, `default` when unset.

@@ -8,9 +8,10 @@
 //!   peak RSS and take → attempt percentiles from the store.
 //! - `soak`: N runs at zero latency through one replica in rounds of 10,000, its RSS after each
 //!   round: a replica's memory must level off, not grow with the runs it has done. What a round
-//!   leaves behind is read at rest, the lowest RSS of the [`AT_REST`] after the round drained
-//!   (at the instant it drains the allocator still holds what the last runs freed, a few MB
-//!   more or less from one round to the next); the round's peak is reported beside it.
+//!   leaves behind is read at rest: the lowest RSS while the replica idles for [`AT_REST`]
+//!   after the round drained (at the instant it drains, the allocator still holds what the last
+//!   runs freed, a few MB more or less from one round to the next). The round's peak is
+//!   reported beside it.
 
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile, thousands};
