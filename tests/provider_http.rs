@@ -975,3 +975,70 @@ async fn negotiated_http_over_cleartext_is_a_connection_per_call_at_once() {
     };
     assert_eq!(connections_for(transport, 250).await, 250);
 }
+
+/// The self-signed certificate of [`tls_peer`]: no root of any platform vouches for it.
+const PEER_CERT: &[u8] = include_bytes!("support/tls/cert.pem");
+const PEER_KEY: &[u8] = include_bytes!("support/tls/key.pem");
+
+/// A one-connection TLS server on loopback with [`PEER_CERT`]: returns its base URL and the
+/// protocols the client's hello offered (ALPN), read before the handshake goes on.
+async fn tls_peer() -> (String, oneshot::Receiver<Vec<String>>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("https://{}/api/v1", listener.local_addr().unwrap());
+    let ring = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(ring)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from_pem_slice(PEER_CERT).unwrap()],
+            PrivateKeyDer::from_pem_slice(PEER_KEY).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let (offered_tx, offered_rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let acceptor = rustls::server::Acceptor::default();
+        let hello = tokio_rustls::LazyConfigAcceptor::new(acceptor, socket)
+            .await
+            .unwrap();
+        let offered = hello.client_hello().alpn().map_or(vec![], |protocols| {
+            protocols
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .collect()
+        });
+        let _ = offered_tx.send(offered);
+        // The client ends the handshake at the certificate; nothing more is read.
+        let _ = hello.into_stream(std::sync::Arc::new(config)).await;
+    });
+    (base_url, offered_rx)
+}
+
+/// Every lane speaks the one TLS set-up the provider builds: it offers HTTP/2 and HTTP/1.1
+/// (hosted providers then pick HTTP/2), and it checks the peer against the platform's roots, so
+/// a certificate none of them vouches for ends the call as a connect error before any request.
+#[tokio::test]
+async fn tls_offers_http2_and_refuses_a_certificate_no_root_vouches_for() {
+    for http2 in [Http2::Negotiated, Http2::PriorKnowledge] {
+        let (base_url, offered) = tls_peer().await;
+        let lanes = Transport {
+            http2,
+            calls_at_once: 250,
+        };
+        let provider = HttpProvider::with_transport(fast(), lanes).unwrap();
+        let (tx, _deltas) = mpsc::unbounded_channel();
+        let result = provider.call(&target(&base_url), &request(true), &tx).await;
+        let expected = match http2 {
+            Http2::Negotiated => vec!["h2", "http/1.1"],
+            Http2::PriorKnowledge => vec!["h2"],
+        };
+        assert_eq!(offered.await.unwrap(), expected, "{http2:?}");
+        match transport(result) {
+            TransportError::Connect(why) => assert!(why.contains("certificate"), "{why}"),
+            other => panic!("expected the certificate refused, got {other:?}"),
+        }
+    }
+}

@@ -122,16 +122,17 @@ async fn concurrent_appends_get_distinct_places_and_duplicates_are_dropped() {
     }
 }
 
-/// The writes of many runs at once are committed together (one transaction per batch, a
-/// statement per kind of write); each must land as if it had been alone, including a run created
-/// twice and a run saved twice within one batch.
+/// The writes of many runs at once are committed together (one transaction per batch, a few
+/// multi-row statements per kind of write, more runs than one statement holds); each must land
+/// as if it had been alone, including a run created twice and a run saved twice within one batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_of_many_runs_at_once_each_land_as_if_alone() {
+    const RUNS: u32 = 200;
     for db in fresh("batch").await {
         let shared = unique("conv");
         let twice = record(&unique("run"), &unique("conv"));
         let mut tasks = Vec::new();
-        for i in 0..60u32 {
+        for i in 0..RUNS {
             let (s, shared, twice) = (db.store.clone(), shared.clone(), twice.clone());
             tasks.push(tokio::spawn(async move {
                 let mut rec = record(&format!("run_{i}_{}", unique("b")), &unique("conv"));
@@ -182,7 +183,7 @@ async fn writes_of_many_runs_at_once_each_land_as_if_alone() {
             let own = s.transcript(&rec.conversation_id).await.unwrap();
             assert_eq!(own.len(), 1, "{}", db.label);
         }
-        assert_distinct_messages(&db, &shared, 60).await;
+        assert_distinct_messages(&db, &shared, RUNS as usize).await;
         let stored_twice = s.run(&twice.run_id).await.unwrap().expect("created once");
         assert_eq!(stored_twice.state.counters.calls, 7, "{}", db.label);
         db.finish().await;

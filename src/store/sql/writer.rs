@@ -19,6 +19,7 @@ use super::{Db, FileLock, RunRow, WriteTx, db_error};
 use crate::store::StoreError;
 use sqlx::{AssertSqlSafe, Row};
 use std::collections::HashMap;
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 /// The most callers one transaction serves: bounds the time the SQLite write lock is held.
@@ -142,6 +143,10 @@ impl Writer {
 }
 
 async fn run(db: Db, turns: Option<FileLock>, mut rx: mpsc::Receiver<Queued>) {
+    let statements = Statements::new(match db {
+        Db::Sqlite(_) => Params::Anonymous,
+        Db::Postgres(_) => Params::Numbered,
+    });
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let held = match &turns {
@@ -149,7 +154,7 @@ async fn run(db: Db, turns: Option<FileLock>, mut rx: mpsc::Receiver<Queued>) {
             None => Ok(None),
         };
         match held {
-            Ok(_held) => commit_batch(&db, &mut batch).await,
+            Ok(_held) => commit_batch(&db, &statements, &mut batch).await,
             Err(e) => {
                 let message = e.to_string();
                 for queued in batch.drain(..) {
@@ -163,10 +168,10 @@ async fn run(db: Db, turns: Option<FileLock>, mut rx: mpsc::Receiver<Queued>) {
 
 /// Commit `batch` in one transaction, or each write alone when that fails, and answer every
 /// caller.
-async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
+async fn commit_batch(db: &Db, statements: &Statements, batch: &mut Vec<Queued>) {
     let writes: Vec<&Write> = batch.iter().flat_map(|q| &q.writes).collect();
     let started = std::time::Instant::now();
-    let mut committed = commit(db, &writes).await;
+    let mut committed = commit(db, statements, &writes).await;
     for pause in RETRY_PAUSES {
         let Err(StoreError::Unavailable(error)) = &committed else {
             break;
@@ -176,7 +181,7 @@ async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
         }
         tracing::warn!(writes = writes.len(), %error, retry_in_ms = pause.as_millis() as u64, "store writes failed; trying again");
         tokio::time::sleep(pause).await;
-        committed = commit(db, &writes).await;
+        committed = commit(db, statements, &writes).await;
     }
     tracing::trace!(
         writes = writes.len(),
@@ -200,7 +205,7 @@ async fn commit_batch(db: &Db, batch: &mut Vec<Queued>) {
             tracing::warn!(writes = batch.len(), error = %e, "a batch of store writes failed; retrying them one by one");
             for queued in batch.drain(..) {
                 let writes: Vec<&Write> = queued.writes.iter().collect();
-                let _ = queued.reply.send(commit(db, &writes).await);
+                let _ = queued.reply.send(commit(db, statements, &writes).await);
             }
         }
     }
@@ -270,6 +275,93 @@ enum Params {
     /// `?, ?, …` in order: SQLite, where sqlx looks a numbered parameter up by name, a scan of
     /// every name per parameter, quadratic in a statement of thousands.
     Anonymous,
+}
+
+/// The writes that go in multi-row statements: `INSERT … VALUES`, a group of parameters per row,
+/// the conflict clause.
+#[derive(Clone, Copy)]
+enum MultiRow {
+    CreateRuns,
+    EnsureConversations,
+    RunJobs,
+    SaveRuns,
+    ReserveSeqs,
+    Messages,
+    Attempts,
+}
+
+impl MultiRow {
+    const ALL: [MultiRow; 7] = [
+        MultiRow::CreateRuns,
+        MultiRow::EnsureConversations,
+        MultiRow::RunJobs,
+        MultiRow::SaveRuns,
+        MultiRow::ReserveSeqs,
+        MultiRow::Messages,
+        MultiRow::Attempts,
+    ];
+
+    /// (head, columns a row, tail).
+    fn shape(self) -> (&'static str, usize, &'static str) {
+        match self {
+            MultiRow::CreateRuns => (INSERT_RUNS, RUN_COLUMNS, CREATE_RUNS_TAIL),
+            MultiRow::EnsureConversations => (
+                ENSURE_CONVERSATIONS,
+                ENSURE_COLUMNS,
+                ENSURE_CONVERSATIONS_TAIL,
+            ),
+            MultiRow::RunJobs => (INSERT_JOBS, 2, INSERT_JOBS_TAIL),
+            MultiRow::SaveRuns => (INSERT_RUNS, RUN_COLUMNS, SAVE_RUNS_TAIL),
+            MultiRow::ReserveSeqs => (RESERVE_SEQS, RESERVE_COLUMNS, RESERVE_SEQS_TAIL),
+            MultiRow::Messages => (INSERT_MESSAGES, MESSAGE_COLUMNS, INSERT_MESSAGES_TAIL),
+            MultiRow::Attempts => (INSERT_ATTEMPTS, ATTEMPT_COLUMNS, INSERT_ATTEMPTS_TAIL),
+        }
+    }
+}
+
+/// Row counts a multi-row statement comes in: 1, 2, 4, … up to [`MAX_ROWS`].
+const ROW_COUNTS: usize = 7;
+/// The most rows one statement carries. A statement of exactly a batch's rows had a new text at
+/// nearly every batch, so the connection prepared it again (inside the file's write lock) and
+/// kept up to 100 of them, 8 MB at 5,000 runs in flight; a batch's rows now go in statements of
+/// these few sizes, each prepared once per connection.
+const MAX_ROWS: usize = 1 << (ROW_COUNTS - 1);
+
+/// The text of every multi-row statement in every row count, built once per writer.
+struct Statements {
+    sql: Vec<[Arc<str>; ROW_COUNTS]>,
+}
+
+impl Statements {
+    fn new(params: Params) -> Statements {
+        let sql = MultiRow::ALL
+            .iter()
+            .map(|kind| {
+                let (head, columns, tail) = kind.shape();
+                std::array::from_fn(|i| multi_row(head, 1 << i, columns, tail, params).into())
+            })
+            .collect();
+        Statements { sql }
+    }
+
+    /// `kind`'s statement for `rows`, a count [`chunks`] gives.
+    fn get(&self, kind: MultiRow, rows: usize) -> AssertSqlSafe<Arc<str>> {
+        AssertSqlSafe(self.sql[kind as usize][rows.trailing_zeros() as usize].clone())
+    }
+}
+
+/// `n` rows cut into statements' row counts, in order: the largest that fits, in turn.
+fn chunks(n: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        let left = n - start;
+        if left == 0 {
+            return None;
+        }
+        let rows = MAX_ROWS.min(1 << left.ilog2());
+        start += rows;
+        Some(start - rows..start)
+    })
 }
 
 /// `INSERT … VALUES ` + `rows` groups of `columns` parameters + the conflict clause.
@@ -408,34 +500,20 @@ fn positions(
         .collect()
 }
 
-/// [`commit`] for one driver: the same statements, typed for `$pool`'s database. Each kind is
-/// one multi-row statement.
+/// [`commit`] for one driver: the same statements, typed for `$pool`'s database. Each kind's
+/// rows go in the few multi-row statements [`chunks`] cuts them into.
 macro_rules! apply_all {
-    ($pool:expr, $writes:expr, $params:expr) => {{
-        let k = ByKind::of($writes);
+    ($pool:expr, $statements:expr, $writes:expr) => {{
+        let (k, sql) = (ByKind::of($writes), $statements);
         let mut tx = $pool.write_tx().await?;
-        if !k.creates.is_empty() {
-            let sql = multi_row(
-                INSERT_RUNS,
-                k.creates.len(),
-                RUN_COLUMNS,
-                CREATE_RUNS_TAIL,
-                $params,
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for row in &k.creates {
+        for rows in chunks(k.creates.len()) {
+            let mut q = sqlx::query(sql.get(MultiRow::CreateRuns, rows.len()));
+            for row in &k.creates[rows.clone()] {
                 q = bind_run!(q, row);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
-            let sql = multi_row(
-                ENSURE_CONVERSATIONS,
-                k.creates.len(),
-                ENSURE_COLUMNS,
-                ENSURE_CONVERSATIONS_TAIL,
-                $params,
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for row in &k.creates {
+            let mut q = sqlx::query(sql.get(MultiRow::EnsureConversations, rows.len()));
+            for row in &k.creates[rows] {
                 q = q
                     .bind(&row.conversation_id)
                     .bind(&row.user_id)
@@ -445,24 +523,16 @@ macro_rules! apply_all {
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
         }
-        if !k.jobs.is_empty() {
-            let sql = multi_row(INSERT_JOBS, k.jobs.len(), 2, INSERT_JOBS_TAIL, $params);
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (run_id, job) in &k.jobs {
+        for rows in chunks(k.jobs.len()) {
+            let mut q = sqlx::query(sql.get(MultiRow::RunJobs, rows.len()));
+            for (run_id, job) in &k.jobs[rows] {
                 q = q.bind(*run_id).bind(*job);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
         }
-        if !k.saves.is_empty() {
-            let sql = multi_row(
-                INSERT_RUNS,
-                k.saves.len(),
-                RUN_COLUMNS,
-                SAVE_RUNS_TAIL,
-                $params,
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for row in &k.saves {
+        for rows in chunks(k.saves.len()) {
+            let mut q = sqlx::query(sql.get(MultiRow::SaveRuns, rows.len()));
+            for row in &k.saves[rows] {
                 q = bind_run!(q, row);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
@@ -499,57 +569,40 @@ macro_rules! apply_all {
         }
         if !k.appends.is_empty() {
             let counts = k.append_counts();
-            let sql = multi_row(
-                RESERVE_SEQS,
-                counts.len(),
-                RESERVE_COLUMNS,
-                RESERVE_SEQS_TAIL,
-                $params,
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (conversation, n, now) in &counts {
-                q = q.bind(*conversation).bind(*n).bind(*now).bind(*now);
-            }
             let mut last = HashMap::new();
-            for r in q.fetch_all(&mut *tx).await.map_err(db_error)? {
-                let id: String = r.try_get("id").map_err(db_error)?;
-                last.insert(id, r.try_get::<i64, _>("next_seq").map_err(db_error)?);
+            for rows in chunks(counts.len()) {
+                let mut q = sqlx::query(sql.get(MultiRow::ReserveSeqs, rows.len()));
+                for (conversation, n, now) in &counts[rows] {
+                    q = q.bind(*conversation).bind(*n).bind(*now).bind(*now);
+                }
+                for r in q.fetch_all(&mut *tx).await.map_err(db_error)? {
+                    let id: String = r.try_get("id").map_err(db_error)?;
+                    last.insert(id, r.try_get::<i64, _>("next_seq").map_err(db_error)?);
+                }
             }
             let seqs = positions(&k.appends, &last, &counts)?;
-            let sql = multi_row(
-                INSERT_MESSAGES,
-                k.appends.len(),
-                MESSAGE_COLUMNS,
-                INSERT_MESSAGES_TAIL,
-                $params,
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (m, seq) in k.appends.iter().zip(seqs) {
-                q = q
-                    .bind(&m.id)
-                    .bind(&m.conversation_id)
-                    .bind(seq)
-                    .bind(&m.run_id)
-                    .bind(&m.key)
-                    .bind(&m.role)
-                    .bind(&m.content)
-                    .bind(&m.tool_calls)
-                    .bind(&m.tool_call_id)
-                    .bind(&m.turn_fields)
-                    .bind(m.now);
+            for rows in chunks(k.appends.len()) {
+                let mut q = sqlx::query(sql.get(MultiRow::Messages, rows.len()));
+                for (m, seq) in k.appends[rows.clone()].iter().zip(&seqs[rows]) {
+                    q = q
+                        .bind(&m.id)
+                        .bind(&m.conversation_id)
+                        .bind(*seq)
+                        .bind(&m.run_id)
+                        .bind(&m.key)
+                        .bind(&m.role)
+                        .bind(&m.content)
+                        .bind(&m.tool_calls)
+                        .bind(&m.tool_call_id)
+                        .bind(&m.turn_fields)
+                        .bind(m.now);
+                }
+                q.execute(&mut *tx).await.map_err(db_error)?;
             }
-            q.execute(&mut *tx).await.map_err(db_error)?;
         }
-        if !k.attempts.is_empty() {
-            let sql = multi_row(
-                INSERT_ATTEMPTS,
-                k.attempts.len(),
-                ATTEMPT_COLUMNS,
-                INSERT_ATTEMPTS_TAIL,
-                $params,
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for a in &k.attempts {
+        for rows in chunks(k.attempts.len()) {
+            let mut q = sqlx::query(sql.get(MultiRow::Attempts, rows.len()));
+            for a in &k.attempts[rows] {
                 q = q
                     .bind(&a.run_id)
                     .bind(a.n)
@@ -579,10 +632,10 @@ macro_rules! apply_all {
 }
 
 /// Apply `writes` in one transaction and commit it.
-async fn commit(db: &Db, writes: &[&Write]) -> Result<(), StoreError> {
+async fn commit(db: &Db, statements: &Statements, writes: &[&Write]) -> Result<(), StoreError> {
     match db {
-        Db::Sqlite(pool) => apply_all!(pool, writes, Params::Anonymous),
-        Db::Postgres(pool) => apply_all!(pool, writes, Params::Numbered),
+        Db::Sqlite(pool) => apply_all!(pool, statements, writes),
+        Db::Postgres(pool) => apply_all!(pool, statements, writes),
     }
 }
 
@@ -596,5 +649,20 @@ mod tests {
         assert_eq!(numbered, "INSERT INTO t (a, b) VALUES ($1, $2), ($3, $4) X");
         let anonymous = multi_row("V ", 2, 2, "", Params::Anonymous);
         assert_eq!(anonymous, "V (?, ?), (?, ?)");
+    }
+
+    #[test]
+    fn rows_are_cut_into_statements_of_the_sizes_built_in_order() {
+        for n in 0..=3 * MAX_ROWS + 7 {
+            let cut: Vec<_> = chunks(n).collect();
+            let mut next = 0;
+            for rows in &cut {
+                assert_eq!(rows.start, next, "{n}: {cut:?}");
+                assert!(rows.len().is_power_of_two() && rows.len() <= MAX_ROWS, "{n}: {cut:?}");
+                next = rows.end;
+            }
+            assert_eq!(next, n, "{n}: {cut:?}");
+            assert!(cut.len() <= n / MAX_ROWS + ROW_COUNTS, "{n}: {cut:?}");
+        }
     }
 }
