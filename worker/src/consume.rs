@@ -67,7 +67,7 @@ struct InvalidJob(String);
 /// for the fleet's fault is apalis's to retry.
 async fn handle(
     payload: serde_json::Value,
-    app: Data<Arc<App>>,
+    app: Arc<App>,
     id: TaskId,
 ) -> Result<String, BoxDynError> {
     let (result, settled_run) = deliver(payload, &app, &id).await;
@@ -247,12 +247,16 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
                     storage.clone().poll_with_strategy(Ticks::every(POLL)),
                     LenientJson,
                 ))
-                .data(worker_app.clone())
                 .catch_panic()
                 // Handlers run on the runtime's threads, not all on the worker's one task.
                 .parallelize(tokio::spawn)
                 .concurrency(concurrency)
-                .build(handle)
+                // The handler holds the app itself: apalis's `.data()` would copy each task's
+                // context (its metadata map, some 60 strings) to add it.
+                .build({
+                    let app = worker_app.clone();
+                    move |payload, id| handle(payload, app.clone(), id)
+                })
         })
         // A Redis hiccup kills the apalis worker; come back rather than idle without workers.
         .should_restart(|ctx, err| {
