@@ -12,7 +12,11 @@
 use super::wire::{self, malformed};
 use super::{CallError, Completion, TransportError};
 use crate::chat::ToolCall;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// The SSE framing: lines (LF or CRLF), `data:` fields joined until a blank line ends the event,
@@ -130,6 +134,45 @@ impl StreamAssembler {
         if data.trim() == "[DONE]" {
             return Ok(Progress::Done);
         }
+        // Nearly every chunk is a piece of text: read into borrowed fields, it costs no tree of
+        // the JSON (a dozen allocations a chunk, most of a stream's parsing).
+        if let Ok(Object(chunk)) = serde_json::from_str::<Object<TextChunk<'_>>>(data)
+            && chunk.is_plain()
+        {
+            self.text_chunk(chunk, on_text);
+            return Ok(Progress::More);
+        }
+        self.any_event(data, on_text)
+    }
+
+    /// A chunk [`TextChunk::is_plain`] says is text: what [`StreamAssembler::any_event`] makes
+    /// of it.
+    fn text_chunk(&mut self, chunk: TextChunk<'_>, on_text: &mut dyn FnMut(&str)) {
+        let c = &mut self.completion;
+        for (slot, value) in [
+            (&mut c.id, chunk.id),
+            (&mut c.model, chunk.model),
+            (&mut c.provider_name, chunk.provider),
+        ] {
+            if slot.is_none() {
+                *slot = value.and_then(Text::non_empty);
+            }
+        }
+        let first = chunk.choices.iter().flatten();
+        for Object(choice) in first.filter(|c| c.0.index.unwrap_or(0) == 0) {
+            if let Some(reason) = choice.finish_reason.clone().and_then(Text::non_empty) {
+                c.finish_reason = Some(reason);
+            }
+            let text = choice.delta.as_ref().and_then(|d| d.0.content.as_ref());
+            if let Some(Text(text)) = text.filter(|t| !t.0.is_empty()) {
+                c.text.push_str(text);
+                on_text(text);
+            }
+        }
+    }
+
+    /// Any event payload, in every shape the wire has.
+    fn any_event(&mut self, data: &str, on_text: &mut dyn FnMut(&str)) -> Result<Progress, CallError> {
         let chunk: Value = serde_json::from_str(data)
             .map_err(|e| malformed(format!("stream chunk is not JSON: {e}")))?;
         if !chunk.is_object() {
@@ -283,6 +326,119 @@ impl StreamAssembler {
             });
         }
         Ok(completion)
+    }
+}
+
+/// A chunk as [`StreamAssembler::event`] reads it first. Each field has the one type the text of
+/// a stream gives it; a chunk where any has another, or with a field the general path reads
+/// for more than text, is not plain, and [`StreamAssembler::any_event`] reads it.
+#[derive(Deserialize)]
+struct TextChunk<'a> {
+    #[serde(borrow, default)]
+    id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    model: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    provider: Option<Text<'a>>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+    #[serde(default)]
+    usage: Option<IgnoredAny>,
+    #[serde(borrow, default)]
+    choices: Option<Vec<Object<TextChoice<'a>>>>,
+}
+
+#[derive(Deserialize)]
+struct TextChoice<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    delta: Option<Object<TextDelta<'a>>>,
+}
+
+/// A delta's text, and the fields that make it more than text: tool calls and the turn fields
+/// ([`crate::chat::TURN_FIELDS`]).
+#[derive(Deserialize)]
+struct TextDelta<'a> {
+    #[serde(borrow, default)]
+    content: Option<Text<'a>>,
+    #[serde(default)]
+    tool_calls: Option<IgnoredAny>,
+    #[serde(default)]
+    reasoning_details: Option<IgnoredAny>,
+    #[serde(default)]
+    reasoning_content: Option<IgnoredAny>,
+}
+
+impl TextChunk<'_> {
+    /// No error, no usage, and for the first choice no in-band error and no delta but text.
+    fn is_plain(&self) -> bool {
+        let plain_choice = |Object(c): &Object<TextChoice<'_>>| {
+            c.index.unwrap_or(0) != 0
+                || (c.finish_reason.as_ref().is_none_or(|r| r.0 != "error")
+                    && c.delta.as_ref().is_none_or(|Object(d)| {
+                        d.tool_calls.is_none()
+                            && d.reasoning_details.is_none()
+                            && d.reasoning_content.is_none()
+                    }))
+        };
+        self.error.is_none()
+            && self.usage.is_none()
+            && self.choices.iter().flatten().all(plain_choice)
+    }
+}
+
+/// A `T` read only from a JSON object: serde's derive also reads a struct from an array, field
+/// by field, where the general path sees no field at all.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Fields<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Object<T>, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        deserializer.deserialize_map(Fields(std::marker::PhantomData))
+    }
+}
+
+/// A JSON string, borrowed from the chunk unless it has escapes.
+#[derive(Clone)]
+struct Text<'a>(Cow<'a, str>);
+
+impl Text<'_> {
+    fn non_empty(self) -> Option<String> {
+        (!self.0.is_empty()).then(|| self.0.into_owned())
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Str<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Str<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(s)))
+            }
+        }
+        deserializer.deserialize_str(Str(std::marker::PhantomData))
     }
 }
 
@@ -851,6 +1007,98 @@ data: [DONE]
         ]
     }
 
+    /// Chunks near the shape of text: every field the assembler reads, absent, of its usual type
+    /// or of any other; choices of any index, finish reason and delta; deltas with text, tool
+    /// calls, the turn fields and keys nobody reads.
+    fn chunk_near_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let text = || {
+            prop_oneof![
+                "\\PC{0,6}".prop_map(Value::from),
+                Just(Value::from("say \"hi\"\n")),
+                Just(Value::from("")),
+                json_value(),
+            ]
+        };
+        let mut delta_keys = vec!["content", "role", "tool_calls", "refusal", "reasoning"];
+        delta_keys.extend(crate::chat::TURN_FIELDS);
+        let delta = prop_oneof![
+            prop::collection::btree_map(prop::sample::select(delta_keys), text(), 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+            json_value(),
+        ];
+        let index = prop_oneof![Just(Value::from(0)), Just(Value::from(1)), json_value()];
+        let finish = prop_oneof![
+            Just(Value::from("stop")),
+            Just(Value::from("error")),
+            text()
+        ];
+        let choice = (
+            prop::option::of(index),
+            prop::option::of(finish),
+            prop::option::of(delta),
+        )
+            .prop_map(|(index, finish, delta)| {
+                let mut choice = serde_json::Map::new();
+                for (key, value) in [("index", index), ("finish_reason", finish), ("delta", delta)] {
+                    if let Some(value) = value {
+                        choice.insert(key.into(), value);
+                    }
+                }
+                Value::Object(choice)
+            });
+        let choices = prop_oneof![
+            prop::collection::vec(choice, 0..3).prop_map(Value::from),
+            json_value()
+        ];
+        (
+            prop::collection::vec(prop::option::of(text()), 3),
+            prop::option::of(json_value()),
+            prop::option::of(json_value()),
+            prop::option::of(choices),
+        )
+            .prop_map(|(names, error, usage, choices)| {
+                let mut chunk = serde_json::Map::new();
+                for (key, value) in ["id", "model", "provider"].into_iter().zip(names) {
+                    if let Some(value) = value {
+                        chunk.insert(key.into(), value);
+                    }
+                }
+                for (key, value) in [("error", error), ("usage", usage), ("choices", choices)] {
+                    if let Some(value) = value {
+                        chunk.insert(key.into(), value);
+                    }
+                }
+                Value::Object(chunk).to_string()
+            })
+    }
+
+    /// A stream's text chunks take the borrowed path; a chunk with anything more does not.
+    #[test]
+    fn text_chunks_are_read_without_a_tree_and_others_are_not() {
+        let plain = |data: &str| {
+            serde_json::from_str::<Object<TextChunk<'_>>>(data).is_ok_and(|c| c.0.is_plain())
+        };
+        let text_lines: Vec<&str> = TEXT_STREAM
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .collect();
+        // Two text chunks and the finish chunk; the usage chunk is not plain.
+        assert_eq!(text_lines.iter().filter(|l| plain(l)).count(), 3);
+        assert!(plain(r#"{"choices":[{"delta":{"content":"a \"quoted\"\nline","refusal":null}}]}"#));
+        for more in [
+            r#"{"choices":[{"delta":{"tool_calls":[]}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.text"}]}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#,
+            r#"{"choices":[{"finish_reason":"error"}]}"#,
+            r#"{"error":{"code":429},"choices":[]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
+            r#"{"choices":[{"delta":{"content":7}}]}"#,
+        ] {
+            assert!(!plain(more), "{more}");
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 10_000, ..Default::default() })]
 
@@ -865,6 +1113,26 @@ data: [DONE]
             cuts.sort_unstable();
             let _ = parse_in_pieces(&stream, &cuts);
             let _ = wire::completion(&stream);
+        }
+
+        /// The borrowed path reads a chunk exactly as the general path does: the same text
+        /// relayed, the same completion, the same error, after any chunks before it.
+        #[test]
+        fn the_text_path_agrees_with_the_general_path(
+            chunks in proptest::collection::vec(chunk_near_text(), 1..4),
+        ) {
+            let (mut fast, mut general) = (StreamAssembler::default(), StreamAssembler::default());
+            let (mut fast_text, mut general_text) = (Vec::new(), Vec::new());
+            for data in &chunks {
+                let a = fast.event(data, &mut |t| fast_text.push(t.to_owned()));
+                let b = general.any_event(data, &mut |t| general_text.push(t.to_owned()));
+                proptest::prop_assert_eq!(format!("{a:?}"), format!("{b:?}"), "{}", data);
+                if a.is_err() {
+                    break;
+                }
+            }
+            proptest::prop_assert_eq!(fast_text, general_text);
+            proptest::prop_assert_eq!(format!("{:?}", fast.completion), format!("{:?}", general.completion));
         }
     }
 }

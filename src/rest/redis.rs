@@ -141,31 +141,45 @@ impl RedisRests {
         Ok(())
     }
 
-    /// PTTL and value of each key in one pipeline: `(remaining ms, reason)` for a key that rests.
-    /// A key without a TTL is not a rest this module wrote, and is ignored.
+    /// `(remaining ms, reason)` of each key that rests. Almost every read finds no rest, so it is
+    /// a GET a key, and a second round trip reads the TTLs of only the keys that hold a value. A
+    /// key without a TTL (gone meanwhile, or not a rest this module wrote) is ignored.
     async fn read_rests(&self, keys: &[String]) -> Result<Vec<Option<(u64, String)>>, FleetError> {
+        let mut states = vec![None; keys.len()];
         if keys.is_empty() {
-            return Ok(Vec::new());
+            return Ok(states);
         }
         let mut pipe = redis::pipe();
         for key in keys {
-            pipe.cmd("PTTL").arg(key).cmd("GET").arg(key);
+            pipe.get(key);
         }
         let mut conn = self.conn.clone();
-        let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-        if replies.len() != keys.len() * 2 {
-            return Err(unexpected("a PTTL and a GET per key"));
+        let values: Vec<Value> = pipe.query_async(&mut conn).await?;
+        if values.len() != keys.len() {
+            return Err(unexpected("a GET per key"));
         }
-        replies
-            .chunks_exact(2)
-            .map(|pair| match pair {
-                [Value::Int(pttl), value] if *pttl > 0 => {
-                    Ok(Some((*pttl as u64, reason_of(value))))
-                }
-                [Value::Int(_), _] => Ok(None),
-                _ => Err(unexpected("PTTL to answer an integer")),
-            })
-            .collect()
+        let held: Vec<usize> = (0..keys.len())
+            .filter(|&i| !matches!(values[i], Value::Nil))
+            .collect();
+        if held.is_empty() {
+            return Ok(states);
+        }
+        let mut pipe = redis::pipe();
+        for &i in &held {
+            pipe.cmd("PTTL").arg(&keys[i]);
+        }
+        let ttls: Vec<Value> = pipe.query_async(&mut conn).await?;
+        if ttls.len() != held.len() {
+            return Err(unexpected("a PTTL per key"));
+        }
+        for (&i, ttl) in held.iter().zip(ttls) {
+            match ttl {
+                Value::Int(ms) if ms > 0 => states[i] = Some((ms as u64, reason_of(&values[i]))),
+                Value::Int(_) => {}
+                _ => return Err(unexpected("PTTL to answer an integer")),
+            }
+        }
+        Ok(states)
     }
 }
 
@@ -204,17 +218,31 @@ impl Rests for RedisRests {
             .iter()
             .filter_map(|(_, scope)| self.key_for(scope))
             .collect();
+        // A probe is due where a guessed rest has ended: its guess is remembered and its rest is
+        // gone. Guesses are rare, so the rests are read only where one is remembered.
         let mut pipe = redis::pipe();
         for key in &keys {
-            pipe.exists(guess_key(key)).exists(key);
+            pipe.exists(guess_key(key));
         }
         let mut conn = self.conn.clone();
-        let found: Vec<bool> = pipe.query_async(&mut conn).await?;
-        let due: Vec<&String> = keys
+        let guessed: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let guessed: Vec<&String> = keys
             .iter()
-            .zip(found.chunks(2))
-            .filter(|(_, f)| matches!(f, [true, false]))
-            .map(|(key, _)| key)
+            .zip(guessed)
+            .filter_map(|(key, guessed)| guessed.then_some(key))
+            .collect();
+        if guessed.is_empty() {
+            return Ok(Probe::NotDue);
+        }
+        let mut pipe = redis::pipe();
+        for key in &guessed {
+            pipe.exists(*key);
+        }
+        let resting: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let due: Vec<&String> = guessed
+            .into_iter()
+            .zip(resting)
+            .filter_map(|(key, resting)| (!resting).then_some(key))
             .collect();
         if due.is_empty() {
             return Ok(Probe::NotDue);
