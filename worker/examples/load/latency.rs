@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 /// How often the in-flight count and the RSS are read.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// How often the in-flight count is shown over the run.
+const TIMELINE_EVERY: Duration = Duration::from_millis(500);
 /// The soak's round: RSS is read after each.
 const ROUND: u64 = 10_000;
 /// How long the soak watches an idle replica after each round for its RSS at rest.
@@ -51,9 +53,12 @@ pub async fn latency(args: &Args, worker: &Path) -> Result<(), BoxError> {
         let pids = cluster.worker_pids();
         let started = Instant::now();
         let (mut in_flight_peak, mut rss_peak_kb) = (0u64, 0u64);
+        let mut timeline = Vec::new();
         loop {
             let (depths, replicas) = cluster.queue.snapshot().await?;
-            in_flight_peak = in_flight_peak.max(replicas.iter().map(|r| r.running).sum());
+            let in_flight = replicas.iter().map(|r| r.running).sum();
+            in_flight_peak = in_flight_peak.max(in_flight);
+            timeline.push(in_flight);
             rss_peak_kb = rss_peak_kb.max(pids.iter().filter_map(|p| rss_kb(*p)).sum());
             if depths.done + depths.dead >= n {
                 break;
@@ -82,6 +87,14 @@ pub async fn latency(args: &Args, worker: &Path) -> Result<(), BoxError> {
             "  in flight        peak {in_flight_peak} of {slots} slots (claimed jobs, apalis's \
              in-flight sets); worker RSS peak {:.0} MB",
             rss_peak_kb as f64 / 1024.0
+        );
+        // A replica that moves runs in waves shows them here: slots empty between the waves.
+        let every = (TIMELINE_EVERY.as_millis() / SAMPLE_EVERY.as_millis()) as usize;
+        let shown: Vec<String> = timeline.iter().step_by(every).map(u64::to_string).collect();
+        println!(
+            "  in flight / {} ms {}",
+            TIMELINE_EVERY.as_millis(),
+            shown.join(" ")
         );
         let (mut to_attempt, mut inside) = (vec![], vec![]);
         for job in jobs.iter().step_by((jobs.len() / SAMPLE).max(1)) {
