@@ -13,12 +13,11 @@ use freeway::events::{Event, EventError, EventSink};
 use freeway::fleet::Fleet;
 use freeway::job::{RunJob, RunRequest};
 use freeway::provider::{
-    ApiKey, CallError, ChatProvider, ChatRequest, Completion, EnvTargets, Target,
+    ApiKey, CallError, ChatProvider, ChatRequest, Completion, Deltas, EnvTargets, Target,
 };
 use freeway::route::RouteSpec;
 use freeway::store::MemoryStore;
 use std::sync::Arc;
-use tokio::sync::mpsc::UnboundedSender;
 
 struct Instant;
 
@@ -28,9 +27,9 @@ impl ChatProvider for Instant {
         &self,
         _t: &Target,
         _r: &ChatRequest,
-        deltas: &UnboundedSender<String>,
+        deltas: &Deltas,
     ) -> Result<Completion, CallError> {
-        let _ = deltas.send("ok".into());
+        deltas.push("ok");
         Ok(Completion {
             text: "ok".into(),
             finish_reason: Some("stop".into()),

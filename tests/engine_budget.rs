@@ -16,7 +16,7 @@ use freeway::events::Event;
 use freeway::headers::Headers;
 use freeway::job::{Continuation, RunJob, RunRequest};
 use freeway::provider::{
-    CallError, ChatProvider, ChatRequest, Completion, InBandError, Target, TransportError,
+    CallError, ChatProvider, ChatRequest, Completion, Deltas, InBandError, Target, TransportError,
 };
 use freeway::rest::{MemoryRests, RestKind, Rests};
 use freeway::route::{Route, RouteSpec};
@@ -25,7 +25,6 @@ use proptest::prelude::*;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc::UnboundedSender;
 
 /// One scripted provider outcome.
 #[derive(Debug, Clone)]
@@ -125,7 +124,7 @@ impl ChatProvider for ScriptProvider {
         &self,
         _t: &Target,
         req: &ChatRequest,
-        deltas: &UnboundedSender<String>,
+        deltas: &Deltas,
     ) -> Result<Completion, CallError> {
         *self.calls.lock().unwrap() += 1;
         let route = self
@@ -155,7 +154,7 @@ impl ChatProvider for ScriptProvider {
             .unwrap_or(Scripted::Answer);
         match next {
             Scripted::Answer => {
-                let _ = deltas.send("done".into());
+                deltas.push("done");
                 Ok(Completion {
                     text: "done".into(),
                     finish_reason: Some("stop".into()),
@@ -183,7 +182,7 @@ impl ChatProvider for ScriptProvider {
             Scripted::Limit(i) => Err(limit_response(i)),
             Scripted::MidStream { rate_limit, text } => {
                 if text {
-                    let _ = deltas.send("partial".into());
+                    deltas.push("partial");
                 }
                 let code = if rate_limit { 429 } else { 502 };
                 let error = serde_json::json!({"code": code, "message": "mid-stream"});

@@ -15,7 +15,7 @@ use freeway::events::Event;
 use freeway::job::{Continuation, RunJob, RunRequest};
 use freeway::pace::Pacer;
 use freeway::provider::{
-    CallError, ChatProvider, ChatRequest, Completion, HttpProvider, Target, Timeouts,
+    CallError, ChatProvider, ChatRequest, Completion, Deltas, HttpProvider, Target, Timeouts,
 };
 use freeway::rest::{MemoryRests, RestKind, Rests};
 use freeway::route::{OPENROUTER_FREE_POOL, Route, RouteSpec};
@@ -24,7 +24,6 @@ use freeway::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
 use support::Harness;
-use tokio::sync::mpsc::UnboundedSender;
 
 const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
 const FREE_B: &str = "qwen/qwen3-coder:free";
@@ -367,7 +366,7 @@ async fn no_same_route_retry_into_a_resting_pool() {
             &self,
             t: &Target,
             r: &ChatRequest,
-            d: &UnboundedSender<String>,
+            d: &Deltas,
         ) -> Result<Completion, CallError> {
             let result = self.inner.call(t, r, d).await;
             let scope = RestScope::Pool(OPENROUTER_FREE_POOL.into());
@@ -522,12 +521,7 @@ struct RecordMessages {
 
 #[async_trait]
 impl ChatProvider for RecordMessages {
-    async fn call(
-        &self,
-        t: &Target,
-        r: &ChatRequest,
-        d: &UnboundedSender<String>,
-    ) -> Result<Completion, CallError> {
+    async fn call(&self, t: &Target, r: &ChatRequest, d: &Deltas) -> Result<Completion, CallError> {
         self.sent.lock().unwrap().push(r.messages.clone());
         self.inner.call(t, r, d).await
     }
@@ -653,7 +647,7 @@ async fn a_pool_that_starts_resting_during_a_run_snoozes_it_at_its_later_step() 
             &self,
             t: &Target,
             r: &ChatRequest,
-            d: &UnboundedSender<String>,
+            d: &Deltas,
         ) -> Result<Completion, CallError> {
             let result = self.inner.call(t, r, d).await;
             if r.messages.len() == 1 {
@@ -1073,12 +1067,7 @@ struct CrashAfterTheTool {
 
 #[async_trait]
 impl ChatProvider for CrashAfterTheTool {
-    async fn call(
-        &self,
-        t: &Target,
-        r: &ChatRequest,
-        d: &UnboundedSender<String>,
-    ) -> Result<Completion, CallError> {
+    async fn call(&self, t: &Target, r: &ChatRequest, d: &Deltas) -> Result<Completion, CallError> {
         let after_tool = r.messages.last().is_some_and(|m| m.tool_call_id.is_some());
         if after_tool && !self.crashed.swap(true, std::sync::atomic::Ordering::SeqCst) {
             panic!("the executor dies in the middle of the call");

@@ -9,13 +9,13 @@
 use freeway::chat::{Message, ToolCall, ToolSpec, Usage};
 use freeway::provider::{
     ApiKey, BODY_CAP, CALLS_PER_CONNECTION, CallError, ChatProvider, ChatRequest, Completion,
-    ERROR_BODY_CAP, Http2, HttpProvider, Target, Timeouts, Transport, TransportError,
+    Deltas, ERROR_BODY_CAP, Http2, HttpProvider, Target, Timeouts, Transport, TransportError,
 };
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 const KEY: &str = "sk-or-v1-test-key";
@@ -194,29 +194,24 @@ fn target(base_url: &str) -> Target {
     }
 }
 
-/// Makes one call with `timeouts`; returns its result, the deltas and how long it took.
+/// Makes one call with `timeouts`; returns its result, the text it relayed and how long it took.
 async fn call_with(
     timeouts: Timeouts,
     base_url: &str,
     req: &ChatRequest,
-) -> (Result<Completion, CallError>, Vec<String>, Duration) {
+) -> (Result<Completion, CallError>, String, Duration) {
     let provider = HttpProvider::new(timeouts).unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let deltas = Deltas::default();
     let started = Instant::now();
-    let result = provider.call(&target(base_url), req, &tx).await;
+    let result = provider.call(&target(base_url), req, &deltas).await;
     let elapsed = started.elapsed();
-    drop(tx);
-    let mut deltas = Vec::new();
-    while let Some(d) = rx.recv().await {
-        deltas.push(d);
-    }
-    (result, deltas, elapsed)
+    (result, deltas.take().unwrap_or_default(), elapsed)
 }
 
 async fn call(
     base_url: &str,
     req: &ChatRequest,
-) -> (Result<Completion, CallError>, Vec<String>, Duration) {
+) -> (Result<Completion, CallError>, String, Duration) {
     call_with(fast(), base_url, req).await
 }
 
@@ -363,25 +358,21 @@ async fn streaming_text_forwards_deltas_in_order_as_they_arrive() {
     .await;
 
     let provider = HttpProvider::new(fast()).unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let deltas = Deltas::default();
     let req = request(true);
     let t = target(&url);
-    let calling = provider.call(&t, &req, &tx);
+    let calling = provider.call(&t, &req, &deltas);
     // The server holds the rest of the stream until the first delta has reached us: the text is
     // forwarded while the stream is still open, not at its end.
     let listening = async {
-        let first = rx.recv().await;
+        let first = deltas.next().await;
         let _ = go_on.send(());
         first
     };
     let (result, first) = tokio::join!(calling, listening);
-    drop(tx);
-    assert_eq!(first.as_deref(), Some("Hel"));
-    let mut later = Vec::new();
-    while let Some(d) = rx.recv().await {
-        later.push(d);
-    }
-    assert_eq!(later, ["lo, ", "world"]);
+    assert_eq!(first, "Hel");
+    // What arrived after it waits, in order, for the next take.
+    assert_eq!(deltas.take().as_deref(), Some("lo, world"));
     let c = result.unwrap();
     assert_eq!(c.text, "Hello, world");
     assert_eq!(c.finish_reason.as_deref(), Some("stop"));
@@ -528,7 +519,7 @@ async fn idle_timeout_when_the_stream_stalls() {
     let (url, _) = serve(vec![Act::Send(bytes), Act::Stall]).await;
     let (result, deltas, elapsed) = call(&url, &request(true)).await;
     assert_eq!(transport(result), TransportError::IdleTimeout);
-    assert_eq!(deltas, ["partial"]);
+    assert_eq!(deltas, "partial");
     assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
 }
 
@@ -573,7 +564,7 @@ async fn stream_closed_before_it_finished_is_truncated() {
     let (url, _) = serve(vec![Act::Send(bytes)]).await;
     let (result, deltas, _) = call(&url, &request(true)).await;
     assert_eq!(transport(result), TransportError::Truncated);
-    assert_eq!(deltas, ["Once upon"]);
+    assert_eq!(deltas, "Once upon");
 }
 
 #[tokio::test]
@@ -624,7 +615,7 @@ async fn mid_stream_rate_limit_is_in_band_with_the_partial_text() {
     assert!(error.is_rate_limit());
     assert_eq!(error.code, Some(429));
     assert_eq!(partial, "Half an ");
-    assert_eq!(deltas, ["Half an "]);
+    assert_eq!(deltas, "Half an ");
     assert!(
         elapsed < Duration::from_millis(300),
         "the error must not wait for a timeout: {elapsed:?}"
@@ -806,7 +797,7 @@ async fn sim_streamed_tool_call_run() {
     let (result, deltas, _) = call(&sim.base_url(), &req).await;
     let step2 = result.unwrap();
     assert_eq!(step2.text, "Ulysses and Dubliners.");
-    assert_eq!(deltas.concat(), step2.text);
+    assert_eq!(deltas, step2.text);
     assert_eq!(step2.finish_reason.as_deref(), Some("stop"));
     assert!(step2.tool_calls.is_empty());
 
@@ -856,7 +847,7 @@ async fn sim_mid_stream_errors_in_both_layouts() {
             panic!("{layout:?}: {result:?}")
         };
         assert!(!partial.is_empty(), "{layout:?}");
-        assert_eq!(deltas.concat(), partial, "{layout:?}");
+        assert_eq!(deltas, partial, "{layout:?}");
         match code {
             sim::ErrorCode::Number(n) => {
                 assert_eq!(error.code, Some(n));
@@ -939,9 +930,10 @@ async fn connections_for(transport: Transport, calls: usize) -> u64 {
         stream: true,
         max_tokens: None,
     };
-    let (tx, _rx) = mpsc::unbounded_channel();
+    let deltas = Deltas::default();
     let results =
-        futures_util::future::join_all((0..calls).map(|_| provider.call(&target, &req, &tx))).await;
+        futures_util::future::join_all((0..calls).map(|_| provider.call(&target, &req, &deltas)))
+            .await;
     for result in results {
         assert!(result.is_ok(), "{result:?}");
     }
@@ -1029,8 +1021,10 @@ async fn tls_offers_http2_and_refuses_a_certificate_no_root_vouches_for() {
             calls_at_once: 250,
         };
         let provider = HttpProvider::with_transport(fast(), lanes).unwrap();
-        let (tx, _deltas) = mpsc::unbounded_channel();
-        let result = provider.call(&target(&base_url), &request(true), &tx).await;
+        let deltas = Deltas::default();
+        let result = provider
+            .call(&target(&base_url), &request(true), &deltas)
+            .await;
         let expected = match http2 {
             Http2::Negotiated => vec!["h2", "http/1.1"],
             Http2::PriorKnowledge => vec!["h2"],

@@ -11,12 +11,11 @@ use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::metrics;
 use crate::pace::{Headroom, Refusal, Seen};
-use crate::provider::{CallError, ChatRequest, Completion, Target};
+use crate::provider::{CallError, ChatRequest, Completion, Deltas, Target};
 use crate::rest::Probe;
 use crate::route::Route;
 use crate::run::AttemptRecord;
 use crate::store::Attached;
-use tokio::sync::mpsc;
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -255,21 +254,17 @@ impl Engine {
         target: &crate::provider::Target,
         request: &ChatRequest,
     ) -> Result<Completion, CallError> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-        let call = self.provider.call(target, request, &tx);
+        let deltas = Deltas::default();
+        let call = self.provider.call(target, request, &deltas);
         tokio::pin!(call);
         let result = loop {
             tokio::select! {
                 biased;
-                Some(text) = rx.recv() => {
-                    let text = coalesce(text, &mut rx);
-                    self.relay_delta(run, text).await;
-                }
+                text = deltas.next() => self.relay_delta(run, text).await,
                 result = &mut call => break result,
             }
         };
-        if let Ok(text) = rx.try_recv() {
-            let text = coalesce(text, &mut rx);
+        if let Some(text) = deltas.take() {
             self.relay_delta(run, text).await;
         }
         result
@@ -468,15 +463,4 @@ fn log_attempt(record: &AttemptRecord) {
     } else {
         tracing::info!("attempt succeeded");
     }
-}
-
-/// `first` and every delta already waiting behind it, as one text: a stream that outpaces the
-/// event stream is published in fewer, larger `delta` events instead of one Redis round trip per
-/// token, while a slow stream still goes out delta by delta.
-fn coalesce(first: String, rx: &mut mpsc::UnboundedReceiver<String>) -> String {
-    let mut text = first;
-    while let Ok(more) = rx.try_recv() {
-        text.push_str(&more);
-    }
-    text
 }

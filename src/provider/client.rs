@@ -204,7 +204,7 @@ impl ChatProvider for HttpProvider {
         &self,
         target: &Target,
         request: &ChatRequest,
-        deltas: &UnboundedSender<String>,
+        deltas: &Deltas,
     ) -> Result<Completion, CallError> {
         let started = Instant::now();
         let lane = self.lane();
@@ -243,7 +243,7 @@ impl HttpProvider {
         client: &reqwest::Client,
         target: &Target,
         request: &ChatRequest,
-        deltas: &UnboundedSender<String>,
+        deltas: &Deltas,
         started: Instant,
     ) -> Result<Completion, CallError> {
         let t = self.timeouts;
@@ -313,7 +313,7 @@ impl HttpProvider {
                 let body = self.read_body(&mut response, total_deadline).await?;
                 let completion = wire::completion(&body)?;
                 if request.stream && !completion.text.is_empty() {
-                    let _ = deltas.send(completion.text.clone());
+                    deltas.push(&completion.text);
                 }
                 completion
             }
@@ -400,13 +400,13 @@ impl HttpProvider {
     async fn read_stream(
         &self,
         response: &mut reqwest::Response,
-        deltas: &UnboundedSender<String>,
+        deltas: &Deltas,
         total_deadline: Instant,
     ) -> Result<Completion, CallError> {
         let mut parser = StreamParser::default();
         // The engine may stop listening; the call still completes for the transcript.
         let mut on_text = |text: &str| {
-            let _ = deltas.send(text.to_owned());
+            deltas.push(text);
         };
         let mut received = 0usize;
         loop {

@@ -23,7 +23,8 @@ use crate::chat::{Message, ToolCall, ToolSpec, Usage};
 use crate::headers::Headers;
 use async_trait::async_trait;
 use std::fmt;
-use tokio::sync::mpsc::UnboundedSender;
+use std::sync::Mutex;
+use tokio::sync::Notify;
 
 /// A secret that never prints: `Debug` and `Display` show `***`.
 #[derive(Clone, PartialEq, Eq)]
@@ -201,16 +202,82 @@ impl fmt::Display for CallError {
 /// One HTTP call to a chat-completions endpoint. Implementations never retry.
 #[async_trait]
 pub trait ChatProvider: Send + Sync {
-    /// Make the call. Text deltas are sent to `deltas` as they arrive (streaming only).
+    /// Make the call. Text deltas go to `deltas` as they arrive (streaming only).
     async fn call(
         &self,
         target: &Target,
         request: &ChatRequest,
-        deltas: &UnboundedSender<String>,
+        deltas: &Deltas,
     ) -> Result<Completion, CallError>;
+}
+
+/// The text a streamed call has received and its run has not relayed yet. The call pushes
+/// pieces as they arrive; the run takes all that waits at once, so a stream that outpaces the
+/// event stream goes out in fewer, larger `delta` events instead of a Redis round trip per token,
+/// while a slow stream still goes out piece by piece. It lives in the call's future and both
+/// sides borrow it: a call allocates nothing for it until text arrives (a channel was a block of
+/// slots per call, 700 bytes at each of thousands of calls in flight).
+#[derive(Debug, Default)]
+pub struct Deltas {
+    text: Mutex<String>,
+    arrived: Notify,
+}
+
+impl Deltas {
+    /// Add a piece of text (the call's side).
+    pub fn push(&self, piece: &str) {
+        if piece.is_empty() {
+            return;
+        }
+        self.text
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_str(piece);
+        self.arrived.notify_one();
+    }
+
+    /// All the text pushed since the last take, once there is some (the run's side).
+    pub async fn next(&self) -> String {
+        loop {
+            if let Some(text) = self.take() {
+                return text;
+            }
+            self.arrived.notified().await;
+        }
+    }
+
+    /// All the text pushed since the last take, if any was.
+    pub fn take(&self) -> Option<String> {
+        let mut text = self.text.lock().unwrap_or_else(|e| e.into_inner());
+        (!text.is_empty()).then(|| std::mem::take(&mut *text))
+    }
 }
 
 /// Install the process-wide TLS crypto provider (ring) once; later calls do nothing.
 pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    /// The run takes what a call pushed, in order, all that waits at once; it waits for a push
+    /// when nothing waits.
+    #[tokio::test]
+    async fn deltas_come_out_in_order_and_all_that_waits_at_once() {
+        let deltas = Deltas::default();
+        assert_eq!(deltas.take(), None);
+        let next = deltas.next();
+        tokio::pin!(next);
+        assert_eq!((&mut next).now_or_never(), None, "nothing was pushed yet");
+        for piece in ["Hel", "", "lo"] {
+            deltas.push(piece);
+        }
+        assert_eq!(next.await, "Hello");
+        deltas.push(", world");
+        assert_eq!(deltas.take().as_deref(), Some(", world"));
+        assert_eq!(deltas.take(), None);
+    }
 }

@@ -12,9 +12,9 @@
 use super::wire::{self, malformed};
 use super::{CallError, Completion, TransportError};
 use crate::chat::ToolCall;
+use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -172,7 +172,11 @@ impl StreamAssembler {
     }
 
     /// Any event payload, in every shape the wire has.
-    fn any_event(&mut self, data: &str, on_text: &mut dyn FnMut(&str)) -> Result<Progress, CallError> {
+    fn any_event(
+        &mut self,
+        data: &str,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Progress, CallError> {
         let chunk: Value = serde_json::from_str(data)
             .map_err(|e| malformed(format!("stream chunk is not JSON: {e}")))?;
         if !chunk.is_object() {
@@ -1023,8 +1027,9 @@ data: [DONE]
         let mut delta_keys = vec!["content", "role", "tool_calls", "refusal", "reasoning"];
         delta_keys.extend(crate::chat::TURN_FIELDS);
         let delta = prop_oneof![
-            prop::collection::btree_map(prop::sample::select(delta_keys), text(), 0..4)
-                .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+            prop::collection::btree_map(prop::sample::select(delta_keys), text(), 0..4).prop_map(
+                |m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+            ),
             json_value(),
         ];
         let index = prop_oneof![Just(Value::from(0)), Just(Value::from(1)), json_value()];
@@ -1040,7 +1045,11 @@ data: [DONE]
         )
             .prop_map(|(index, finish, delta)| {
                 let mut choice = serde_json::Map::new();
-                for (key, value) in [("index", index), ("finish_reason", finish), ("delta", delta)] {
+                for (key, value) in [
+                    ("index", index),
+                    ("finish_reason", finish),
+                    ("delta", delta),
+                ] {
                     if let Some(value) = value {
                         choice.insert(key.into(), value);
                     }
@@ -1085,7 +1094,9 @@ data: [DONE]
             .collect();
         // Two text chunks and the finish chunk; the usage chunk is not plain.
         assert_eq!(text_lines.iter().filter(|l| plain(l)).count(), 3);
-        assert!(plain(r#"{"choices":[{"delta":{"content":"a \"quoted\"\nline","refusal":null}}]}"#));
+        assert!(plain(
+            r#"{"choices":[{"delta":{"content":"a \"quoted\"\nline","refusal":null}}]}"#
+        ));
         for more in [
             r#"{"choices":[{"delta":{"tool_calls":[]}}]}"#,
             r#"{"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.text"}]}}]}"#,

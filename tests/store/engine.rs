@@ -14,8 +14,8 @@ use freeway::fleet::Fleet;
 use freeway::headers::Headers;
 use freeway::job::{RunJob, RunRequest};
 use freeway::provider::{
-    ApiKey, CallError, ChatProvider, ChatRequest, Completion, EnvTargets, HttpProvider, Target,
-    TargetError, Targets, Timeouts,
+    ApiKey, CallError, ChatProvider, ChatRequest, Completion, Deltas, EnvTargets, HttpProvider,
+    Target, TargetError, Targets, Timeouts,
 };
 use freeway::rest::{MemoryRests, Rests};
 use freeway::route::{OPENROUTER_FREE_POOL, Route, RouteSpec};
@@ -24,7 +24,6 @@ use freeway::store::{Backend, NewConnection, SecretKey, SqlStore, Store, StoreTa
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc::UnboundedSender;
 
 /// Answers at once with a scripted outcome (then plain answers), counting calls.
 #[derive(Default)]
@@ -81,7 +80,7 @@ impl ChatProvider for Scripted {
         &self,
         _t: &Target,
         _r: &ChatRequest,
-        deltas: &UnboundedSender<String>,
+        deltas: &Deltas,
     ) -> Result<Completion, CallError> {
         *self.calls.lock().unwrap() += 1;
         let next = self
@@ -91,7 +90,7 @@ impl ChatProvider for Scripted {
             .pop_front()
             .unwrap_or_else(|| answer("answer"));
         if let Ok(c) = &next {
-            let _ = deltas.send(c.text.clone());
+            deltas.push(&c.text);
         }
         next
     }

@@ -658,7 +658,10 @@ mod tests {
             let mut next = 0;
             for rows in &cut {
                 assert_eq!(rows.start, next, "{n}: {cut:?}");
-                assert!(rows.len().is_power_of_two() && rows.len() <= MAX_ROWS, "{n}: {cut:?}");
+                assert!(
+                    rows.len().is_power_of_two() && rows.len() <= MAX_ROWS,
+                    "{n}: {cut:?}"
+                );
                 next = rows.end;
             }
             assert_eq!(next, n, "{n}: {cut:?}");

@@ -280,7 +280,7 @@ async fn bare_job(
     let Some(call) = call.as_ref() else {
         return Ok(());
     };
-    let (deltas, _) = tokio::sync::mpsc::unbounded_channel();
+    let deltas = freeway::provider::Deltas::default();
     call.provider
         .call(&call.target, &call.request, &deltas)
         .await
