@@ -257,14 +257,16 @@ impl Engine {
         when_resting: WhenResting,
     ) -> Result<Outcome, EngineError> {
         // A run is stored by its first save (or by the producer at enqueue): a delivery that
-        // stops before saving leaves nothing behind.
-        let (stored, transcript) = self
-            .store
-            .run_and_transcript(&job.run_id, &job.conversation_id)
-            .await?;
-        let rec = match stored {
-            Some(stored) => stored,
-            None => RunRecord::queued(job, self.clock.now_ms()),
+        // stops before saving leaves nothing behind. (Each block and helper below keeps what it
+        // reads out of the states the run's future holds while it calls: every local of this
+        // body would stay in them for the whole run, at each of thousands of runs in flight.)
+        let (rec, transcript) = {
+            let (stored, transcript) = self
+                .store
+                .run_and_transcript(&job.run_id, &job.conversation_id)
+                .await?;
+            let rec = stored.unwrap_or_else(|| RunRecord::queued(job, self.clock.now_ms()));
+            (rec, transcript)
         };
         if rec.status.is_settled() {
             return Ok(Outcome::Skipped(rec.status));
@@ -288,19 +290,7 @@ impl Engine {
                 job.request.max_tokens,
             ),
         };
-        let outcome = match self.preflight(&mut run, when_resting).await? {
-            Some(outcome) => outcome,
-            None => {
-                self.start(&mut run).await?;
-                match self.steps(&mut run, when_resting).await {
-                    Err(EngineError::Cancelled { by }) => {
-                        tracing::info!(run_id = %job.run_id, %by, "cancelled before its next call");
-                        self.cancelled(&mut run, by).await?
-                    }
-                    stepped => stepped?,
-                }
-            }
-        };
+        let outcome = self.proceed(&mut run, when_resting).await?;
         // A settled run's calls are final; a snoozed one counts when it settles.
         if matches!(
             outcome,
@@ -310,6 +300,25 @@ impl Engine {
             self.fleet.metrics.add(metrics::run(calls)).await;
         }
         Ok(outcome)
+    }
+
+    /// Pre-flight, then the run's steps if it passed.
+    async fn proceed(
+        &self,
+        run: &mut Run<'_>,
+        when_resting: WhenResting,
+    ) -> Result<Outcome, EngineError> {
+        if let Some(stopped) = self.preflight(run, when_resting).await? {
+            return Ok(stopped);
+        }
+        self.start(run).await?;
+        match self.steps(run, when_resting).await {
+            Err(EngineError::Cancelled { by }) => {
+                tracing::info!(run_id = %run.job.run_id, %by, "cancelled before its next call");
+                self.cancelled(run, by).await
+            }
+            stepped => stepped,
+        }
     }
 
     /// Why a continuation may not run, if it may not: it carries a tool result into a parent
