@@ -270,3 +270,34 @@ async fn sqlite_memory_urls_work_for_experiments() {
         .unwrap();
     assert_eq!(s.transcript("c").await.unwrap().len(), 1);
 }
+
+/// A SQLite file's writer checkpoints the WAL itself, outside the file's turn: what the store
+/// writes reaches the database file while writes go on, and the WAL does not grow without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_sqlite_store_writes_reaches_its_file_while_writes_go_on() {
+    let Some((_, url, cleanup)) = fresh_urls("checkpoint").await.into_iter().next() else {
+        panic!("a SQLite url");
+    };
+    let store = SqlStore::open(&url).await.unwrap();
+    let file = std::path::PathBuf::from(url.trim_start_matches("sqlite://"));
+    let migrated = std::fs::metadata(&file).unwrap().len();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut batches = 0;
+    while std::fs::metadata(&file).unwrap().len() <= migrated {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after {batches} batches of writes the database file still has only its schema"
+        );
+        let writes = (0..50).map(|_| {
+            let rec = record(&unique("run"), &unique("conv"));
+            let store = &store;
+            async move { store.save_run(&rec).await }
+        });
+        for saved in futures_util::future::join_all(writes).await {
+            saved.unwrap();
+        }
+        batches += 1;
+    }
+    store.close().await;
+    drop_database(cleanup).await;
+}

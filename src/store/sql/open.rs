@@ -88,7 +88,7 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<Sqlite, StoreError>
     migrator().run(&first).await.map_err(migrate_error)?;
     first.close().await;
     drop(lock);
-    let pool = |connections| {
+    let pool = |connections, options: SqliteConnectOptions| {
         SqlitePoolOptions::new()
             .max_connections(connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -96,11 +96,17 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<Sqlite, StoreError>
             // the connection's thread, and back, at every read of every run.
             .test_before_acquire(false)
             .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
-            .connect_with(options.clone())
+            .connect_with(options)
     };
+    let readers = pool(SQLITE_CONNECTIONS, options.clone());
+    let readers = readers.await.map_err(unreachable)?;
+    // The writer checkpoints the WAL itself, outside the file's turn (`writer`): the commit that
+    // crossed SQLite's threshold did it inside, while every writer of the file waited.
+    let writer = pool(1, options.pragma("wal_autocheckpoint", "0"));
+    let writer = writer.await.map_err(unreachable)?;
     Ok(Sqlite {
-        readers: Db::Sqlite(pool(SQLITE_CONNECTIONS).await.map_err(unreachable)?),
-        writer: Db::Sqlite(pool(1).await.map_err(unreachable)?),
+        readers: Db::Sqlite(readers),
+        writer: Db::Sqlite(writer),
         file_lock: Some(file_lock),
     })
 }

@@ -35,6 +35,10 @@ const RETRY_PAUSES: [std::time::Duration; 3] = [
     std::time::Duration::from_millis(1000),
 ];
 const RETRY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often a SQLite file's writer checkpoints the WAL, after a batch and outside the file's
+/// turn, so the other writers of the file write meanwhile. (Left to SQLite, the commit that
+/// crossed its threshold checkpointed, inside the turn: the slowest commits by far.)
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// One write, with every value already converted to what the columns hold.
 pub(super) enum Write {
@@ -148,6 +152,7 @@ async fn run(db: Db, turns: Option<FileLock>, mut rx: mpsc::Receiver<Queued>) {
         Db::Postgres(_) => Params::Numbered,
     });
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut checkpointed = tokio::time::Instant::now();
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let held = match &turns {
             Some(turns) => turns.lock().await.map(Some),
@@ -161,6 +166,16 @@ async fn run(db: Db, turns: Option<FileLock>, mut rx: mpsc::Receiver<Queued>) {
                     let failed = StoreError::Unavailable(message.clone());
                     let _ = queued.reply.send(Err(failed));
                 }
+            }
+        }
+        if let (Some(_), Db::Sqlite(pool)) = (&turns, &db)
+            && checkpointed.elapsed() >= CHECKPOINT_EVERY
+        {
+            checkpointed = tokio::time::Instant::now();
+            // PASSIVE waits for no reader or writer; what it cannot copy yet, the next one does.
+            let checkpoint = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(pool);
+            if let Err(error) = checkpoint.await {
+                tracing::warn!(%error, "checkpointing the store's WAL failed; trying again later");
             }
         }
     }
