@@ -257,9 +257,9 @@ impl Engine {
         when_resting: WhenResting,
     ) -> Result<Outcome, EngineError> {
         // A run is stored by its first save (or by the producer at enqueue): a delivery that
-        // stops before saving leaves nothing behind. (Each block and helper below keeps what it
-        // reads out of the states the run's future holds while it calls: every local of this
-        // body would stay in them for the whole run, at each of thousands of runs in flight.)
+        // stops before saving leaves nothing behind. What is only needed before the steps is
+        // read in a block, and pre-flight sits behind `proceed`: a local of this body would take
+        // room in the run's future for the whole run, at each of thousands of runs in flight.
         let (rec, transcript) = {
             let (stored, transcript) = self
                 .store

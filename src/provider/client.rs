@@ -127,7 +127,8 @@ impl HttpProvider {
         timeouts: Timeouts,
         transport: Transport,
     ) -> Result<HttpProvider, ProviderInitError> {
-        // Other clients of the process (a tool service's, a test's) take the process-wide one.
+        // The lanes bring their own crypto provider; reqwest clients built elsewhere in the
+        // process (the tool service's) need the process-wide one.
         install_crypto();
         let tls = tls(transport.http2)?;
         let lanes = transport

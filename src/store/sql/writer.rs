@@ -361,6 +361,7 @@ impl Statements {
 
     /// `kind`'s statement for `rows`, a count [`chunks`] gives.
     fn get(&self, kind: MultiRow, rows: usize) -> AssertSqlSafe<Arc<str>> {
+        debug_assert!(rows.is_power_of_two() && rows <= MAX_ROWS, "{rows} rows");
         AssertSqlSafe(self.sql[kind as usize][rows.trailing_zeros() as usize].clone())
     }
 }
