@@ -95,9 +95,8 @@ impl Engine {
             max_tokens: Some(1),
         };
         let started = self.clock.now_ms();
-        let result = (self.provider)
-            .call(&target, &request, &crate::provider::Deltas::default())
-            .await;
+        let deltas = crate::provider::Deltas::default();
+        let result = self.provider.call(&target, &request, &deltas).await;
         let finished = self.clock.now_ms();
         self.note_answer(route, canary_tokens(), &result).await?;
         let run_id = CanaryRecord::run_id(&canary.provider, started);

@@ -158,8 +158,9 @@ impl StreamAssembler {
                 *slot = value.and_then(Text::non_empty);
             }
         }
-        let first = chunk.choices.iter().flatten();
-        for Object(choice) in first.filter(|c| c.0.index.unwrap_or(0) == 0) {
+        // Only the first choice is asked for (no `n`), as in the general path.
+        let choices = chunk.choices.iter().flatten();
+        for Object(choice) in choices.filter(|c| c.0.index.unwrap_or(0) == 0) {
             if let Some(reason) = choice.finish_reason.clone().and_then(Text::non_empty) {
                 c.finish_reason = Some(reason);
             }

@@ -98,15 +98,16 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<Sqlite, StoreError>
             .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
             .connect_with(options)
     };
-    let readers = pool(SQLITE_CONNECTIONS, options.clone());
-    let readers = readers.await.map_err(unreachable)?;
     // The writer checkpoints the WAL itself, outside the file's turn (`writer`): the commit that
     // crossed SQLite's threshold did it inside, while every writer of the file waited.
-    let writer = pool(1, options.pragma("wal_autocheckpoint", "0"));
-    let writer = writer.await.map_err(unreachable)?;
+    let writer = options.clone().pragma("wal_autocheckpoint", "0");
     Ok(Sqlite {
-        readers: Db::Sqlite(readers),
-        writer: Db::Sqlite(writer),
+        readers: Db::Sqlite(
+            pool(SQLITE_CONNECTIONS, options)
+                .await
+                .map_err(unreachable)?,
+        ),
+        writer: Db::Sqlite(pool(1, writer).await.map_err(unreachable)?),
         file_lock: Some(file_lock),
     })
 }

@@ -349,6 +349,13 @@ struct Statements {
 
 impl Statements {
     fn new(params: Params) -> Statements {
+        // `get` finds a kind's statements at its discriminant.
+        debug_assert!(
+            MultiRow::ALL
+                .iter()
+                .enumerate()
+                .all(|(i, &k)| k as usize == i)
+        );
         let sql = MultiRow::ALL
             .iter()
             .map(|kind| {
