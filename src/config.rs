@@ -43,6 +43,9 @@ pub struct Settings {
     pub platform_keys: BTreeMap<String, ApiKey>,
     pub tool_url: Option<String>,
     pub summary: bool,
+    /// `FREEWAY_LEARN_LIMITS` (default `on`): pools learn what their providers state; `off`
+    /// paces by the configuration alone (the benchmarks compare the two).
+    pub learn_limits: bool,
     pub log_format: LogFormat,
     /// `FREEWAY_HTTP2` (default `negotiated`): HTTP/2 where TLS negotiates it, or
     /// `prior-knowledge`, HTTP/2 over cleartext too (an `http://` gateway that speaks h2c).
@@ -145,6 +148,12 @@ impl Settings {
             "off",
             &[("on", true), ("off", false)],
         )?;
+        let learn_limits = one_of(
+            get("FREEWAY_LEARN_LIMITS"),
+            "FREEWAY_LEARN_LIMITS",
+            "on",
+            &[("on", true), ("off", false)],
+        )?;
         let http2 = one_of(
             get("FREEWAY_HTTP2"),
             "FREEWAY_HTTP2",
@@ -194,6 +203,7 @@ impl Settings {
             platform_keys,
             tool_url,
             summary,
+            learn_limits,
             log_format,
             http2,
             secret_key,

@@ -263,6 +263,17 @@ impl HeldSlot {
 }
 
 impl RunJob {
+    /// The tokens the run's first call is expected to spend, for pools that count them: its
+    /// input and system prompt, and its answer's cap ([`crate::pace::estimate_tokens`]).
+    pub fn first_call_tokens(&self) -> u32 {
+        let request = &self.request;
+        crate::pace::estimate_tokens(
+            request.input.as_ref().map_or(0, String::len)
+                + request.system.as_ref().map_or(0, String::len),
+            request.max_tokens,
+        )
+    }
+
     /// A new run for a validated request, enqueued at `now_ms`.
     pub fn new(request: RunRequest, now_ms: u64) -> RunJob {
         let run_id = format!("run_{}", ulid::Ulid::generate());

@@ -17,7 +17,6 @@
 use crate::catalog::{Catalog, Pool};
 use crate::clock::{Clock, SystemClock};
 use crate::fleet::{Fleet, FleetError};
-use crate::pace::Limits;
 use crate::provider::{EnvTargets, HttpProvider};
 use crate::rest::ActiveRest;
 use std::sync::Arc;
@@ -135,20 +134,13 @@ impl DayWatch {
                 return Ok(None);
             }
         };
-        let limits = pool.limits().unwrap_or(Limits {
-            per_window: None,
-            window_ms: 60_000,
-            rolling: false,
-            per_day: None,
-            tokens_per_window: None,
-            tokens_per_day: None,
-        });
+        let limits = pool.limits();
         let lift = day_rest.is_some() && !first_sight && quota.remaining > 0;
         if lift {
-            // The refusal that rested the day also marked the limiter's window full; the day is
-            // back, so both go, and the sync below sets the day's count and limit again.
+            // The day is back: its rest goes, and the sync below sets the day's count and
+            // limit again.
             self.fleet.rests.clear("pool", &instance).await?;
-            self.fleet.pace.reopen(&instance).await?;
+            self.fleet.pace.reopen_day(&instance).await?;
         }
         let day_end = self.catalog.day_clock(pool).day_end_ms(self.clock.now_ms());
         let synced = self

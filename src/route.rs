@@ -123,7 +123,8 @@ pub struct Route {
     pub dialect: Dialect,
     /// When the route's spent day comes back (its pool's `day_reset`, or the dialect's day).
     pub day: DayClock,
-    /// The limits its pool is paced by, if the pool declares any.
+    /// The limits its pool starts pacing by (what the pool declares, perhaps nothing), for a
+    /// route in a pool.
     pub pace: Option<Limits>,
 }
 

@@ -172,7 +172,7 @@ async fn waiting_runs_hold_slots_of_later_windows_and_wake_at_them() {
 }
 
 #[tokio::test]
-async fn a_refusal_the_limiter_let_through_is_a_pacing_miss_that_fills_the_window() {
+async fn a_refusal_the_limiter_let_through_is_a_pacing_miss_that_teaches_the_limit() {
     // The pool is declared at 20 a minute; the account allows 5.
     let s = setup(5).await;
     for n in 0..8 {
@@ -193,7 +193,26 @@ async fn a_refusal_the_limiter_let_through_is_a_pacing_miss_that_fills_the_windo
             .await
             .unwrap();
     assert_eq!(usage.misses, 1);
-    assert_eq!(usage.window_used, 20, "the miss marked the window full");
+    assert_eq!(
+        usage.learned.per_window,
+        Some(5),
+        "the refusal's X-RateLimit-Limit is learned"
+    );
+    assert_eq!(usage.window_used, 6, "the six calls made are counted");
+    assert!(
+        matches!(
+            s.h.pace
+                .peek(OPENROUTER_FREE_POOL, &limits, u64::MAX, 0)
+                .await
+                .unwrap(),
+            freeway::pace::Slot::In(_)
+        ),
+        "the window is full at the stated limit"
+    );
+    assert_eq!(
+        usage.learned.working_per_window, None,
+        "a refusal that states its limit lowers nothing below it"
+    );
 }
 
 #[tokio::test]
@@ -449,4 +468,105 @@ async fn a_pool_counting_tokens_admits_by_the_answers_usage_not_the_estimate() {
     assert!(matches!(outcome, Outcome::Snoozed { .. }), "{outcome:?}");
     assert_eq!(s.calls().len(), 2, "no call the pool's tokens cannot take");
     assert!(s.calls().iter().all(|(_, status)| *status == 200));
+}
+
+/// A run that holds a slot of a later window and is woken before it (an operator's "run now",
+/// a redelivery) while the pool has room calls in a slot of its own: the held one goes back, so
+/// the window and the day count the run once.
+#[tokio::test]
+async fn a_held_slot_its_run_does_not_use_is_given_back() {
+    let s = setup(20).await;
+    for n in 0..20 {
+        assert!(succeeded(
+            &s.execute(&s.job(&format!("u{n}"), &[FREE_A])).await
+        ));
+    }
+    let mut job = s.job("w", &[FREE_A]);
+    let Outcome::Snoozed { slot, .. } = s.execute(&job).await else {
+        panic!("a run without an open route waits")
+    };
+    job.slot = slot;
+    let route = Route::parse(FREE_A, &Catalog::builtin()).unwrap();
+    let limits = route.pace.expect("a pool route");
+    let usage = || {
+        let day_end = route.day.day_end_ms(s.h.clock.now_ms());
+        s.h.pace.usage(OPENROUTER_FREE_POOL, &limits, day_end)
+    };
+    assert_eq!(
+        (
+            usage().await.unwrap().reserved,
+            usage().await.unwrap().day_used
+        ),
+        (1, 21)
+    );
+    // Woken again while the window is still full: it holds one slot, not two.
+    let Outcome::Snoozed { slot, .. } = s.execute(&job).await else {
+        panic!("still no room")
+    };
+    job.slot = slot;
+    assert_eq!(
+        (
+            usage().await.unwrap().reserved,
+            usage().await.unwrap().day_used
+        ),
+        (1, 21),
+        "the first slot went back when the second was taken"
+    );
+    // The next window begins; the run is woken before its slot's moment and finds room.
+    let window_end = s.h.clock.now_ms() / MINUTE * MINUTE + MINUTE;
+    s.advance(window_end + 100 - s.h.clock.now_ms());
+    assert!(succeeded(&s.execute(&job).await));
+    let after = usage().await.unwrap();
+    assert_eq!(
+        (after.window_used, after.reserved, after.day_used),
+        (1, 0, 21),
+        "the run's call is counted once in the window and the day"
+    );
+}
+
+/// A day refusal of a pool that declares no day limit teaches the limit (what the refusal
+/// states, here the simulator's `X-RateLimit-Limit`), and is no pacing miss.
+#[tokio::test]
+async fn a_day_refusal_teaches_the_day_limit_and_is_no_pacing_miss() {
+    let config = sim::SimConfig {
+        rpm: 20,
+        rpd: 3,
+        ..Default::default()
+    };
+    let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
+    let s = Setup {
+        h: support::harness(provider, &sim.base_url()),
+        sim,
+    };
+    for n in 0..4 {
+        s.execute(&s.job(&format!("u{n}"), &[FREE_A, PAID])).await;
+    }
+    let statuses: Vec<u16> = s.calls().iter().map(|(_, status)| *status).collect();
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 429, 200],
+        "the fourth free call met the day"
+    );
+    let route = Route::parse(FREE_A, &Catalog::builtin()).unwrap();
+    let limits = route.pace.expect("a pool route");
+    let day_end = route.day.day_end_ms(s.h.clock.now_ms());
+    let usage =
+        s.h.pace
+            .usage(OPENROUTER_FREE_POOL, &limits, day_end)
+            .await
+            .unwrap();
+    assert_eq!(usage.learned.per_day, Some(3), "{usage:?}");
+    assert_eq!(usage.misses, 0, "a day learned is no pacing miss");
+    let next =
+        s.h.pace
+            .peek(OPENROUTER_FREE_POOL, &limits, day_end, 0)
+            .await
+            .unwrap();
+    assert!(
+        matches!(next, freeway::pace::Slot::In(ms) if ms > MINUTE),
+        "closed for the day: {next:?}"
+    );
 }

@@ -13,7 +13,6 @@ use freeway::classify::{RestLength, RestScope, Verdict};
 use freeway::engine::{Outcome, WhenResting};
 use freeway::events::Event;
 use freeway::job::{Continuation, RunJob, RunRequest};
-use freeway::pace::Pacer;
 use freeway::provider::{
     CallError, ChatProvider, ChatRequest, Completion, Deltas, HttpProvider, Target, Timeouts,
 };
@@ -433,9 +432,9 @@ async fn a_run_whose_chain_is_closed_only_by_rate_limits_snoozes_with_its_budget
             .any(|e| matches!(e, Event::Delayed { .. }))
     );
 
-    // The pool reopens (operator clear stands in for time) and the quota is back.
+    // The pool reopens (an operator clear, and the next window) and the quota is back.
     s.h.rests.clear("pool", OPENROUTER_FREE_POOL).await.unwrap();
-    s.h.pace.reopen(OPENROUTER_FREE_POOL).await.unwrap();
+    s.h.clock.advance(Duration::from_secs(61));
     set_rpm(&s.sim, 20).await;
     let outcome = execute(&s.h, &job, WhenResting::Snooze).await;
     assert_eq!(outcome, finished(RunStatus::Succeeded, None));

@@ -283,7 +283,7 @@ async fn a_users_own_groq_key_spends_its_own_pool_instance() {
             .catalog
             .pools()
             .find(|p| p.name == GROQ_POOL)
-            .and_then(|p| p.limits());
+            .map(|p| p.limits());
         let pace = s.h.pace.clone();
         async move {
             let limits = limits.expect("the Groq pool declares its limit");

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::JsonBody;
 use common::fleet::{ADMIN_TOKEN, API_TOKEN, Fleet, Logging, PLATFORM_KEY, SECRET_KEY, sample};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -377,4 +378,123 @@ async fn settled_pushed(fleet: &Fleet, run_id: &str) -> Value {
         assert!(tokio::time::Instant::now() < deadline, "{run_id}: {run}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// docs/design.md §4.4: every wake goes through the limiter. Another client of the key spends
+/// the account's window; a run's call into it earns the one 429, which rests the pool until the
+/// window's end and marks the limiter's window full. 85 runs queue behind the rest. The
+/// operator clears it: the 85 are woken, and the limiter still sends none of them into the
+/// window the provider has spent (on OpenRouter a refused call still spends the day), then at
+/// most its limit a window. None earns a 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
+    const WINDOW_MS: u64 = 10_000;
+    const LIMIT: usize = 40;
+    let config = sim::SimConfig {
+        rpm: LIMIT as u32,
+        rpd: 100_000,
+        window_s: WINDOW_MS / 1000,
+        ..sim::SimConfig::default()
+    };
+    let fleet = Fleet::start_with("clear", config, 2, Logging::default(), |_| {
+        let dir = std::env::temp_dir().join(format!("freeway-clear-{}", ulid::Ulid::generate()));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let path = dir.join("freeway.toml");
+        let toml = format!("[pools.openrouter-free]\nrpm = {LIMIT}\nwindow_s = 10\n");
+        std::fs::write(&path, toml).expect("the configuration file");
+        vec![("FREEWAY_CONFIG".into(), path.display().to_string())]
+    })
+    .await;
+    // Start early in a window, so the whole set-up happens inside it.
+    while freeway::clock::epoch_ms() % WINDOW_MS > 1_500 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let window_end = (freeway::clock::epoch_ms() / WINDOW_MS + 1) * WINDOW_MS;
+    let chat = format!("{}/chat/completions", fleet.sim.base_url());
+    for _ in 0..LIMIT {
+        let body =
+            json!({"model": FREE, "messages": [{"role": "user", "content": "other client"}]});
+        let r = fleet
+            .http
+            .post(&chat)
+            .bearer_auth(PLATFORM_KEY)
+            .json_body(&body)
+            .send()
+            .await
+            .expect("the sim answers");
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let mut first = run("u0", &[FREE]);
+    first["on_rest"] = json!("queue");
+    let first = fleet.enqueue(first).await;
+    let rested = fleet
+        .json_when("/v1/rests", |r| {
+            r["rests"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x["scope"] == "pool"))
+        })
+        .await;
+    let mut bodies = Vec::new();
+    for n in 0..85 {
+        let mut b = run(&format!("u{}", n % 7), &[FREE]);
+        b["on_rest"] = json!("queue");
+        bodies.push(b);
+    }
+    let (status, batch) = fleet
+        .call("POST", "/v1/runs:batch", Some(&json!({ "runs": bodies })))
+        .await;
+    assert_eq!(status, 200, "{batch}");
+    let mut ids: Vec<String> = batch["results"]
+        .as_array()
+        .expect("one result a body")
+        .iter()
+        .map(|r| r["run_id"].as_str().expect("enqueued").to_string())
+        .collect();
+    ids.push(first);
+    fleet
+        .json_when("/v1/runs?status=delayed&limit=200", |r| {
+            r["runs"].as_array().is_some_and(|a| a.len() == ids.len())
+        })
+        .await;
+    let cleared_at = freeway::clock::epoch_ms();
+    assert!(
+        cleared_at < window_end,
+        "the set-up took past the window: {rested}"
+    );
+    let cleared = fleet
+        .http
+        .delete(fleet.url("/v1/rests/pool/openrouter-free"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("the producer answers");
+    assert_eq!(cleared.status().as_u16(), 204);
+    for id in &ids {
+        let run = fleet.settled(id, Duration::from_secs(90)).await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+    }
+    let after: Vec<sim::CallRecord> = fleet
+        .sim
+        .calls()
+        .into_iter()
+        .filter(|c| c.t_ms >= cleared_at)
+        .collect();
+    assert_eq!(after.len(), ids.len(), "one call a run after the clear");
+    assert!(
+        after.iter().all(|c| c.status == 200),
+        "no woken run earned a 429: {:?}",
+        after.iter().filter(|c| c.status != 200).collect::<Vec<_>>()
+    );
+    assert!(
+        after.iter().all(|c| c.t_ms >= window_end),
+        "none went into the spent window"
+    );
+    let mut per_window: BTreeMap<u64, usize> = BTreeMap::new();
+    for c in &after {
+        *per_window.entry(c.t_ms / WINDOW_MS).or_default() += 1;
+    }
+    assert!(
+        per_window.values().all(|&n| n <= LIMIT),
+        "at most the limit a window: {per_window:?}"
+    );
 }

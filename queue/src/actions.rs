@@ -6,6 +6,9 @@
 use crate::enqueue::{EnqueueError, Enqueuer, Outcome};
 use freeway::events::{Event, EventSink};
 use freeway::lease::Leases;
+use freeway::preflight::{self, Preflight, Waiting};
+use freeway::rest::Rests;
+use freeway::route::Route;
 use freeway::run::{RunRecord, RunStatus};
 
 /// Where a cancelled run stands when the request is answered.
@@ -15,6 +18,17 @@ pub enum Cancelled {
     Now,
     /// It is running: its executor stops it before its next call.
     BeforeNextCall,
+}
+
+/// What "run now" does to a delayed run: the answer says what will really happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Woken {
+    /// Its routes are open: it was woken and runs now (through its pool's limiter, like any
+    /// call).
+    Now,
+    /// Its routes are still closed (a rest, a full pool): waking it would only delay it again,
+    /// so it keeps waiting, until `until_ms` for the closure `reason` names.
+    Waits { until_ms: u64, reason: String },
 }
 
 impl Enqueuer {
@@ -48,7 +62,20 @@ impl Enqueuer {
         run.pending_tool_call = None;
         run.updated_ms = freeway::clock::epoch_ms();
         self.store.save_run(&run).await?;
-        self.queue.forget(run_id).await?;
+        if let Some(job) = self.queue.forget(run_id).await?
+            && let Some(held) = &job.slot
+        {
+            // The slot it waited for goes to another run.
+            let routes: Vec<Route> = job
+                .request
+                .routes
+                .iter()
+                .filter_map(|spec| Route::resolve(spec, self.catalog()).ok())
+                .collect();
+            let now = freeway::clock::epoch_ms();
+            freeway::engine::give_back(&self.pacer(), &routes, held, job.first_call_tokens(), now)
+                .await?;
+        }
         let cancelled = Event::Cancelled {
             by: Some(by.to_string()),
         };
@@ -94,19 +121,48 @@ impl Enqueuer {
         Ok((outcome, deadline_s))
     }
 
-    /// End a delayed run's snooze now; it still passes pre-flight, so a route that is still
-    /// closed parks it again without a call.
-    pub async fn wake(&self, run_id: &str, user: Option<&str>) -> Result<(), EnqueueError> {
+    /// End a delayed run's snooze now, when one of its routes is open; a run whose routes are
+    /// all still closed keeps waiting (woken, its pre-flight would park it again at once, or
+    /// send it into a pool's window past the limiter), and the answer says until when.
+    pub async fn wake(&self, run_id: &str, user: Option<&str>) -> Result<Woken, EnqueueError> {
         let run = self.run_of(run_id, user).await?;
         if run.status != RunStatus::Delayed {
             return Err(conflict(&run, "woken"));
+        }
+        if let Some(waits) = self.still_closed(&run).await? {
+            return Ok(waits);
         }
         if !self.queue.wake(run_id, freeway::clock::epoch_ms()).await? {
             return Err(EnqueueError::Conflict(format!(
                 "run {run_id} is delayed but not parked (it is being delivered)"
             )));
         }
-        Ok(())
+        Ok(Woken::Now)
+    }
+
+    /// The pre-flight decision for `run` now (the same closures and the same pure decision as
+    /// the worker's), when it is to wait.
+    async fn still_closed(&self, run: &RunRecord) -> Result<Option<Woken>, EnqueueError> {
+        let specs = match run.state.route_index {
+            // A run already on its route checks that route alone at its next step.
+            Some(i) => run.routes.get(i..=i).unwrap_or(&run.routes[..]),
+            None => &run.routes[..],
+        };
+        let routes: Vec<Route> = specs
+            .iter()
+            .filter_map(|spec| Route::resolve(spec, self.catalog()).ok())
+            .collect();
+        let now = freeway::clock::epoch_ms();
+        let mut closures = self.rests().closures(&routes).await?;
+        freeway::engine::close_full_pools(&self.pacer(), &routes, &mut closures, 0, now, None)
+            .await?;
+        let waiting = Waiting::Allowed { jitter_ms: 0 };
+        Ok(
+            match preflight::decide(&routes, &closures, run.deadline_ms, now, waiting) {
+                Preflight::Wait { until_ms, reason } => Some(Woken::Waits { until_ms, reason }),
+                _ => None,
+            },
+        )
     }
 }
 

@@ -12,7 +12,7 @@ pub mod actions;
 pub mod enqueue;
 pub mod schedule;
 
-pub use actions::Cancelled;
+pub use actions::{Cancelled, Woken};
 pub use enqueue::{EnqueueError, Enqueuer, Outcome};
 
 /// Why Redis, or apalis on it, failed: the client's message and error chain, without the

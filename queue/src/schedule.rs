@@ -260,16 +260,20 @@ impl Queue {
     }
 
     /// Drop a parked run: it was cancelled, and must not be delivered again for nothing.
-    pub async fn forget(&self, run_id: &str) -> Result<(), QueueError> {
+    /// Returns its parked job, when it was parked and still reads as one (the slot it holds goes
+    /// back to its pool).
+    pub async fn forget(&self, run_id: &str) -> Result<Option<RunJob>, QueueError> {
         let mut conn = self.conn.clone();
-        redis::pipe()
+        let (parked,): (Option<Vec<u8>>,) = redis::pipe()
+            .atomic()
+            .hget(self.snoozed_jobs(), run_id)
             .zrem(self.snoozed(), run_id)
             .ignore()
             .hdel(self.snoozed_jobs(), run_id)
             .ignore()
-            .query_async::<()>(&mut conn)
+            .query_async(&mut conn)
             .await?;
-        Ok(())
+        Ok(parked.and_then(|bytes| serde_json::from_slice(&bytes).ok()))
     }
 
     /// Make every parked run due at `now_ms`: a rest was lifted or cleared, and the runs it

@@ -45,6 +45,7 @@ struct PoolEntry {
     window_s: Option<u32>,
     day_reset: Option<String>,
     canary_every: Option<String>,
+    pin: Option<bool>,
 }
 
 /// The catalog the environment describes: `FREEWAY_CONFIG`'s file (if set) over the built-in
@@ -231,6 +232,7 @@ fn pool(key: &str, name: String, e: PoolEntry, builtin: Option<Pool>) -> Result<
         window_s,
         day_reset,
         canary_every_s,
+        pin: e.pin.or(builtin.as_ref().map(|b| b.pin)).unwrap_or(false),
     })
 }
 

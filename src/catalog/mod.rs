@@ -80,6 +80,8 @@ pub struct Pool {
     pub day_reset: Option<Tz>,
     /// Seconds between canaries of this pool's provider; `None`: off.
     pub canary_every_s: Option<u64>,
+    /// The configured limits stand even where the provider states others.
+    pub pin: bool,
 }
 
 impl Pool {
@@ -92,18 +94,20 @@ impl Pool {
         }
     }
 
-    /// The limits the limiter paces this pool by (docs/design.md §4.4); `None` when it declares
-    /// none of `rpm`, `rpd`, `tpm` and `tpd`.
-    pub fn limits(&self) -> Option<Limits> {
-        let declared = [self.rpm, self.rpd, self.tpm, self.tpd];
-        declared.iter().any(Option::is_some).then(|| Limits {
+    /// The limits the limiter starts this pool with (docs/design.md §4.4): what it declares,
+    /// which may be nothing; what the provider states is learned on top.
+    pub fn limits(&self) -> Limits {
+        Limits {
             per_window: self.rpm,
-            window_ms: u64::from(self.window_s.max(1)) * 1000,
-            rolling: self.window == Window::Rolling,
             per_day: self.rpd,
             tokens_per_window: self.tpm,
             tokens_per_day: self.tpd,
-        })
+            pin: self.pin,
+            ..Limits::unstated(
+                u64::from(self.window_s.max(1)) * 1000,
+                self.window == Window::Rolling,
+            )
+        }
     }
 }
 
@@ -129,7 +133,8 @@ pub struct Placement {
     pub pool: Option<String>,
     /// When the route's spent day comes back.
     pub day: DayClock,
-    /// The pool's limits, when it declares any: the limiter paces calls by them.
+    /// The pool's limits, for a route in a pool: the limiter paces its calls by them and by
+    /// what the provider states.
     pub pace: Option<Limits>,
 }
 
@@ -164,6 +169,7 @@ impl Catalog {
             window_s: 60,
             day_reset: Some(chrono_tz::UTC),
             canary_every_s: Some(DEFAULT_CANARY_EVERY_S),
+            pin: false,
         };
         Catalog {
             providers: BTreeMap::from([(openrouter.name.clone(), openrouter)]),
@@ -204,7 +210,7 @@ impl Catalog {
         Some(Placement {
             dialect: p.dialect,
             day: pool.map_or(p.dialect.day(), |pool| self.day_clock(pool)),
-            pace: pool.and_then(Pool::limits),
+            pace: pool.map(Pool::limits),
             pool: pool.map(|pool| match pool.keys {
                 PoolKeys::Platform => pool.name.clone(),
                 PoolKeys::Each => format!("{}@{}", pool.name, connection.id()),

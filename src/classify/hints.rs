@@ -92,7 +92,7 @@ fn seconds_to_ms(seconds: f64) -> Option<u64> {
 
 /// A Go-style or protobuf duration: `2m59.56s`, `1h2m`, `7.66s`, `450ms`, `36s`; whole ms,
 /// rounded up. Anything else (a bare number, trailing text) is not a duration.
-pub(super) fn duration_ms(text: &str) -> Option<u64> {
+pub fn duration_ms(text: &str) -> Option<u64> {
     let text = text.trim();
     if text.is_empty() {
         return None;

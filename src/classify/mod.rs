@@ -31,7 +31,7 @@
 mod hints;
 mod rules;
 
-pub use hints::headroom_reset_ms;
+pub use hints::{duration_ms, headroom_reset_ms};
 mod signals;
 
 use crate::headers::Headers;
@@ -325,6 +325,12 @@ pub fn classify_response(
         ratelimit_remaining: signals.ratelimit_remaining(),
         provider_name: signals.provider_name,
     }
+}
+
+/// The rate-limit headers an answer carries wherever they appear: the real ones first, then
+/// OpenRouter's echo in `error.metadata.headers` (a proxy may strip the real ones).
+pub fn answer_headers(headers: &Headers, body: &[u8]) -> Headers {
+    Signals::read(headers, body, 0).headers
 }
 
 #[cfg(test)]

@@ -291,7 +291,10 @@ impl Engine {
         };
         self.tokens_spent(route, tokens, spent).await?;
         match result {
-            Ok(c) => self.spend_headroom(route, c).await,
+            Ok(c) => {
+                self.learn_served(route, c).await?;
+                self.spend_headroom(route, c).await
+            }
             Err(_) => Ok(()),
         }
     }
@@ -345,7 +348,8 @@ impl Engine {
         }
         let class = &failure.class;
         let route = &run.routes[index];
-        self.write_rest(route, record, class).await?;
+        self.write_rest(route, record, &failure.error, class)
+            .await?;
         if class.evidence
             && let Some(pool) = &route.pool
         {
@@ -369,12 +373,13 @@ impl Engine {
 
 impl Engine {
     /// Write the rest a failed call on `route` calls for, and count it; the pool's own limit
-    /// refusing a call its limiter admitted is a pacing miss. A 429 on a pool's route is kept
-    /// as the pool's last.
+    /// refusing a call is learned from, and one its limiter admitted is a pacing miss. A 429 on
+    /// a pool's route is kept as the pool's last.
     pub(super) async fn write_rest(
         &self,
         route: &Route,
         record: &AttemptRecord,
+        error: &CallError,
         class: &Classification,
     ) -> Result<(), EngineError> {
         if let (Some(pool), Some(429)) = (&route.pool, record.http_status) {
@@ -400,10 +405,7 @@ impl Engine {
             .await?;
         let rest = metrics::rest(scope_name(&class.scope), class.verdict.as_str());
         self.fleet.metrics.add(rest).await;
-        if class.verdict == Verdict::Account && matches!(class.scope, RestScope::Pool(_)) {
-            self.pacing_miss(route).await?;
-        }
-        Ok(())
+        self.pool_refused(route, error, class).await
     }
 }
 

@@ -112,7 +112,7 @@ impl Engine {
             Err(error) => {
                 let class = classify::classify(&error, route, finished);
                 record_failure(&mut attempt, &error, &class);
-                self.write_rest(route, &attempt, &class).await?;
+                self.write_rest(route, &attempt, &error, &class).await?;
             }
         }
         let outcome = attempt.verdict.map_or(metrics::OK, Verdict::as_str);

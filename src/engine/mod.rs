@@ -11,6 +11,8 @@ mod canary;
 mod pace;
 mod walk;
 
+pub use pace::{close_full_pools, give_back};
+
 use crate::budget::Budget;
 use crate::chat::{Approval, Message, Role, ToolCall, text_len};
 use crate::classify::Verdict;
@@ -103,6 +105,8 @@ pub struct Engine {
     tools: ToolRunner,
     /// `FREEWAY_SUMMARY=on`.
     summary: bool,
+    /// Whether pools learn what their providers state (`FREEWAY_LEARN_LIMITS`, on by default).
+    learning: bool,
     /// This replica's name, for the `started` event and lease owners.
     worker: String,
 }
@@ -125,6 +129,7 @@ impl Engine {
             clock: Arc::new(SystemClock),
             tools: ToolRunner::default(),
             summary: false,
+            learning: true,
             worker: "worker".to_string(),
         }
     }
@@ -142,6 +147,14 @@ impl Engine {
     /// Whether a finished chat run makes one more call for a summary (`FREEWAY_SUMMARY`).
     pub fn with_summary(mut self, summary: bool) -> Engine {
         self.summary = summary;
+        self
+    }
+
+    /// Whether pools learn the limits, window phase and use their providers state, and pacing
+    /// misses lower a working limit (`FREEWAY_LEARN_LIMITS`); off, only the configuration
+    /// paces (for comparison in the benchmarks).
+    pub fn with_learning(mut self, learning: bool) -> Engine {
+        self.learning = learning;
         self
     }
 
@@ -284,13 +297,13 @@ impl Engine {
             unsaved: Vec::new(),
             stored_transcript: Some(transcript),
             slot: job.slot.clone(),
-            tokens: estimate_tokens(
-                job.request.input.as_ref().map_or(0, String::len)
-                    + job.request.system.as_ref().map_or(0, String::len),
-                job.request.max_tokens,
-            ),
+            tokens: job.first_call_tokens(),
         };
         let outcome = self.proceed(&mut run, when_resting).await?;
+        // Only a snoozed run takes its held slot along; any other gives it back.
+        if !matches!(outcome, Outcome::Snoozed { .. }) {
+            self.release_slot(&mut run).await?;
+        }
         // A settled run's calls are final; a snoozed one counts when it settles.
         if matches!(
             outcome,
@@ -419,6 +432,10 @@ impl Engine {
     pub(crate) async fn stop(&self, run: &mut Run<'_>, stop: Stop) -> Result<Outcome, EngineError> {
         match stop {
             Stop::Snooze { until_ms, reason } => {
+                // A run that wakes after its held slot is over will not use it.
+                if run.slot.as_ref().is_some_and(|s| s.until_ms <= until_ms) {
+                    self.release_slot(run).await?;
+                }
                 run.rec.status = RunStatus::Delayed;
                 run.rec.state.snoozes += 1;
                 self.save(run).await?;

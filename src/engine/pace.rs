@@ -1,13 +1,17 @@
 //! The engine's side of pacing (docs/design.md §4.2, §4.4): a pool with no slot closes its
 //! routes without a call, a call on a paced route takes a slot first, a run that must wait for
-//! a slot holds one of a later window and wakes at it, and a refusal despite the slot is a
-//! pacing miss.
+//! a slot holds one of a later window and wakes at it (and gives it back when it goes
+//! elsewhere), what the provider states in an answer is learned, and a refusal despite the slot
+//! is a pacing miss.
 
 use super::{Engine, EngineError, Run};
+use crate::classify::{Classification, RestScope, Verdict};
 use crate::events::Event;
+use crate::fleet::FleetError;
 use crate::job::HeldSlot;
-use crate::pace::{Slot, WINDOW_GUARD_MS};
+use crate::pace::{Answer, Pacer, Slot, Stated, WINDOW_GUARD_MS};
 use crate::preflight::Preflight;
+use crate::provider::{CallError, Completion};
 use crate::rest::{Closure, RestKind};
 use crate::route::Route;
 
@@ -33,7 +37,7 @@ const SLOT_JITTER_MS: (u64, u64) = (0, 250);
 
 impl Engine {
     /// Close each open route of `routes` whose pool has no slot now; a slot this run holds
-    /// keeps its pool open. One question per pool, whatever the number of its routes.
+    /// keeps its pool open.
     pub(crate) async fn pace_closures(
         &self,
         run: &Run<'_>,
@@ -41,29 +45,9 @@ impl Engine {
         closures: &mut [Option<Closure>],
     ) -> Result<(), EngineError> {
         let now = self.clock.now_ms();
-        let mut asked: Vec<(&str, Option<Closure>)> = Vec::new();
-        for (route, closure) in routes.iter().zip(closures.iter_mut()) {
-            let (Some(pool), Some(limits), None) = (&route.pool, &route.pace, &closure) else {
-                continue;
-            };
-            if run.slot.as_ref().is_some_and(|s| s.usable(pool, now)) {
-                continue;
-            }
-            let found = match asked.iter().find(|(p, _)| p == pool) {
-                Some((_, found)) => found.clone(),
-                None => {
-                    let slot = self
-                        .fleet
-                        .pace
-                        .peek(pool, limits, self.day_end(route), run.tokens)
-                        .await?;
-                    let found = full(pool, slot);
-                    asked.push((pool, found.clone()));
-                    found
-                }
-            };
-            *closure = found;
-        }
+        let held = run.slot.as_ref().filter(|s| s.usable(&s.pool, now));
+        let held = held.map(|s| s.pool.as_str());
+        close_full_pools(&*self.fleet.pace, routes, closures, run.tokens, now, held).await?;
         Ok(())
     }
 
@@ -74,14 +58,19 @@ impl Engine {
         run: &mut Run<'_>,
         route: &Route,
     ) -> Result<Taken, EngineError> {
-        let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
-            return Ok(Taken::Unpaced);
-        };
         let now = self.clock.now_ms();
-        if run.slot.as_ref().is_some_and(|s| s.usable(pool, now)) {
+        if let Some(pool) = &route.pool
+            && run.slot.as_ref().is_some_and(|s| s.usable(pool, now))
+        {
             run.slot = None;
             return Ok(Taken::Held);
         }
+        // A slot held elsewhere (a later pool's, or one not yet due) is not this call's: it goes
+        // back at once, before the window it was counted in comes.
+        self.release_slot(run).await?;
+        let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
+            return Ok(Taken::Unpaced);
+        };
         let slot = self
             .fleet
             .pace
@@ -137,17 +126,42 @@ impl Engine {
             .enumerate()
             .filter_map(|(i, c)| c.as_ref().map(|c| (i, c)))
             .min_by_key(|(_, c)| c.remaining_ms);
-        let paced = earliest
-            .filter(|(_, c)| c.kind == RestKind::Pace)
-            .map(|(i, _)| &routes[i]);
-        let Some(held) = paced.map(|r| self.reserve_slot(r, run.tokens)) else {
+        // A full pool's wait, and a paced pool's rest (its end is the window's, when the
+        // provider said where that is), end with a slot of the pool's limiter: the run wakes at
+        // it, not with every other run of the pool at the reopening plus a snooze's jitter.
+        let paced = earliest.filter(|(i, c)| match c.kind {
+            RestKind::Pace => true,
+            RestKind::Pool => routes[*i].pace.is_some(),
+            RestKind::Route | RestKind::Circuit => false,
+        });
+        let Some((i, closure)) = paced else {
             return Ok(Preflight::Wait { until_ms, reason });
         };
-        let Some(held) = held.await? else {
-            return Ok(Preflight::Wait { until_ms, reason });
+        let now = self.clock.now_ms();
+        let reopens_ms = now.saturating_add(closure.remaining_ms);
+        let pool = routes[i].pool.as_deref();
+        let already = run.slot.as_ref().filter(|s| {
+            Some(s.pool.as_str()) == pool && s.from_ms >= reopens_ms && s.until_ms > now
+        });
+        let held = match already {
+            // Woken before its slot (a "run now", a redelivery): the run keeps the slot it
+            // holds rather than queueing behind every slot taken since.
+            Some(held) => held.clone(),
+            None => {
+                self.release_slot(run).await?;
+                let Some(held) = self.reserve_slot(&routes[i], run.tokens).await? else {
+                    return Ok(Preflight::Wait { until_ms, reason });
+                };
+                run.slot = Some(held.clone());
+                held
+            }
         };
-        if held.from_ms >= run.job.deadline_ms {
-            // The slot is counted but the run cannot wait for it: the decision stands.
+        // A slot before the rest ends, or past the run's deadline, is no use to it: the slot goes
+        // back and the decision stands.
+        if (closure.kind == RestKind::Pool && held.from_ms < reopens_ms)
+            || held.from_ms >= run.job.deadline_ms
+        {
+            self.release_slot(run).await?;
             return Ok(Preflight::Wait { until_ms, reason });
         }
         let (from_ms, wait_ms) = (
@@ -155,7 +169,6 @@ impl Engine {
             held.from_ms.saturating_sub(self.clock.now_ms()),
         );
         let pool = held.pool.clone();
-        run.slot = Some(held);
         let jitter = self.clock.jitter_ms(SLOT_JITTER_MS.0, SLOT_JITTER_MS.1);
         Ok(Preflight::Wait {
             until_ms: from_ms + jitter,
@@ -191,7 +204,7 @@ impl Engine {
         };
         let wait_ms = held.from_ms.saturating_sub(self.clock.now_ms());
         let pool = held.pool.clone();
-        run.slot = Some(held);
+        self.keep_slot(run, held).await?;
         if wait_ms > allowed_ms {
             // Others hold the earlier slots: the run moves on, keeping this one should it come
             // to wait after all.
@@ -207,6 +220,25 @@ impl Engine {
             .sleep(std::time::Duration::from_millis(wait_ms))
             .await;
         Ok(Some(i))
+    }
+
+    /// Hold `held` for the run, giving back any slot it held before.
+    async fn keep_slot(&self, run: &mut Run<'_>, held: HeldSlot) -> Result<(), EngineError> {
+        self.release_slot(run).await?;
+        run.slot = Some(held);
+        Ok(())
+    }
+
+    /// Give back the slot the run holds, if it holds one: it will not call in it (it went to
+    /// another route, ended, or waits past the slot). Its window and its day count it no more,
+    /// so the slot goes to another run instead of closing the pool a call early.
+    pub(crate) async fn release_slot(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
+        let Some(held) = run.slot.take() else {
+            return Ok(());
+        };
+        let now = self.clock.now_ms();
+        give_back(&*self.fleet.pace, run.routes, &held, run.tokens, now).await?;
+        Ok(())
     }
 
     /// Count a slot of `route`'s pool in its first window with room, for this run to call in;
@@ -253,20 +285,100 @@ impl Engine {
         Ok(())
     }
 
-    /// A refusal for the pool's quota of a call the limiter let through: the configured limit
-    /// is probably wrong. The window is marked full so no replica calls into it again.
-    pub(crate) async fn pacing_miss(&self, route: &Route) -> Result<(), EngineError> {
+    /// What a served answer's headers state about the route's pool, learned by its limiter.
+    pub(crate) async fn learn_served(
+        &self,
+        route: &Route,
+        c: &Completion,
+    ) -> Result<(), EngineError> {
+        let Some(limits) = &route.pace else {
+            return Ok(());
+        };
+        let stated = Stated::read(
+            route.dialect,
+            &c.limit_headers,
+            Answer::Served,
+            limits.window_ms,
+            self.clock.now_ms(),
+        );
+        self.learn(route, &stated).await
+    }
+
+    /// A refusal for the pool's quota (docs/design.md §4.4): what it states is learned (its
+    /// limit, where its window ends, a spent day), and a refusal of a call the limiter let
+    /// through is a pacing miss, which lowers the pool's working limit when the refusal did not
+    /// state the limit itself. A day refusal of a pool that declares no day limit teaches that
+    /// limit; it is no miss.
+    pub(crate) async fn pool_refused(
+        &self,
+        route: &Route,
+        error: &CallError,
+        class: &Classification,
+    ) -> Result<(), EngineError> {
         let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
             return Ok(());
         };
-        let misses = self.fleet.pace.missed(pool, limits).await?;
+        if class.verdict != Verdict::Account || !matches!(class.scope, RestScope::Pool(_)) {
+            return Ok(());
+        }
+        let headers = match error {
+            CallError::Http { headers, body, .. } => crate::classify::answer_headers(headers, body),
+            _ => crate::headers::Headers::new(),
+        };
+        let answer = match class.day {
+            true => Answer::DayRefusal,
+            false => Answer::WindowRefusal {
+                hint_ms: class.retry_hint_ms,
+            },
+        };
+        let stated = Stated::read(
+            route.dialect,
+            &headers,
+            answer,
+            limits.window_ms,
+            self.clock.now_ms(),
+        );
+        self.learn(route, &stated).await?;
+        if class.day {
+            if limits.per_day.is_none() {
+                tracing::info!(pool = %pool, "the provider refused the pool's day: its day limit is learned from what was counted");
+                return Ok(());
+            }
+            let misses = self.fleet.pace.missed(pool, limits, None, false).await?;
+            tracing::warn!(pool = %pool, day_limit = ?limits.per_day, misses, "pacing miss: the provider refused the day before the pool's day limit; is rpd right?");
+            return Ok(());
+        }
+        let lower = self.learning && stated.per_window.is_none();
+        let misses = self
+            .fleet
+            .pace
+            .missed(pool, limits, class.retry_hint_ms, lower)
+            .await?;
         tracing::warn!(
             pool = %pool,
-            limit = ?limits.per_window,
+            configured = ?limits.per_window,
+            stated = ?stated.per_window,
             window_ms = limits.window_ms,
+            lowered = lower,
             misses,
-            "pacing miss: the provider refused a call the limiter admitted; is the pool's limit right?"
+            "pacing miss: the provider refused a call the limiter admitted"
         );
+        Ok(())
+    }
+
+    /// Learn `stated` for `route`'s pool, unless learning is off or nothing was stated.
+    async fn learn(&self, route: &Route, stated: &Stated) -> Result<(), EngineError> {
+        let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
+            return Ok(());
+        };
+        if !self.learning || stated.is_empty() {
+            return Ok(());
+        }
+        tracing::debug!(pool = %pool, ?stated, "learning what the provider stated");
+        self.fleet
+            .pace
+            .learn(pool, limits, self.day_end(route), stated)
+            .await?;
         Ok(())
     }
 
@@ -274,6 +386,65 @@ impl Engine {
     pub(super) fn day_end(&self, route: &Route) -> u64 {
         route.day.day_end_ms(self.clock.now_ms())
     }
+}
+
+/// Close each open route of `routes` whose pool has no slot for a call of `tokens` now (until its
+/// next slot), but `held`'s, whose slot the caller holds. One question per pool, whatever the
+/// number of its routes. The engine's pre-flight and an operator's "run now" see the same.
+pub async fn close_full_pools(
+    pace: &dyn Pacer,
+    routes: &[Route],
+    closures: &mut [Option<Closure>],
+    tokens: u32,
+    now_ms: u64,
+    held: Option<&str>,
+) -> Result<(), FleetError> {
+    let mut asked: Vec<(&str, Option<Closure>)> = Vec::new();
+    for (route, closure) in routes.iter().zip(closures.iter_mut()) {
+        let (Some(pool), Some(limits), None) = (&route.pool, &route.pace, &closure) else {
+            continue;
+        };
+        if held == Some(pool.as_str()) {
+            continue;
+        }
+        let found = match asked.iter().find(|(p, _)| p == pool) {
+            Some((_, found)) => found.clone(),
+            None => {
+                let day_end = route.day.day_end_ms(now_ms);
+                let found = full(pool, pace.peek(pool, limits, day_end, tokens).await?);
+                asked.push((pool, found.clone()));
+                found
+            }
+        };
+        *closure = found;
+    }
+    Ok(())
+}
+
+/// Give back `held`, a slot of the pool of one of `routes` that its run will not use (for a call
+/// of `tokens`), at `now_ms`: its window and its day count it no more, so it goes to another run
+/// instead of closing the pool a call early. The engine does it when a run moves on; the queue
+/// when a waiting run is cancelled.
+pub async fn give_back(
+    pace: &dyn Pacer,
+    routes: &[Route],
+    held: &HeldSlot,
+    tokens: u32,
+    now_ms: u64,
+) -> Result<(), FleetError> {
+    let Some((route, limits)) = routes.iter().find_map(|r| {
+        let limits = r.pace.as_ref()?;
+        (r.pool.as_deref() == Some(held.pool.as_str())).then_some((r, limits))
+    }) else {
+        return Ok(());
+    };
+    let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
+    let at = i64::try_from(held.from_ms).unwrap_or(i64::MAX);
+    let day_end = route.day.day_end_ms(now_ms);
+    pace.release(&held.pool, limits, day_end, tokens, at.saturating_sub(now))
+        .await?;
+    tracing::debug!(pool = %held.pool, "gave back a held slot its run will not use");
+    Ok(())
 }
 
 /// The closure of a pool with no slot before `slot`'s end, if it has none now.

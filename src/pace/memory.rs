@@ -1,6 +1,9 @@
 //! The limiter in one process: [`MemoryPacer`], the rules of `pace.lua` on a [`Clock`].
 
-use super::{DaySync, Limits, Pacer, PoolSeen, PoolUse, Reservation, Seen, Slot, WINDOW_GUARD_MS};
+use super::{
+    DaySync, Learned, Limits, Pacer, PoolSeen, PoolUse, Reservation, Seen, Slot, Stated,
+    WINDOW_GUARD_MS, rolling_emission_ms,
+};
 use crate::clock::{Clock, SystemClock};
 use crate::fleet::FleetError;
 use async_trait::async_trait;
@@ -21,9 +24,56 @@ struct State {
     day_end_ms: u64,
     day_used: u32,
     day_tokens: u64,
-    /// A day limit learned from the quota endpoint, used when none is declared.
+    /// What the provider stated: requests and tokens per window, requests per day (or the
+    /// quota endpoint's, or what a day refusal showed).
+    stated_window: Option<u32>,
+    stated_tokens: Option<u32>,
     learned_day_limit: Option<u32>,
+    /// Where fixed windows start, ms past the epoch's.
+    phase: u64,
+    /// The working per-window limit a miss lowered, and the window from which it holds.
+    working: Option<(u32, u64)>,
+    learned_at: Option<u64>,
     misses: u32,
+}
+
+impl State {
+    /// The limits in force (as `pace.lua`'s `settle`): stated ones replace configured ones
+    /// unless pinned, and a working limit caps the window's, recovering by one a window.
+    fn in_force(&mut self, configured: &Limits, now: u64) -> Limits {
+        let stated = |s: Option<u32>, declared: Option<u32>| match s {
+            Some(s) if !configured.pin || declared.is_none() => Some(s),
+            _ => declared,
+        };
+        let mut limits = Limits {
+            per_window: stated(self.stated_window, configured.per_window),
+            tokens_per_window: stated(self.stated_tokens, configured.tokens_per_window),
+            per_day: stated(self.learned_day_limit, configured.per_day),
+            ..*configured
+        };
+        let win = limits.window_ms.max(1);
+        if limits.rolling {
+            self.phase = 0;
+        }
+        let w = window_of(now, win, self.phase);
+        if let Some((working, moved)) = self.working {
+            let raised =
+                working.saturating_add(u32::try_from(w.saturating_sub(moved)).unwrap_or(u32::MAX));
+            match limits.per_window {
+                Some(limit) if raised < limit => {
+                    self.working = Some((raised, w.max(moved)));
+                    limits.per_window = Some(raised);
+                }
+                _ => self.working = None,
+            }
+        }
+        limits
+    }
+}
+
+/// The fixed window of `win` ms starting `phase` ms past the epoch's that `t` falls in.
+fn window_of(t: u64, win: u64, phase: u64) -> u64 {
+    (t + win - phase % win) / win - 1
 }
 
 /// Limiters of pools in one process, timed by a [`Clock`].
@@ -44,7 +94,8 @@ impl Default for MemoryPacer {
 struct View<'a> {
     st: &'a mut State,
     now: u64,
-    limits: &'a Limits,
+    /// The limits in force: the configured ones with what was learned.
+    limits: Limits,
     cost: u64,
 }
 
@@ -54,7 +105,12 @@ impl View<'_> {
     }
 
     fn window(&self) -> u64 {
-        self.now / self.win()
+        window_of(self.now, self.win(), self.st.phase)
+    }
+
+    /// Where fixed window `x` starts.
+    fn start(&self, x: u64) -> u64 {
+        x * self.win() + self.st.phase
     }
 
     /// Whether windows are fixed and limit something.
@@ -88,14 +144,13 @@ impl View<'_> {
     /// Whether a call now may reach the provider in the next fixed window (see
     /// [`WINDOW_GUARD_MS`]).
     fn tail(&self) -> bool {
-        self.windowed() && (self.window() + 1) * self.win() - self.now <= WINDOW_GUARD_MS
+        self.windowed() && self.start(self.window() + 1) - self.now <= WINDOW_GUARD_MS
     }
 
     fn day_full(&self) -> bool {
         let calls = self
             .limits
             .per_day
-            .or(self.st.learned_day_limit)
             .is_some_and(|limit| self.st.day_used >= limit);
         let tokens = self.limits.tokens_per_day.is_some_and(|limit| {
             self.cost > 0
@@ -107,6 +162,11 @@ impl View<'_> {
 
     fn emission(&self, limit: u32) -> f64 {
         self.win() as f64 / f64::from(limit)
+    }
+
+    /// The spacing of a rolling window's calls (see [`rolling_emission_ms`]).
+    fn call_emission(&self, limit: u32) -> f64 {
+        rolling_emission_ms(self.win(), limit)
     }
 
     fn tat(&self) -> f64 {
@@ -122,7 +182,7 @@ impl View<'_> {
         let now = self.now as f64;
         let mut wait: f64 = 0.0;
         if let Some(limit) = self.limits.per_window {
-            wait = self.tat() - f64::from(limit - 1) * self.emission(limit) - now;
+            wait = self.tat() - f64::from(limit - 1) * self.call_emission(limit) - now;
         }
         if let (Some(limit), true) = (self.limits.tokens_per_window, self.cost > 0) {
             let need = self.cost.min(u64::from(limit)) as f64;
@@ -149,10 +209,85 @@ impl View<'_> {
         if self.limits.rolling {
             self.rolling_wait()
         } else if self.windowed() && (!self.room(w) || (self.tail() && !self.room(w + 1))) {
-            self.free_from(w + 1) * self.win() + WINDOW_GUARD_MS - self.now
+            self.start(self.free_from(w + 1)) + WINDOW_GUARD_MS - self.now
         } else {
             0
         }
+    }
+
+    /// What the provider stated, as `pace.lua`'s `learn` takes it in (the limits themselves
+    /// are already in force).
+    fn take_in(&mut self, stated: &Stated) {
+        let win = self.win();
+        if let Some(ends) = stated.window_ends_in_ms
+            && self.windowed()
+            && ends > 0
+            && ends <= win + WINDOW_GUARD_MS
+        {
+            let phase = (self.now + ends) % win;
+            let d = phase.abs_diff(self.st.phase);
+            if d.min(win - d) > WINDOW_GUARD_MS {
+                self.realign(phase);
+            }
+        }
+        let w = self.window();
+        if let (Some(left), Some(limit)) = (stated.window_remaining, self.limits.per_window) {
+            let used = limit.saturating_sub(left);
+            if self.limits.rolling {
+                let at = self.now as f64 + f64::from(used) * self.call_emission(limit);
+                self.st.tat = self.tat().max(at.ceil());
+            } else if self.windowed() {
+                let entry = self.st.counts.entry(w).or_default();
+                entry.0 = entry.0.max(used);
+            }
+        }
+        if let (Some(left), Some(limit)) = (stated.tokens_remaining, self.limits.tokens_per_window)
+        {
+            let used = limit.saturating_sub(left);
+            if self.limits.rolling {
+                let at = self.now as f64 + f64::from(used) * self.emission(limit);
+                self.st.token_tat = self.token_tat().max(at.ceil());
+            } else if self.windowed() {
+                let entry = self.st.counts.entry(w).or_default();
+                entry.1 = entry.1.max(u64::from(used));
+            }
+        }
+        if let (Some(left), Some(limit)) = (stated.day_remaining, self.limits.per_day) {
+            self.st.day_used = self.st.day_used.max(limit.saturating_sub(left));
+        }
+        if stated.day_spent {
+            let limit = match self.limits.per_day {
+                Some(limit) => limit,
+                None => {
+                    let learned = self.st.day_used.max(1);
+                    self.st.learned_day_limit = Some(learned);
+                    learned
+                }
+            };
+            self.st.day_used = self.st.day_used.max(limit);
+        }
+    }
+
+    /// Realign fixed windows to start `phase` ms past the epoch's: each count moves to the
+    /// window where its calls are made (the current one's stays current, a held slot's goes to
+    /// the window its holder wakes in); tails count in full.
+    fn realign(&mut self, phase: u64) {
+        let (win, w) = (self.win(), self.window());
+        let nw = window_of(self.now, win, phase);
+        let mut moved: BTreeMap<u64, (u32, u64)> = BTreeMap::new();
+        for (x, (calls, tokens)) in std::mem::take(&mut self.st.counts) {
+            let to = if x > w {
+                window_of(self.start(x) + WINDOW_GUARD_MS, win, phase).max(nw)
+            } else {
+                nw
+            };
+            let entry = moved.entry(to).or_default();
+            entry.0 += calls;
+            entry.1 += tokens;
+        }
+        self.st.counts = moved;
+        self.st.tails.clear();
+        self.st.phase = phase;
     }
 
     /// Count the call (and its tokens) in the day, and in fixed window `w` or the rolling
@@ -162,7 +297,7 @@ impl View<'_> {
         self.st.day_tokens += self.cost;
         if self.limits.rolling {
             if let Some(limit) = self.limits.per_window {
-                self.st.tat = (self.tat() + self.emission(limit)).ceil();
+                self.st.tat = (self.tat() + self.call_emission(limit)).ceil();
             }
             if let (Some(limit), true) = (self.limits.tokens_per_window, self.cost > 0) {
                 self.st.token_tat =
@@ -206,7 +341,8 @@ impl MemoryPacer {
             st.day_used = 0;
             st.day_tokens = 0;
         }
-        let window = now / limits.window_ms.max(1);
+        let limits = st.in_force(limits, now);
+        let window = window_of(now, limits.window_ms.max(1), st.phase);
         st.counts = st.counts.split_off(&window);
         st.tails = st.tails.split_off(&window);
         let cost = if limits.counts_tokens() {
@@ -250,7 +386,7 @@ impl Pacer for MemoryPacer {
                     v.count(w);
                     if tail {
                         // Counted in the next window too; the day counts the call once.
-                        let tokens = if limits.tokens_per_window.is_some() {
+                        let tokens = if v.limits.tokens_per_window.is_some() {
                             v.cost
                         } else {
                             0
@@ -298,11 +434,11 @@ impl Pacer for MemoryPacer {
             v.count(x);
             Some(Reservation {
                 wait_ms: if x > w {
-                    x * win + WINDOW_GUARD_MS - v.now
+                    v.start(x) + WINDOW_GUARD_MS - v.now
                 } else {
                     0
                 },
-                valid_ms: (x + 1) * win - v.now,
+                valid_ms: v.start(x + 1) - v.now,
             })
         }))
     }
@@ -344,10 +480,10 @@ impl Pacer for MemoryPacer {
     ) -> Result<bool, FleetError> {
         Ok(self.with(pool, limits, 0, tokens, |v| {
             let admitted = v.now.saturating_sub(elapsed_ms);
-            let x = admitted / v.win() + 1;
-            let tail = x * v.win() - admitted <= WINDOW_GUARD_MS;
+            let x = window_of(admitted, v.win(), v.st.phase) + 1;
+            let tail = v.start(x) - admitted <= WINDOW_GUARD_MS;
             let doubled = v.st.tails.get(&x).copied().unwrap_or(0) > 0;
-            if !(v.windowed() && tail && v.now < x * v.win() && doubled) {
+            if !(v.windowed() && tail && v.now < v.start(x) && doubled) {
                 return false;
             }
             let tokens = if v.limits.tokens_per_window.is_some() {
@@ -363,20 +499,112 @@ impl Pacer for MemoryPacer {
         }))
     }
 
-    async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError> {
+    async fn missed(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        hint_ms: Option<u64>,
+        lower: bool,
+    ) -> Result<u32, FleetError> {
         Ok(self.with(pool, limits, 0, 0, |v| {
             let w = v.window();
             match v.limits.per_window {
-                Some(_) if v.limits.rolling => v.st.tat = (v.now + v.limits.window_ms) as f64,
+                Some(limit) if v.limits.rolling => {
+                    let emission = v.call_emission(limit);
+                    let next_at = match hint_ms.filter(|&ms| ms > 0) {
+                        Some(ms) => (v.now + ms) as f64,
+                        None => v.now as f64 + emission,
+                    };
+                    let tat = (next_at + f64::from(limit - 1) * emission).ceil();
+                    v.st.tat = v.tat().max(tat);
+                }
                 Some(limit) => {
                     let count = v.st.counts.entry(w).or_default();
                     count.0 = count.0.max(limit);
                 }
                 None => {}
             }
+            if let (true, Some(limit)) = (lower, v.limits.per_window) {
+                let lowered = (f64::from(limit) * 0.9).floor() as u32;
+                v.st.working = Some((lowered.max(1), w + 1));
+            }
             v.st.misses += 1;
             v.st.misses
         }))
+    }
+
+    async fn learn(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        stated: &Stated,
+    ) -> Result<(), FleetError> {
+        let now = self.clock.now_ms();
+        {
+            let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+            let st = pools.entry(pool.to_string()).or_default();
+            if let Some(l) = stated.per_window {
+                st.stated_window = Some(l);
+            }
+            if let Some(l) = stated.tokens_per_window {
+                st.stated_tokens = Some(l);
+            }
+            if let Some(l) = stated.per_day {
+                st.learned_day_limit = Some(l);
+            }
+            st.learned_at = Some(now);
+        }
+        self.with(pool, limits, day_end_ms, 0, |v| v.take_in(stated));
+        Ok(())
+    }
+
+    async fn release(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        slot_in_ms: i64,
+    ) -> Result<(), FleetError> {
+        self.with(pool, limits, day_end_ms, tokens, |v| {
+            let at = v.now.saturating_add_signed(slot_in_ms);
+            if v.limits.rolling {
+                if let Some(limit) = v.limits.per_window
+                    && v.st.tat > v.now as f64
+                {
+                    v.st.tat = (v.st.tat - v.call_emission(limit))
+                        .floor()
+                        .max(v.now as f64);
+                }
+                if let (Some(limit), true) = (v.limits.tokens_per_window, v.cost > 0)
+                    && v.st.token_tat > v.now as f64
+                {
+                    let back = v.cost as f64 * v.emission(limit);
+                    v.st.token_tat = (v.st.token_tat - back).floor().max(v.now as f64);
+                }
+            } else if v.windowed() {
+                let x = window_of(at, v.win(), v.st.phase);
+                let counted_tokens = if v.limits.tokens_per_window.is_some() {
+                    v.cost
+                } else {
+                    0
+                };
+                if x >= v.window()
+                    && let Some(entry) = v.st.counts.get_mut(&x)
+                    && entry.0 > 0
+                {
+                    entry.0 -= 1;
+                    entry.1 = entry.1.saturating_sub(counted_tokens);
+                }
+            }
+            let end = v.st.day_end_ms;
+            if v.st.day_used > 0 && (end == 0 || at < end) {
+                v.st.day_used -= 1;
+                v.st.day_tokens = v.st.day_tokens.saturating_sub(v.cost);
+            }
+        });
+        Ok(())
     }
 
     async fn sync(
@@ -391,7 +619,11 @@ impl Pacer for MemoryPacer {
             let was = v.day_full();
             v.st.day_used = v.st.day_used.max(used.min(u64::from(u32::MAX)) as u32);
             if limit > 0 {
-                v.st.learned_day_limit = Some(limit.min(u64::from(u32::MAX)) as u32);
+                let limit = limit.min(u64::from(u32::MAX)) as u32;
+                v.st.learned_day_limit = Some(limit);
+                if !v.limits.pin || v.limits.per_day.is_none() {
+                    v.limits.per_day = Some(limit);
+                }
             }
             let full = v.day_full();
             DaySync {
@@ -401,9 +633,12 @@ impl Pacer for MemoryPacer {
         }))
     }
 
-    async fn reopen(&self, pool: &str) -> Result<(), FleetError> {
+    async fn reopen_day(&self, pool: &str) -> Result<(), FleetError> {
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        pools.remove(pool);
+        if let Some(st) = pools.get_mut(pool) {
+            st.day_used = 0;
+            st.day_tokens = 0;
+        }
         Ok(())
     }
 
@@ -414,16 +649,24 @@ impl Pacer for MemoryPacer {
         day_end_ms: u64,
     ) -> Result<PoolUse, FleetError> {
         Ok(self.with(pool, limits, day_end_ms, 0, |v| {
-            let (w, win, now) = (v.window(), v.win(), v.now as f64);
+            let (w, now) = (v.window(), v.now as f64);
             let mut spent = PoolUse {
                 day_used: v.st.day_used,
                 day_tokens: v.st.day_tokens,
                 misses: v.st.misses,
+                learned: Learned {
+                    per_window: v.st.stated_window,
+                    per_day: v.st.learned_day_limit,
+                    tokens_per_window: v.st.stated_tokens,
+                    working_per_window: v.st.working.map(|(w, _)| w),
+                    at_ms: v.st.learned_at,
+                    phase_from_provider: v.st.phase > 0,
+                },
                 ..PoolUse::default()
             };
             if v.limits.rolling {
                 if let Some(limit) = v.limits.per_window {
-                    let used = ((v.tat() - now) / v.emission(limit)).ceil() as u32;
+                    let used = ((v.tat() - now) / v.call_emission(limit)).ceil() as u32;
                     spent.window_used = used.min(limit);
                 }
                 if let Some(limit) = v.limits.tokens_per_window {
@@ -435,7 +678,7 @@ impl Pacer for MemoryPacer {
                 let (calls, tokens) = v.used_in(w);
                 spent.window_used = calls;
                 spent.window_tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
-                spent.window_resets_in_ms = (w + 1) * win - v.now;
+                spent.window_resets_in_ms = v.start(w + 1) - v.now;
                 spent.reserved = v.st.counts.range(w + 1..).map(|(_, (n, _))| n).sum();
             }
             spent

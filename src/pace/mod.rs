@@ -11,7 +11,12 @@
 //! Windows are `fixed` (aligned to the epoch, as OpenRouter's minute: a count per window index)
 //! or `rolling` (GCRA, as Groq's: a theoretical arrival time moving by window / limit per call).
 //! A day counter on the pool's day clock stops admitting at the day's limit. A refusal of a call
-//! the limiter admitted is a *pacing miss*: the window is marked full, and the miss is counted.
+//! the limiter admitted is a *pacing miss*: the window is marked full, the miss is counted, and
+//! the pool's working limit is lowered for the windows that follow.
+//!
+//! The configured limits are a starting guess. What the provider states in its answers
+//! ([`Stated`]: its limits, where its window ends, what is left) is learned per pool instance,
+//! in the same hash, and wins from the next admit on unless the pool pins its limits.
 //!
 //! [`RedisPacer`] is the fleet's (one Lua script on Redis `TIME`, keys hash-tagged by pool
 //! instance); [`MemoryPacer`] keeps the same rules in one process. `tests/pace.rs` runs one
@@ -19,9 +24,11 @@
 
 mod memory;
 mod redis;
+mod stated;
 
 pub use self::redis::RedisPacer;
 pub use memory::MemoryPacer;
+pub use stated::{Answer, MAX_STATED, Stated};
 
 use crate::fleet::FleetError;
 use async_trait::async_trait;
@@ -41,9 +48,24 @@ pub struct Limits {
     pub tokens_per_window: Option<u32>,
     /// Tokens per day of the pool's day clock; `None`: not limited.
     pub tokens_per_day: Option<u32>,
+    /// The configured limits stand even where the provider states others (`pin = true`).
+    pub pin: bool,
 }
 
 impl Limits {
+    /// A pool that declares no limit: it is paced by what its provider states, once it has.
+    pub fn unstated(window_ms: u64, rolling: bool) -> Limits {
+        Limits {
+            per_window: None,
+            window_ms,
+            rolling,
+            per_day: None,
+            tokens_per_window: None,
+            tokens_per_day: None,
+            pin: false,
+        }
+    }
+
     /// Whether calls' tokens are counted at all.
     pub fn counts_tokens(&self) -> bool {
         self.tokens_per_window.is_some() || self.tokens_per_day.is_some()
@@ -93,6 +115,27 @@ pub struct PoolUse {
     pub window_tokens: u32,
     /// Tokens counted today.
     pub day_tokens: u64,
+    /// What the provider stated, and the limit in force after pacing misses.
+    pub learned: Learned,
+}
+
+/// What a pool instance learned from its provider (docs/design.md §4.4).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Learned {
+    /// The requests per window the provider stated.
+    pub per_window: Option<u32>,
+    /// The requests per day it stated (or its quota endpoint gave, or a day refusal showed).
+    pub per_day: Option<u32>,
+    /// The tokens per window it stated.
+    pub tokens_per_window: Option<u32>,
+    /// The requests per window in force while pacing misses keep it below the stated (or
+    /// configured) limit; `None` when no miss lowers it.
+    pub working_per_window: Option<u32>,
+    /// When the provider last stated something (epoch ms).
+    pub at_ms: Option<u64>,
+    /// Whether the fixed window is aligned to where the provider said it ends, rather than to
+    /// the epoch.
+    pub phase_from_provider: bool,
 }
 
 /// What a provider last said about a pool: shown beside its use, whether or not it declares
@@ -181,9 +224,37 @@ pub trait Pacer: Send + Sync {
         elapsed_ms: u64,
         tokens: u32,
     ) -> Result<bool, FleetError>;
-    /// A call the limiter admitted was refused for the pool's quota: this window is full.
-    /// Returns the misses counted so far.
-    async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError>;
+    /// A call the limiter admitted was refused for the pool's quota: this window is full (a
+    /// rolling window: until `hint_ms` from now, when the refusal said). With `lower`, the
+    /// working limit drops to 9/10 of what it was (at least 1) and recovers by one each window
+    /// without a miss. Returns the misses counted so far.
+    async fn missed(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        hint_ms: Option<u64>,
+        lower: bool,
+    ) -> Result<u32, FleetError>;
+    /// Learn what the provider stated in an answer on one of the pool's routes: its limits
+    /// replace the configured ones (unless pinned), its window's end realigns a fixed window,
+    /// what it says is left raises the counts, a day refusal closes the day.
+    async fn learn(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        stated: &Stated,
+    ) -> Result<(), FleetError>;
+    /// Give back a slot a run held and will not use: the slot `slot_in_ms` from now (negative:
+    /// past) is uncounted from its window and from the day.
+    async fn release(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        slot_in_ms: i64,
+    ) -> Result<(), FleetError>;
     /// The provider's own count of the day from its quota endpoint: the day counter is raised
     /// to `used` (never lowered: the endpoint lags) and `limit` is learned as the day's limit
     /// when none is declared. Says whether that reopened a full day.
@@ -195,9 +266,10 @@ pub trait Pacer: Send + Sync {
         used: u64,
         limit: u64,
     ) -> Result<DaySync, FleetError>;
-    /// Forget what the pool has counted (the operator cleared its rest, or its quota endpoint
-    /// shows the day back): it admits again at once. Slots held by waiting runs stay theirs.
-    async fn reopen(&self, pool: &str) -> Result<(), FleetError>;
+    /// Forget what the pool's day has counted (the operator cleared its rest, or its quota
+    /// endpoint shows the day back). The windows keep their counts: the provider's window has
+    /// not forgotten its calls, so the runs a clear wakes are still admitted slot by slot.
+    async fn reopen_day(&self, pool: &str) -> Result<(), FleetError>;
     /// What the pool has spent.
     async fn usage(
         &self,
@@ -231,3 +303,11 @@ pub const SEEN_TTL_MS: u64 = 24 * 3600 * 1000;
 /// reserved slots start this long into their window, and a call admitted this close to a
 /// window's end is counted in the next window too.
 pub const WINDOW_GUARD_MS: u64 = 500;
+
+/// A rolling window's calls are spaced this much more than window / limit (a fiftieth of the
+/// interval, at most 50 ms): the limiter's clock starts when it admits a call, the provider's
+/// when the call arrives, and calls spaced exactly by the interval arrive with nothing to spare.
+pub fn rolling_emission_ms(window_ms: u64, limit: u32) -> f64 {
+    let interval = window_ms.max(1) as f64 / f64::from(limit.max(1));
+    interval + (interval / 50.0).min(50.0)
+}

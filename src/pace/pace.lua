@@ -8,13 +8,24 @@
 --   dend/dn the day (its end, epoch ms) and the calls counted in it
 --   dt      the tokens counted in the day
 --   miss    pacing misses
---   dlim    a day limit learned from the quota endpoint (used when none is declared)
--- ARGV: op (peek | admit | reserve | missed | usage | sync | spent), limit per window (0: none),
--- window ms, rolling (1/0), limit per day (0: none), the day's end (epoch ms; 0: unknown, keep
--- the count), the guard at a window's edges (ms), tokens per window (0: none), tokens per day (0:
--- none), this call's tokens (an estimate; 0: not counted); for sync, the endpoint's used and
--- limit; for spent, the tokens to add to what was counted (negative: fewer were spent); for
--- landed, how long ago (ms) the call was admitted.
+-- and what the provider stated (the provider's word wins over the configuration, unless pinned):
+--   sl      requests per window it stated
+--   stl     tokens per window it stated
+--   dlim    requests per day it stated (or its quota endpoint gave, or a day refusal showed)
+--   ph      where its fixed windows start, ms past the epoch's (0: the epoch's own)
+--   wk/wkw  the working requests-per-window limit a pacing miss lowered, and the window from
+--           which it holds (it recovers by one each window after that without a miss)
+--   lt      when the provider last stated something (epoch ms)
+-- ARGV: op (peek | admit | reserve | missed | usage | sync | spent | landed | learn | release),
+-- limit per window (0: none), window ms, rolling (1/0), limit per day (0: none), the day's end
+-- (epoch ms; 0: unknown, keep the count), the guard at a window's edges (ms), tokens per window
+-- (0: none), tokens per day (0: none), this call's tokens (an estimate; 0: not counted), pinned
+-- (1/0); then per op: sync, the endpoint's used and limit; spent, the tokens to add to what was
+-- counted (negative: fewer were spent); landed, how long ago (ms) the call was admitted; missed,
+-- the refusal's hint (ms, 0: none) and whether to lower the working limit (1/0); learn, the
+-- stated requests per window, per day, tokens per window (0: not stated), requests left in the
+-- window, the day, tokens left in the window (-1: not stated), ms until the window ends (0: not
+-- stated) and whether the day is spent (1/0); release, ms from now to the held slot's moment.
 --
 -- A call needs room for its tokens as for itself; a window (or day) with no tokens counted yet
 -- admits one call of any size, so a call larger than the limit is not refused for ever.
@@ -32,6 +43,8 @@ local tlimit = tonumber(ARGV[8])
 local tdlimit = tonumber(ARGV[9])
 local cost = tonumber(ARGV[10])
 if cost <= 0 then cost = 0 end
+local pin = ARGV[11] == '1'
+local configured = {limit, tlimit, dlimit}
 
 local function num(field)
   return tonumber(redis.call('HGET', key, field) or '0')
@@ -40,15 +53,46 @@ end
 if dend > 0 and num('dend') ~= dend then
   redis.call('HSET', key, 'dend', dend, 'dn', 0, 'dt', 0)
 end
--- A day limit not declared may have been learned from the provider's quota endpoint.
-if dlimit == 0 then dlimit = num('dlim') end
 local day_used = num('dn')
 local day_tokens = num('dt')
-local day_full = (dlimit > 0 and day_used >= dlimit)
-  or (tdlimit > 0 and cost > 0 and day_tokens > 0 and day_tokens + cost > tdlimit)
 
-local w = math.floor(now / win)
-local windowed = (not rolling) and (limit > 0 or tlimit > 0)
+-- The limits in force: a stated one replaces the configured one unless the pool pins it (or
+-- declares none); a working limit lowered by misses caps the window's.
+local w, ph, windowed, day_full
+local function settle()
+  local function stated(field, declared)
+    local s = num(field)
+    if s > 0 and (not pin or declared == 0) then return s end
+    return declared
+  end
+  limit = stated('sl', configured[1])
+  tlimit = stated('stl', configured[2])
+  dlimit = stated('dlim', configured[3])
+  ph = 0
+  if not rolling then ph = num('ph') % win end
+  w = math.floor((now - ph) / win)
+  local wk = num('wk')
+  if wk > 0 then
+    local since = w - num('wkw')
+    if since > 0 then wk = wk + since end
+    if limit == 0 or wk >= limit then
+      redis.call('HDEL', key, 'wk', 'wkw')
+    else
+      if since > 0 then redis.call('HSET', key, 'wk', wk, 'wkw', w) end
+      limit = wk
+    end
+  end
+  windowed = (not rolling) and (limit > 0 or tlimit > 0)
+  day_full = (dlimit > 0 and day_used >= dlimit)
+    or (tdlimit > 0 and cost > 0 and day_tokens > 0 and day_tokens + cost > tdlimit)
+end
+settle()
+
+-- Where fixed window x starts.
+local function start(x)
+  return x * win + ph
+end
+
 if windowed then
   local lo = tonumber(redis.call('HGET', key, 'lo') or w)
   if lo < w then
@@ -90,14 +134,20 @@ end
 
 -- A call admitted this close to a fixed window's end may reach the provider in the next
 -- window: it needs room in both and is counted in both.
-local tail = windowed and ((w + 1) * win - now) <= guard
+local tail = windowed and (start(w + 1) - now) <= guard
 
+-- A rolling window's calls are spaced a little more than window / limit (pace::
+-- rolling_emission_ms): the provider's clock starts when a call arrives, not when it is admitted.
 local emission = 0
 local tat = now
-if rolling and limit > 0 then
-  emission = win / limit
-  tat = math.max(num('tat'), now)
+local function spacing()
+  if rolling and limit > 0 then
+    local interval = win / limit
+    emission = interval + math.min(interval / 50, 50)
+    tat = math.max(num('tat'), now)
+  end
 end
+spacing()
 
 local temission = 0
 local ttat = now
@@ -137,7 +187,7 @@ local function count(x)
   elseif windowed then
     redis.call('HINCRBY', key, 'c:' .. x, 1)
     if tlimit > 0 and cost > 0 then redis.call('HINCRBY', key, 'k:' .. x, cost) end
-    keep((x + 1) * win)
+    keep(start(x + 1))
   else
     keep(now)
   end
@@ -155,39 +205,43 @@ if op == 'usage' then
   elseif windowed then
     used = used_in(w)
     tokens = tokens_in(w)
-    resets = (w + 1) * win - now
+    resets = start(w + 1) - now
     for _, f in ipairs(redis.call('HKEYS', key)) do
       local x = string.match(f, '^c:(%d+)$')
       if x and tonumber(x) > w then reserved = reserved + used_in(tonumber(x)) end
     end
   end
-  return {used, resets, day_used, reserved, num('miss'), tokens, day_tokens}
+  local working = 0
+  if num('wk') > 0 then working = limit end
+  local phased = 0
+  if num('ph') > 0 then phased = 1 end
+  return {used, resets, day_used, reserved, num('miss'), tokens, day_tokens,
+    num('sl'), num('dlim'), num('stl'), working, num('lt'), phased}
 end
 
 -- The quota endpoint's count of the day (ARGV[11], refusals included, lagging a little: it
 -- never lowers ours) and its day limit (ARGV[12]). Returns whether the day was full, and is.
 if op == 'sync' then
-  local used = tonumber(ARGV[11])
-  local learned = tonumber(ARGV[12])
+  local used = tonumber(ARGV[12])
+  local learned = tonumber(ARGV[13])
+  local was = 0
+  if day_full then was = 1 end
   if used > day_used then
     redis.call('HSET', key, 'dn', used)
     day_used = used
   end
   if learned > 0 then redis.call('HSET', key, 'dlim', learned) end
-  local limit_now = tonumber(ARGV[5])
-  if limit_now == 0 then limit_now = learned end
+  settle()
   keep(now)
-  local was = 0
-  if day_full then was = 1 end
   local is = 0
-  if limit_now > 0 and day_used >= limit_now then is = 1 end
+  if dlimit > 0 and day_used >= dlimit then is = 1 end
   return {was, is}
 end
 
 -- A call's tokens as its answer's usage counted them, less the estimate it was admitted with
--- (ARGV[11]): the current window and the day are corrected.
+-- (ARGV[12]): the current window and the day are corrected.
 if op == 'spent' then
-  local delta = tonumber(ARGV[11])
+  local delta = tonumber(ARGV[12])
   if delta ~= 0 then
     redis.call('HSET', key, 'dt', math.max(0, day_tokens + delta))
     if rolling and tlimit > 0 then
@@ -200,13 +254,13 @@ if op == 'spent' then
   return {1}
 end
 
--- A call admitted ARGV[11] ms ago whose answer is back: if it was admitted at the end of its
+-- A call admitted ARGV[12] ms ago whose answer is back: if it was admitted at the end of its
 -- window (and so counted in the next one too) and that window has not ended, it reached the
 -- provider within it, and the next window gets its slot back.
 if op == 'landed' then
-  local admitted = now - tonumber(ARGV[11])
-  local x = math.floor(admitted / win) + 1
-  if windowed and x * win - admitted <= guard and now < x * win and num('t:' .. x) > 0 then
+  local admitted = now - tonumber(ARGV[12])
+  local x = math.floor((admitted - ph) / win) + 1
+  if windowed and start(x) - admitted <= guard and now < start(x) and num('t:' .. x) > 0 then
     redis.call('HINCRBY', key, 't:' .. x, -1)
     redis.call('HINCRBY', key, 'c:' .. x, -1)
     if tlimit > 0 and cost > 0 then redis.call('HINCRBY', key, 'k:' .. x, -cost) end
@@ -215,15 +269,136 @@ if op == 'landed' then
   return {0}
 end
 
+-- A refusal of a call the limiter admitted. A rolling window has no slot until the refusal's
+-- hint (ARGV[12]) when it gave one (the provider's bucket may be a fraction of a call short, not
+-- empty), else for one spacing; a fixed window is full. ARGV[13] = 1 lowers the working limit.
 if op == 'missed' then
+  local hint = tonumber(ARGV[12])
   if limit > 0 and rolling then
-    redis.call('HSET', key, 'tat', math.ceil(now + win))
+    local next_at = now + emission
+    if hint > 0 then next_at = now + hint end
+    tat = math.max(tat, math.ceil(next_at + (limit - 1) * emission))
+    redis.call('HSET', key, 'tat', tat)
   elseif limit > 0 and used_in(w) < limit then
     redis.call('HSET', key, 'c:' .. w, limit)
+  end
+  if ARGV[13] == '1' and limit > 0 then
+    -- It holds for the next window; each one after that passed without a miss raises it.
+    redis.call('HSET', key, 'wk', math.max(1, math.floor(limit * 0.9)), 'wkw', w + 1)
   end
   local misses = redis.call('HINCRBY', key, 'miss', 1)
   keep(now + win)
   return {misses}
+end
+
+-- What the provider stated (ARGV[12..19], as the header says).
+if op == 'learn' then
+  local s_win, s_day, s_tok = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+  local r_win, r_day, r_tok = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
+  local ends = tonumber(ARGV[18])
+  local day_spent = ARGV[19] == '1'
+  if s_win > 0 then redis.call('HSET', key, 'sl', s_win) end
+  if s_tok > 0 then redis.call('HSET', key, 'stl', s_tok) end
+  if s_day > 0 then redis.call('HSET', key, 'dlim', s_day) end
+  settle()
+  spacing()
+  -- The provider's window ends `ends` from now: realign the fixed windows to it, each count
+  -- moved to the window where its calls are made (the current one's stays current; a held
+  -- slot's to the window its holder wakes in). Tails lose their meaning and count in full.
+  if windowed and ends > 0 and ends <= win + guard then
+    local nph = (now + ends) % win
+    local d = math.abs(nph - ph)
+    if math.min(d, win - d) > guard then
+      local nw = math.floor((now - nph) / win)
+      local moved = {}
+      for _, f in ipairs(redis.call('HKEYS', key)) do
+        local kind, x = string.match(f, '^([ckt]):(%d+)$')
+        if kind then
+          x = tonumber(x)
+          local v = num(f)
+          redis.call('HDEL', key, f)
+          if kind ~= 't' then
+            local to = nw
+            if x > w then to = math.max(nw, math.floor((start(x) + guard - nph) / win)) end
+            local g = kind .. ':' .. to
+            moved[g] = (moved[g] or 0) + v
+          end
+        end
+      end
+      for g, v in pairs(moved) do redis.call('HSET', key, g, v) end
+      redis.call('HSET', key, 'ph', nph, 'lo', nw)
+      -- 'ph' 0 reads as the epoch's own phase; a provider's phase of exactly 0 is that.
+      if nph == 0 then redis.call('HDEL', key, 'ph') end
+      ph = nph
+      w = nw
+    end
+  end
+  -- What is left: the provider counts calls freeway did not (other clients of the key).
+  if r_win >= 0 and limit > 0 then
+    local used = math.max(0, limit - r_win)
+    if rolling then
+      tat = math.max(tat, math.ceil(now + used * emission))
+      redis.call('HSET', key, 'tat', tat)
+    elseif windowed and used_in(w) < used then
+      redis.call('HSET', key, 'c:' .. w, used)
+    end
+  end
+  if r_tok >= 0 and tlimit > 0 then
+    local used = math.max(0, tlimit - r_tok)
+    if rolling then
+      local ttat0 = math.max(num('ttat'), now)
+      redis.call('HSET', key, 'ttat', math.max(ttat0, math.ceil(now + used * win / tlimit)))
+    elseif windowed and tokens_in(w) < used then
+      redis.call('HSET', key, 'k:' .. w, used)
+    end
+  end
+  if r_day >= 0 and dlimit > 0 and day_used < dlimit - r_day then
+    day_used = dlimit - r_day
+    redis.call('HSET', key, 'dn', day_used)
+  end
+  -- A day refusal spends the day; without a known day limit, what was counted is the limit.
+  if day_spent then
+    if dlimit == 0 then
+      dlimit = math.max(day_used, 1)
+      redis.call('HSET', key, 'dlim', dlimit)
+    end
+    if day_used < dlimit then redis.call('HSET', key, 'dn', dlimit) end
+  end
+  redis.call('HSET', key, 'lt', now)
+  keep(now + win)
+  return {1}
+end
+
+-- A held slot its run will not use (its moment ARGV[12] ms from now): uncounted from its window
+-- and from the day it falls in, so the slot goes to another run.
+if op == 'release' then
+  local at = now + tonumber(ARGV[12])
+  if rolling then
+    if limit > 0 and tat > now then
+      redis.call('HSET', key, 'tat', math.max(now, math.floor(tat - emission)))
+    end
+    if tlimit > 0 and cost > 0 then
+      local ttat0 = num('ttat')
+      if ttat0 > now then
+        redis.call('HSET', key, 'ttat', math.max(now, math.floor(ttat0 - cost * win / tlimit)))
+      end
+    end
+  elseif windowed then
+    local x = math.floor((at - ph) / win)
+    if x >= w and used_in(x) > 0 then
+      redis.call('HINCRBY', key, 'c:' .. x, -1)
+      if tlimit > 0 and cost > 0 then
+        redis.call('HSET', key, 'k:' .. x, math.max(0, tokens_in(x) - cost))
+      end
+    end
+  end
+  -- A slot of a later day was counted in none yet (a held slot outlives no day: it is valid for
+  -- one window).
+  if day_used > 0 and (dend == 0 or at < dend) then
+    redis.call('HINCRBY', key, 'dn', -1)
+    if cost > 0 then redis.call('HSET', key, 'dt', math.max(0, day_tokens - cost)) end
+  end
+  return {1}
 end
 
 if day_full then
@@ -245,8 +420,8 @@ if op == 'reserve' then
   if x == w and tail then x = free_from(w + 1) end
   count(x)
   local wait = 0
-  if x > w then wait = x * win + guard - now end
-  return {1, wait, (x + 1) * win - now}
+  if x > w then wait = start(x) + guard - now end
+  return {1, wait, start(x + 1) - now}
 end
 
 -- peek or admit
@@ -254,7 +429,7 @@ local wait = 0
 if rolling then
   wait = math.max(0, math.ceil(rolling_wait()))
 elseif windowed and (not room(w) or (tail and not room(w + 1))) then
-  wait = free_from(w + 1) * win + guard - now
+  wait = start(free_from(w + 1)) + guard - now
 end
 if wait > 0 then return {0, wait} end
 if op == 'admit' then
@@ -264,7 +439,7 @@ if op == 'admit' then
     redis.call('HINCRBY', key, 'c:' .. (w + 1), 1)
     redis.call('HINCRBY', key, 't:' .. (w + 1), 1)
     if tlimit > 0 and cost > 0 then redis.call('HINCRBY', key, 'k:' .. (w + 1), cost) end
-    keep((w + 2) * win)
+    keep(start(w + 2))
   end
 end
 return {1, 0}

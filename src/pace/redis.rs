@@ -6,8 +6,8 @@
 //! window's room.
 
 use super::{
-    DaySync, Headroom, Limits, Pacer, PoolSeen, PoolUse, Refusal, Reservation, SEEN_TTL_MS, Seen,
-    Slot, WINDOW_GUARD_MS,
+    DaySync, Headroom, Learned, Limits, Pacer, PoolSeen, PoolUse, Refusal, Reservation,
+    SEEN_TTL_MS, Seen, Slot, Stated, WINDOW_GUARD_MS,
 };
 use crate::fleet::FleetError;
 use async_trait::async_trait;
@@ -16,6 +16,14 @@ use redis::aio::ConnectionManager;
 use std::sync::LazyLock;
 
 static PACE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("pace.lua")));
+
+/// The day's counts back to zero, on a hash that exists (an HSET on one that expired would make
+/// one without its TTL); the windows keep theirs.
+static REOPEN_DAY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'dn', 0, 'dt', 0) end",
+    )
+});
 
 /// Pools' limiters in one Redis namespace.
 #[derive(Clone)]
@@ -76,11 +84,17 @@ impl RedisPacer {
             .arg(limits.tokens_per_window.unwrap_or(0))
             .arg(limits.tokens_per_day.unwrap_or(0))
             .arg(if limits.counts_tokens() { tokens } else { 0 })
+            .arg(u8::from(limits.pin))
             .arg(more)
             .invoke_async(&mut conn)
             .await?;
         Ok(reply.into_iter().map(|v| v.max(0) as u64).collect())
     }
+}
+
+/// A limit the script returns, 0 meaning none.
+fn stated(n: u64) -> Option<u32> {
+    u32::try_from(n).ok().filter(|&n| n > 0)
 }
 
 fn to_i64(n: u64) -> i64 {
@@ -165,9 +179,53 @@ impl Pacer for RedisPacer {
         Ok(reply.first() == Some(&1))
     }
 
-    async fn missed(&self, pool: &str, limits: &Limits) -> Result<u32, FleetError> {
-        let reply = self.call("missed", pool, limits, 0, 0).await?;
+    async fn missed(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        hint_ms: Option<u64>,
+        lower: bool,
+    ) -> Result<u32, FleetError> {
+        let extra = [to_i64(hint_ms.unwrap_or(0)), i64::from(lower)];
+        let reply = self.call_with("missed", pool, limits, 0, 0, &extra).await?;
         Ok(reply.first().copied().unwrap_or(0) as u32)
+    }
+
+    async fn learn(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        stated: &Stated,
+    ) -> Result<(), FleetError> {
+        let limit = |v: Option<u32>| v.map_or(0, i64::from);
+        let left = |v: Option<u32>| v.map_or(-1, i64::from);
+        let extra = [
+            limit(stated.per_window),
+            limit(stated.per_day),
+            limit(stated.tokens_per_window),
+            left(stated.window_remaining),
+            left(stated.day_remaining),
+            left(stated.tokens_remaining),
+            to_i64(stated.window_ends_in_ms.unwrap_or(0)),
+            i64::from(stated.day_spent),
+        ];
+        self.call_with("learn", pool, limits, day_end_ms, 0, &extra)
+            .await?;
+        Ok(())
+    }
+
+    async fn release(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        slot_in_ms: i64,
+    ) -> Result<(), FleetError> {
+        self.call_with("release", pool, limits, day_end_ms, tokens, &[slot_in_ms])
+            .await?;
+        Ok(())
     }
 
     async fn sync(
@@ -195,11 +253,11 @@ impl Pacer for RedisPacer {
         })
     }
 
-    async fn reopen(&self, pool: &str) -> Result<(), FleetError> {
+    async fn reopen_day(&self, pool: &str) -> Result<(), FleetError> {
         let mut conn = self.conn.clone();
-        let _: () = redis::cmd("DEL")
-            .arg(self.key(pool))
-            .query_async(&mut conn)
+        let _: () = REOPEN_DAY
+            .key(self.key(pool))
+            .invoke_async(&mut conn)
             .await?;
         Ok(())
     }
@@ -220,6 +278,14 @@ impl Pacer for RedisPacer {
             misses: at(4) as u32,
             window_tokens: at(5) as u32,
             day_tokens: at(6),
+            learned: Learned {
+                per_window: stated(at(7)),
+                per_day: stated(at(8)),
+                tokens_per_window: stated(at(9)),
+                working_per_window: stated(at(10)),
+                at_ms: (at(11) > 0).then_some(at(11)),
+                phase_from_provider: at(12) == 1,
+            },
         })
     }
 

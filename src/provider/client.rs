@@ -302,6 +302,7 @@ impl HttpProvider {
 
         let ratelimit_remaining = ratelimit_remaining(response.headers());
         let ratelimit_reset_ms = ratelimit_reset_ms(response.headers());
+        let limit_headers = limit_headers(response.headers());
         let media_type = media_type(response.headers());
         let mut completion = match media_type.as_str() {
             "text/event-stream" if request.stream => {
@@ -331,6 +332,7 @@ impl HttpProvider {
         };
         completion.ratelimit_remaining = ratelimit_remaining;
         completion.ratelimit_reset_ms = ratelimit_reset_ms;
+        completion.limit_headers = limit_headers;
         Ok(completion)
     }
 
@@ -486,6 +488,18 @@ fn ratelimit_remaining(headers: &HeaderMap) -> Option<i64> {
     ["x-ratelimit-remaining", "x-ratelimit-remaining-requests"]
         .iter()
         .find_map(|name| headers.get(*name)?.to_str().ok()?.trim().parse().ok())
+}
+
+/// The headers in which providers state their limits (a few of a response's dozens).
+fn limit_headers(headers: &HeaderMap) -> crate::headers::Headers {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            name.starts_with("x-ratelimit-") || name.starts_with("retry-after")
+        })
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .collect()
 }
 
 /// When the request allowance refills, read from the two headers that can say.

@@ -85,6 +85,9 @@ pub struct Completion {
     /// Ms until the request allowance refills, when the headers say
     /// ([`crate::classify::headroom_reset_ms`]).
     pub ratelimit_reset_ms: Option<u64>,
+    /// The answer's rate-limit headers (`x-ratelimit-*`, `retry-after*`), for the limiter to
+    /// learn what the provider states ([`crate::pace::Stated`]).
+    pub limit_headers: Headers,
 }
 
 /// Why a transport-level failure happened. All of these classify as `server` (docs/design.md §3).

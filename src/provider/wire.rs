@@ -279,8 +279,7 @@ pub(super) fn completion(body: &[u8]) -> Result<Completion, CallError> {
         turn_fields: turn_fields(message),
         finish_reason,
         usage: usage(&value),
-        ratelimit_remaining: None,
-        ratelimit_reset_ms: None,
+        ..Completion::default()
     })
 }
 

@@ -100,7 +100,8 @@ struct Rig {
     engine: Engine,
     store: SqlStore,
     rests: Arc<MemoryRests>,
-    pace: Arc<dyn freeway::pace::Pacer>,
+    /// The limiter's clock: moved to the pool's next window when the pool wakes.
+    pace_clock: Arc<freeway::clock::InstantClock>,
     events: Arc<MemoryEvents>,
 }
 
@@ -127,13 +128,15 @@ fn engine_on(store: &SqlStore, provider: Arc<dyn ChatProvider>) -> Rig {
         "http://127.0.0.1:9",
         Some(ApiKey::new("sk-platform")),
     ));
+    let pace_clock = Arc::new(freeway::clock::InstantClock::default());
     let fleet = Fleet {
         rests: rests.clone(),
         events: events.clone(),
+        pace: Arc::new(freeway::pace::MemoryPacer::new(pace_clock.clone())),
         ..Fleet::in_memory()
     };
     Rig {
-        pace: fleet.pace.clone(),
+        pace_clock,
         engine: rig(store, provider, targets, fleet),
         store: store.clone(),
         rests,
@@ -188,12 +191,13 @@ impl Rig {
             .await
             .unwrap();
     }
+    /// The pool's rest ends and its next window comes (a refusal filled this one).
     async fn wake_the_pool(&self) {
         self.rests
             .clear("pool", OPENROUTER_FREE_POOL)
             .await
             .unwrap();
-        self.pace.reopen(OPENROUTER_FREE_POOL).await.unwrap();
+        self.pace_clock.advance(std::time::Duration::from_secs(61));
     }
     async fn seed(&self, conv: &str) -> Vec<Message> {
         let seed = vec![

@@ -91,6 +91,7 @@ pub async fn engine(
     )
     .with_tools(tools)
     .with_summary(settings.summary)
+    .with_learning(settings.learn_limits)
     .named(worker);
     Ok(Wired {
         engine,

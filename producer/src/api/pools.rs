@@ -45,19 +45,19 @@ pub(super) struct InstanceUse {
     pub instance: String,
     #[serde(flatten)]
     pub spent: PoolUse,
+    /// When the pool's day ends on its day clock (epoch ms): a spent day is closed until then.
+    pub day_ends_at_ms: u64,
 }
 
-/// The use of every pool's platform instance that declares limits (`pool`, or `pool@platform`
-/// for a per-key pool), for this view and `/metrics`.
+/// The use of every pool's platform instance (`pool`, or `pool@platform` for a per-key pool),
+/// for this view and `/metrics`.
 pub(super) async fn platform_use(state: &AppState) -> Result<Vec<InstanceUse>, ApiError> {
     let catalog = state.enqueuer.catalog();
     let pacer = state.enqueuer.pacer();
     let now = freeway::clock::epoch_ms();
     let mut out = Vec::new();
     for pool in catalog.pools() {
-        let Some(limits) = pool.limits() else {
-            continue;
-        };
+        let limits = pool.limits();
         let instance = pool.platform_instance();
         let day_end = catalog.day_clock(pool).day_end_ms(now);
         let spent = pacer.usage(&instance, &limits, day_end).await?;
@@ -65,6 +65,7 @@ pub(super) async fn platform_use(state: &AppState) -> Result<Vec<InstanceUse>, A
             pool: pool.name.clone(),
             instance,
             spent,
+            day_ends_at_ms: day_end,
         });
     }
     Ok(out)

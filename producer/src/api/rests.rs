@@ -43,10 +43,13 @@ pub async fn clear(
     tracing::warn!(%scope, %key, removed, by = "admin token", "DELETE /v1/rests: operator clear");
     if removed {
         if scope == "pool" {
-            // The operator says the pool's quota is back: its limiter admits again at once.
-            state.enqueuer.pacer().reopen(&key).await?;
+            // The operator says the pool's quota is back: its day counts again from zero. Its
+            // window keeps its count (the provider's has not forgotten its calls), so the runs
+            // woken below are admitted slot by slot, never a window's worth at once.
+            state.enqueuer.pacer().reopen_day(&key).await?;
         }
-        // The runs the rest delayed may run now, not at their old wake time.
+        // The runs the rest delayed may run now, not at their old wake time; each still passes
+        // pre-flight and the pool's limiter.
         let now = freeway::clock::epoch_ms();
         match state.enqueuer.queue().wake_parked(now).await {
             Ok(woken) => tracing::info!(woken, "woke parked runs after the clear"),

@@ -12,7 +12,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use queue::Cancelled;
+use queue::{Cancelled, Woken};
+use serde::Serialize;
 use std::sync::Arc;
 
 /// Who is acting, for the log: the admin token, or the API token for one user.
@@ -59,15 +60,48 @@ pub async fn retry(
     Ok(accepted(&state, run_id, deadline_s))
 }
 
-/// `204`: the delayed run's snooze ended; `409` for a run that is not delayed.
+/// What "run now" did, in the run's terms: `queued` (woken, it runs now) or still `delayed`
+/// (its routes are closed: it waits until `until_ms`, and `message` says for what).
+#[derive(Serialize)]
+pub struct WakeAnswer {
+    run_id: String,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    until_ms: Option<u64>,
+    message: String,
+}
+
+/// `200` with what will really happen; `409` for a run that is not delayed.
 pub async fn wake(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     PathParams(id): PathParams<String>,
     user: ForUser,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Json<WakeAnswer>, ApiError> {
     let by = actor(&state, &headers, &user)?;
-    state.enqueuer.wake(&id, user.0.as_deref()).await?;
-    tracing::warn!(run_id = %id, %by, "delayed run woken");
-    Ok(StatusCode::NO_CONTENT)
+    let woken = state.enqueuer.wake(&id, user.0.as_deref()).await?;
+    let answer = match woken {
+        Woken::Now => {
+            tracing::warn!(run_id = %id, %by, "delayed run woken");
+            WakeAnswer {
+                run_id: id,
+                status: "queued",
+                until_ms: None,
+                message: "woken: it runs now, through its pool's limiter".to_string(),
+            }
+        }
+        Woken::Waits { until_ms, reason } => {
+            tracing::info!(run_id = %id, %by, until_ms, %reason, "run now asked; the run's routes are still closed, it keeps waiting");
+            let in_s = until_ms
+                .saturating_sub(freeway::clock::epoch_ms())
+                .div_ceil(1000);
+            WakeAnswer {
+                run_id: id,
+                status: "delayed",
+                until_ms: Some(until_ms),
+                message: format!("not woken: {reason}; it waits {in_s} s more"),
+            }
+        }
+    };
+    Ok(Json(answer))
 }

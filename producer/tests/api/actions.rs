@@ -3,8 +3,10 @@
 
 use crate::common::{Server, json_of};
 use crate::{code, tokens};
+use freeway::classify::{RestLength, RestScope};
 use freeway::events::stream_key;
 use freeway::job::RunJob;
+use freeway::rest::Rests;
 use freeway::run::RunStatus;
 use freeway::store::Store;
 use serde_json::{Value, json};
@@ -147,8 +149,39 @@ async fn a_delayed_run_wakes_now_and_a_cancelled_one_leaves_the_schedule() {
         }
     };
     assert_eq!(score(&s).await, Some(far as f64), "parked for an hour");
-    let (status, body) = act(&s, &format!("/v1/runs/{id}/wake?user_id=u1"), "api-token-1").await;
-    assert_eq!(status, 204, "{body}");
+    // While its route rests, "run now" would only park it again: it says so and waits on.
+    let rests = s.enqueuer.rests();
+    let route = RestScope::Route {
+        pool: None,
+        route_key: "platform:openrouter/vendor/m".into(),
+    };
+    rests
+        .write(&route, RestLength::For(120_000), "test")
+        .await
+        .unwrap();
+    let wake = format!("/v1/runs/{id}/wake?user_id=u1");
+    let (status, body) = act(&s, &wake, "api-token-1").await;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("delayed")),
+        "{body}"
+    );
+    let until = body["until_ms"].as_u64().expect("until when it waits");
+    let in_ms = until.saturating_sub(freeway::clock::epoch_ms());
+    assert!((110_000..=120_000).contains(&in_ms), "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("not woken"), "{message}");
+    assert_eq!(
+        score(&s).await,
+        Some(far as f64),
+        "still parked at its time"
+    );
+    rests
+        .clear("route", "platform:openrouter/vendor/m")
+        .await
+        .unwrap();
+    let (status, body) = act(&s, &wake, "api-token-1").await;
+    assert_eq!((status, &body["status"]), (200, &json!("queued")), "{body}");
     let now = score(&s).await.expect("still parked, due now");
     assert!(now <= freeway::clock::epoch_ms() as f64, "due: {now}");
     let (status, _) = act(&s, &format!("/v1/runs/{id}/cancel"), "admin-token-1").await;

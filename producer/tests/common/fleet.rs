@@ -300,6 +300,22 @@ impl Fleet {
         }
     }
 
+    /// `GET path` until its answer `holds`, at most 30 s.
+    pub async fn json_when(&self, path: &str, holds: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let answer = self.json(path).await;
+            if holds(&answer) {
+                return answer;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "GET {path} never showed it: {answer}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn json(&self, path: &str) -> Value {
         let resp = self
             .http
