@@ -925,7 +925,7 @@ fn groq_429_rests_its_route_for_retry_after() {
     );
     assert_eq!(
         (c.verdict, c.scope, c.rule),
-        (Verdict::Client, RestScope::None, "client")
+        (Verdict::Client, RestScope::None, "3.3:too_large")
     );
 }
 
@@ -1186,11 +1186,9 @@ connection = "each"
     assert_eq!(c.rest_ms(NOW_A), 2_000);
 }
 
-/// A day refusal on a fixed day clock rests until that zone's next midnight, whatever shorter
-/// hint came with it; on a rolling day (Groq's) its hint wins, past the 300 s cap.
-#[test]
-fn day_refusals_rest_by_the_routes_day_clock() {
-    let catalog = Catalog::from_toml(
+/// A catalog with a Groq and a Gemini model pool, each per key.
+fn groq_and_gemini() -> Catalog {
+    Catalog::from_toml(
         r#"
 [providers.groq]
 base_url = "https://api.groq.com/openai/v1"
@@ -1206,7 +1204,14 @@ provider = "gemini"
 models = ["gemini-*"]
 "#,
     )
-    .expect("config");
+    .expect("config")
+}
+
+/// A day refusal on a fixed day clock rests until that zone's next midnight, whatever shorter
+/// hint came with it; on a rolling day (Groq's) its hint wins, past the 300 s cap.
+#[test]
+fn day_refusals_rest_by_the_routes_day_clock() {
+    let catalog = groq_and_gemini();
     let gemini = Route::parse("gemini:gemini-2.5-flash", &catalog).expect("route");
     let day = r#"[{"error":{"code":429,"message":"You exceeded your current quota","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"36s"}]}}]"#;
     let c = classify_response(429, &Headers::new(), day.as_bytes(), &gemini, NOW_A);
@@ -1314,5 +1319,379 @@ fn in_band_errors_before_output_are_read_as_the_status_they_carry() {
     for (error, verdict) in cases {
         let c = classify(&error, &route(LLAMA_FREE), NOW_A);
         assert_eq!(c.verdict, verdict, "{error:?}: {c:?}");
+    }
+}
+
+// ---- §3.3 (v3): the code and the message count, not only the status ----
+
+/// Routes of every kind a v3 answer can come back on: OpenRouter's shared pool, OpenRouter
+/// off-quota, a user's connection, and a Groq and a Gemini model pool.
+fn v3_routes() -> Vec<Route> {
+    let catalog = groq_and_gemini();
+    [
+        LLAMA_FREE,
+        PAID,
+        USER_FREE,
+        "groq:llama-3.3-70b-versatile",
+        "gemini:gemini-2.5-flash",
+    ]
+    .into_iter()
+    .map(|r| Route::parse(r, &catalog).expect("route"))
+    .collect()
+}
+
+/// Every (status, body) of `answers`, on every v3 route, gets `verdict` by `rule`; `check` sees
+/// each classification with its route.
+#[track_caller]
+fn each_v3(
+    answers: &[(u16, &str)],
+    verdict: Verdict,
+    rule: &str,
+    check: impl Fn(&Classification, &Route),
+) {
+    for route in v3_routes() {
+        for (status, body) in answers {
+            let c = classify_response(*status, &Headers::new(), body.as_bytes(), &route, NOW_A);
+            assert_eq!(
+                (c.verdict, c.rule),
+                (verdict, rule),
+                "{status} {body} on {}: {c:?}",
+                route.key()
+            );
+            check(&c, &route);
+        }
+    }
+}
+
+fn this_route(route: &Route) -> RestScope {
+    RestScope::Route {
+        pool: route.pool.clone(),
+        route_key: route.key(),
+    }
+}
+
+/// A dead model rests its route an hour, whatever status says so: a 400 `model_decommissioned`
+/// is no client error a retry on the next run could fix.
+#[test]
+fn a_dead_model_is_gone_whatever_the_status() {
+    let answers = [
+        (
+            400,
+            r#"{"error":{"message":"The model `gemma2-9b-it` has been decommissioned and is no longer supported. Please refer to https://console.groq.com/docs/deprecations for a recommendation on which model to use instead.","type":"invalid_request_error","code":"model_decommissioned"}}"#,
+        ),
+        // The code alone, and the wording alone.
+        (
+            400,
+            r#"{"error":{"message":"Bad model","type":"invalid_request_error","code":"model_decommissioned"}}"#,
+        ),
+        (
+            400,
+            r#"{"error":{"message":"The model `llama3-70b-8192` has been decommissioned and is no longer supported.","type":"invalid_request_error"}}"#,
+        ),
+        (
+            400,
+            r#"{"error":{"message":"The model qwen-2.5-32b is no longer supported","code":400}}"#,
+        ),
+        (
+            400,
+            r#"{"error":{"message":"openai/gpt-5-turbo is not a valid model ID","code":400}}"#,
+        ),
+        (
+            403,
+            r#"{"error":{"message":"The model `gpt-4o` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#,
+        ),
+        (
+            404,
+            r#"{"error":{"message":"The model `computer-use-preview-2025-03-11` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#,
+        ),
+        (
+            429,
+            r#"{"error":{"message":"Nope","code":"model_not_found"}}"#,
+        ),
+        (
+            413,
+            r#"{"error":{"code":413,"message":"Model not found: x/y"}}"#,
+        ),
+    ];
+    each_v3(&answers, Verdict::Gone, "gone", |c, route| {
+        assert_eq!(c.scope, this_route(route));
+        assert_eq!(c.rest_ms(NOW_A), 3_600_000, "{c:?}");
+    });
+}
+
+/// The wordings count only when they speak of a model: a parameter or a tool that "is no longer
+/// supported" or "does not exist" is the request's fault, not a dead route.
+#[test]
+fn the_same_words_about_something_else_are_a_client_error() {
+    for body in [
+        r#"{"error":{"message":"The parameter `functions` is no longer supported for this model","type":"invalid_request_error"}}"#,
+        r#"{"error":{"message":"Tool 'search' does not exist","type":"invalid_request_error"}}"#,
+    ] {
+        let c = run(400, &[], body, PAID, NOW_A);
+        assert_eq!((c.verdict, c.rule), (Verdict::Client, "client"), "{body}");
+    }
+}
+
+/// A blocked key or organisation opens the connection circuit: every route on it would burn an
+/// attempt. Groq says it with a 400.
+#[test]
+fn a_blocked_key_or_organisation_is_auth_whatever_the_status() {
+    let answers = [
+        (
+            400,
+            r#"{"error":{"message":"Organization has been restricted. Please reach out to support if you believe this was in error.","type":"invalid_request_error","code":"organization_restricted"}}"#,
+        ),
+        (
+            400,
+            r#"{"error":{"message":"Forbidden","code":"organization_restricted"}}"#,
+        ),
+        (
+            400,
+            r#"{"error":{"message":"Your organization has been restricted.","type":"invalid_request_error"}}"#,
+        ),
+        (
+            429,
+            r#"{"error":{"message":"This key is associated with a deactivated account. If you feel this is an error, contact us through our help center at help.openai.com.","type":"invalid_request_error","param":null,"code":"account_deactivated"}}"#,
+        ),
+        (
+            403,
+            r#"{"error":{"message":"The OpenAI account associated with this API key has been deactivated.","type":"invalid_request_error","param":null,"code":null}}"#,
+        ),
+        (
+            404,
+            r#"{"error":{"message":"Account deactivated","code":404}}"#,
+        ),
+        (
+            403,
+            r#"{"error":{"message":"Access terminated due to violation of our policies","code":"access_terminated"}}"#,
+        ),
+    ];
+    each_v3(&answers, Verdict::Auth, "3.3:blocked", |c, route| {
+        assert_eq!(c.scope, RestScope::Connection(route.connection_scope()));
+        assert_eq!(c.rest_ms(NOW_A), CIRCUIT_MS);
+    });
+}
+
+/// A request that alone exceeds a limit rests nothing: a smaller request on the same route would
+/// pass, and a rest would block it. OpenAI says so with a 429, Groq with a 413.
+#[test]
+fn a_request_too_large_for_its_limit_is_a_client_error_without_rest() {
+    let answers = [
+        (
+            429,
+            r#"{"error":{"message":"Request too large for model `llama-3.3-70b-versatile` in organization `org_x` service tier `on_demand` on tokens per minute (TPM): Limit 6000, Requested 9000, please reduce your message size and try again.","type":"tokens","code":"rate_limit_exceeded"}}"#,
+        ),
+        (
+            413,
+            r#"{"error":{"message":"Request too large for model `llama-3.1-8b-instant` in organization `org_x` service tier `on_demand` on tokens per minute (TPM): Limit 6000, Requested 12328, please reduce your message size and try again.","type":"tokens","code":"rate_limit_exceeded"}}"#,
+        ),
+        (
+            429,
+            r#"{"error":{"message":"Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 342389. The input or output tokens must be reduced in order to run successfully.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#,
+        ),
+        // The numbers alone: the request's own tokens are above the limit.
+        (
+            429,
+            r#"{"error":{"message":"Rate limit reached on tokens per minute (TPM): Limit 8000, Used 10, Requested 32979.","type":"tokens","code":"rate_limit_exceeded"}}"#,
+        ),
+        // The words alone.
+        (
+            429,
+            r#"{"error":{"message":"The input must be reduced to fit this model.","code":429}}"#,
+        ),
+        (
+            400,
+            r#"{"error":{"message":"Your prompt exceeds the maximum of 8192 tokens per request.","code":400}}"#,
+        ),
+    ];
+    each_v3(&answers, Verdict::Client, "3.3:too_large", |c, _| {
+        assert_eq!((&c.scope, c.length), (&RestScope::None, None));
+        assert!(!c.evidence);
+    });
+}
+
+/// A rate limit whose request fits the limit is still a rate limit: only the used part overflows.
+#[test]
+fn a_rate_limit_whose_request_fits_is_not_too_large() {
+    let body = r#"{"error":{"message":"Rate limit reached for model `llama-3.3-70b-versatile` in organization `org_x` service tier `on_demand` on tokens per minute (TPM): Limit 12000, Used 2542, Requested 9855. Please try again in 1.984999999s.","type":"tokens","code":"rate_limit_exceeded"}}"#;
+    let c = run(429, &[], body, LLAMA_FREE, NOW_A);
+    assert_eq!(c.verdict, Verdict::Account, "{c:?}");
+    assert_eq!(c.length, Some(RestLength::For(1_985)));
+    // A limit of 0 is a quota with nothing left, not a request too large for it.
+    let spent = body.replace(
+        "Limit 12000, Used 2542, Requested 9855",
+        "Limit 0, Used 0, Requested 1",
+    );
+    let c = run(429, &[], &spent, LLAMA_FREE, NOW_A);
+    assert_eq!(c.verdict, Verdict::Account, "{c:?}");
+}
+
+/// A provider out of capacity for a model rests that route for everyone, never the key's pool:
+/// no quota was spent, so no pacing miss either.
+#[test]
+fn a_model_out_of_capacity_rests_the_route_never_the_pool() {
+    let answers = [
+        (
+            429,
+            r#"[{"error":{"code":429,"message":"No capacity available for model gemini-3.1-pro-preview on the server","errors":[{"message":"No capacity available for model gemini-3.1-pro-preview on the server","domain":"global","reason":"rateLimitExceeded"}],"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"MODEL_CAPACITY_EXHAUSTED","domain":"cloudcode-pa.googleapis.com","metadata":{"model":"gemini-3.1-pro-preview"}}]}}]"#,
+        ),
+        // The reason alone, and the wording alone.
+        (
+            429,
+            r#"{"error":{"code":429,"message":"Try later","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"MODEL_CAPACITY_EXHAUSTED"}]}}"#,
+        ),
+        (
+            429,
+            r#"{"error":{"code":429,"message":"No capacity available for model on the server","status":"RESOURCE_EXHAUSTED"}}"#,
+        ),
+        // Mistral's body is the error itself, without an `error` member.
+        (
+            429,
+            r#"{"object":"error","message":"Service tier capacity exceeded for this model.","type":"invalid_request_error","param":null,"code":null}"#,
+        ),
+        (
+            400,
+            r#"{"object":"error","message":"Service tier capacity exceeded for this model.","type":"invalid_request_error","param":null,"code":null}"#,
+        ),
+        (
+            429,
+            r#"{"error":{"message":"Mistral Small capacity exceeded. This model is currently overloaded.","code":"1300"}}"#,
+        ),
+    ];
+    each_v3(&answers, Verdict::Route, "3.3:capacity", |c, route| {
+        assert_eq!(c.scope, this_route(route));
+        assert_eq!(c.rest_ms(NOW_A), DEFAULT_REST_MS);
+    });
+}
+
+/// Gemini's `RESOURCE_EXHAUSTED` is the key's quota only when a quota is named: a
+/// `QuotaFailure` detail or quota wording. Without one it says nothing of whose quota it was.
+#[test]
+fn gemini_resource_exhausted_is_the_pool_only_with_a_quota() {
+    let gemini = v3_routes().pop().expect("the gemini route");
+    let pool = RestScope::Pool("gemini-flash".into());
+    let quota_failure = r#"{"error":{"code":429,"message":"Slow down","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaId":"GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]}]}}"#;
+    let wording = r#"{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}"#;
+    let neither = r#"{"error":{"code":429,"message":"Resource has been exhausted.","status":"RESOURCE_EXHAUSTED"}}"#;
+    for body in [quota_failure, wording] {
+        let c = classify_response(429, &Headers::new(), body.as_bytes(), &gemini, NOW_A);
+        assert_eq!((c.verdict, &c.scope), (Verdict::Account, &pool), "{body}");
+    }
+    let c = classify_response(429, &Headers::new(), neither.as_bytes(), &gemini, NOW_A);
+    assert_eq!((c.verdict, c.rule), (Verdict::Ambiguous, "4:ambiguous"));
+}
+
+/// Billing still comes first: a body that says credits are missing is billing, whatever else it
+/// says.
+#[test]
+fn billing_still_comes_first() {
+    let body = r#"{"error":{"message":"Insufficient credits. Request too large for your balance; the model is overloaded.","code":402,"metadata":{"limit_source":"openrouter_credits"}}}"#;
+    let c = run(402, &[], body, LLAMA_FREE, NOW_A);
+    assert_eq!((c.verdict, c.rule), (Verdict::Billing, "3.1:billing"));
+}
+
+/// A 5xx stays a server failure whatever it says: 503 "No capacity available" and 529
+/// "Overloaded" are the provider's failure of this call, read by the 5xx rule.
+#[test]
+fn server_statuses_stay_server_failures() {
+    for (status, body) in [
+        (
+            503,
+            r#"{"error":{"code":503,"message":"No capacity available for model gemini-3-pro-high on the server","status":"UNAVAILABLE"}}"#,
+        ),
+        (
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+    ] {
+        let c = run(status, &[], body, PAID, NOW_A);
+        assert_eq!(c.verdict, Verdict::Server, "{body}");
+    }
+}
+
+/// A wait in the message, in any common wording, is the rest's length; a day's worth makes a
+/// day refusal. Hints before it in docs/design.md §3.4 still win, and the reset headers after it
+/// lose.
+#[test]
+fn a_wait_in_any_wording_sets_the_rest() {
+    let body = |message: &str| format!(r#"{{"error":{{"message":"{message}","code":429}}}}"#);
+    for (message, ms) in [
+        ("Please try again in 399ms.", 1_000),
+        ("Too many requests, retry after 20 seconds", 20_000),
+        ("Please wait 30s", 30_000),
+        ("Busy: try again in 2 minutes", 120_000),
+        ("Slow down and retry in 5.5 seconds.", 5_500),
+    ] {
+        let c = run(429, &[], &body(message), USER_FREE, NOW_A);
+        assert_eq!(c.rest_ms(NOW_A), ms, "{message}: {c:?}");
+    }
+    let c = run(
+        429,
+        &[],
+        &body("Please try again in 9m38.4s."),
+        USER_FREE,
+        NOW_A,
+    );
+    assert_eq!((c.retry_hint_ms, c.day), (Some(578_400), true), "{c:?}");
+    let azure = body(
+        "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-05-01-preview have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 86400 seconds.",
+    );
+    let c = run(429, &[], &azure, USER_FREE, NOW_A);
+    assert_eq!(c.retry_hint_ms, Some(86_400_000));
+    assert!(c.day, "a hint past 300 s is a day refusal: {c:?}");
+
+    let message = body("Please retry after 20 seconds");
+    let c = run(429, &[("Retry-After", "7")], &message, USER_FREE, NOW_A);
+    assert_eq!(c.retry_hint_ms, Some(7_000), "Retry-After comes first");
+    let c = run(
+        429,
+        &[("x-ratelimit-reset-requests", "2m")],
+        &message,
+        USER_FREE,
+        NOW_A,
+    );
+    assert_eq!(
+        c.retry_hint_ms,
+        Some(20_000),
+        "the message before the reset"
+    );
+}
+
+/// The in-band shapes of docs/design.md §2.3 (v3) before any output: a top-level `code` object
+/// (DashScope's throttle) and the data of an `event: error` frame are classified as the status
+/// they carry, a throttling or quota code as 429.
+#[test]
+fn bare_in_band_errors_are_read_as_the_status_they_carry() {
+    let in_band = |error: serde_json::Value| CallError::InBand {
+        error: InBandError {
+            code: None,
+            code_text: error["code"].as_str().map(str::to_string),
+            message: error["message"].as_str().unwrap_or_default().to_string(),
+            error,
+        },
+        partial: String::new(),
+    };
+    for (error, status) in [
+        (
+            serde_json::json!({"code":"Throttling.AllocationQuota","message":"Free allocated quota exceeded.","request_id":"a734"}),
+            429,
+        ),
+        (
+            serde_json::json!({"code":"Throttling.RateQuota","message":"Requests rate limit exceeded, please try again later."}),
+            429,
+        ),
+        (
+            serde_json::json!({"code":"InternalError","message":"An internal error has occured."}),
+            502,
+        ),
+        (serde_json::json!("upstream went away"), 502),
+    ] {
+        let CallError::InBand { error: e, .. } = in_band(error.clone()) else {
+            unreachable!()
+        };
+        assert_eq!(e.carried_status(), status, "{error}");
+        let c = classify(&in_band(error.clone()), &route(PAID), NOW_A);
+        let rested = status == 429;
+        assert_eq!(c.length.is_some(), rested, "{error}: {c:?}");
     }
 }

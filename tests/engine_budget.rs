@@ -84,7 +84,7 @@ fn limit_response(i: usize) -> CallError {
         _ => (
             400,
             &[],
-            r#"{"error":{"code":400,"message":"x is not a valid model ID"}}"#,
+            r#"{"error":{"code":400,"message":"'models' array must have 3 items or fewer."}}"#,
         ),
     };
     CallError::Http {

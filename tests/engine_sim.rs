@@ -633,6 +633,38 @@ async fn a_mid_stream_error_before_any_output_fails_over_like_a_5xx() {
     assert_eq!(called(&s.sim), vec![FREE_A, PAID]);
 }
 
+/// docs/design.md §2.3 (v3): a throttle before any output, as an `event: error` frame or as
+/// DashScope's bare `code` object, is read as the 429 it carries: the route rests, the message
+/// reaches the attempt log, and the run fails over. Not a stream that "ended".
+#[tokio::test]
+async fn a_throttle_in_an_error_event_or_a_bare_code_object_rests_the_route() {
+    for (layout, message) in [
+        ("event_error", "Rate limit exceeded"),
+        ("top_level_code", "Free allocated quota exceeded."),
+    ] {
+        let s = setup().await;
+        s.sim.inject(fault(serde_json::json!({"kind": "midstream_error", "layout": layout, "model": PAID, "code": 429, "after_chunks": 0})));
+        let (job, outcome) = run(
+            &s.h,
+            request("u1", "hi", &[PAID, FREE_A]),
+            WhenResting::Snooze,
+        )
+        .await;
+        assert_eq!(outcome, finished(RunStatus::Succeeded, None), "{layout}");
+        assert_eq!(called(&s.sim), vec![PAID, FREE_A], "{layout}");
+        let ttl = pttl(&s.h, route_scope(PAID)).await;
+        assert!(ttl > 55_000 && ttl <= 60_000, "{layout}: PAID rests: {ttl}");
+        let attempts = s.h.store.attempts(&job.run_id).await.unwrap();
+        assert_eq!(
+            (attempts[0].http_status, attempts[0].verdict),
+            (Some(200), Some(Verdict::Route)),
+            "{layout}"
+        );
+        let error = attempts[0].error.as_deref().unwrap_or_default();
+        assert!(error.contains(message), "{layout}: {error}");
+    }
+}
+
 #[tokio::test]
 async fn a_pool_that_starts_resting_during_a_run_snoozes_it_at_its_later_step() {
     // Another replica rests the pool right after a run's first step.

@@ -168,6 +168,12 @@ pub enum MidstreamLayout {
     FinishChoice,
     /// Observed: `"choices": []` plus top-level `error`.
     EmptyChoices,
+    /// An SSE frame `event: error` whose data is the error envelope (OpenAI-compatible gateways,
+    /// Anthropic-style streams). Served without streaming, the envelope alone.
+    EventError,
+    /// A data frame holding a bare `{"code","message","request_id"}` object, no `error` and no
+    /// `choices` (DashScope-compatible servers); the same object as a whole body.
+    TopLevelCode,
 }
 
 /// An `error.code`: normally a number, sometimes a string such as `"server_error"`

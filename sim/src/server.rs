@@ -276,7 +276,10 @@ fn body_plan(
                     };
                     stream::whole(wire::completion_with_error(env, &partial, &error, usage))
                 }
-                MidstreamLayout::EmptyChoices => stream::whole(wire::error_in_200(&error, key)),
+                MidstreamLayout::EmptyChoices | MidstreamLayout::EventError => {
+                    stream::whole(wire::error_in_200(&error, key))
+                }
+                MidstreamLayout::TopLevelCode => stream::whole(wire::bare_error(&error, env.id)),
             }
         }
         _ => stream::whole(completion()),

@@ -13,7 +13,10 @@ use tokio::sync::watch;
 
 use crate::faults::MidstreamLayout;
 use crate::model::{CallStyle, Reply};
-use crate::wire::{ChunkChoice, DONE, Envelope, ErrorObj, KEEPALIVE, Usage, sse_chunk};
+use crate::wire::{
+    ChunkChoice, DONE, Envelope, ErrorObj, KEEPALIVE, Usage, bare_error_frame, error_event,
+    sse_chunk,
+};
 
 fn cut() -> io::Error {
     io::Error::other("sim: connection cut")
@@ -163,11 +166,14 @@ pub(crate) fn sse(env: &Envelope<'_>, reply: &Reply, usage: &Usage, opts: SseOpt
             done,
             ..
         } => {
-            let choices = match layout {
-                MidstreamLayout::FinishChoice => vec![ChunkChoice::finish("error")],
-                MidstreamLayout::EmptyChoices => Vec::new(),
-            };
-            plan.data(sse_chunk(env, &choices, None, Some(&error)));
+            plan.data(match layout {
+                MidstreamLayout::FinishChoice => {
+                    sse_chunk(env, &[ChunkChoice::finish("error")], None, Some(&error))
+                }
+                MidstreamLayout::EmptyChoices => sse_chunk(env, &[], None, Some(&error)),
+                MidstreamLayout::EventError => error_event(&error),
+                MidstreamLayout::TopLevelCode => bare_error_frame(&error, env.id),
+            });
             if done {
                 plan.data(Bytes::from_static(DONE));
             }

@@ -335,7 +335,7 @@ async fn auth_moderation_not_found_bad_request_and_server_errors() {
     assert_eq!(status, 400);
     assert_eq!(
         v["error"]["message"],
-        json!("nope/model is not a valid model ID")
+        json!("'models' array must have 3 items or fewer.")
     );
 
     let (status, _, v) = faulted(&client, &sim, json!({"kind": "server_500"}), PAID).await;

@@ -240,6 +240,66 @@ async fn a_midstream_error_with_empty_choices_and_no_done() {
     sim.shutdown().await;
 }
 
+/// The v3 in-band shapes before any output: an `event: error` frame holding the error envelope,
+/// and a data frame holding DashScope's bare throttle object; without streaming, each as the
+/// whole 200 body.
+#[tokio::test]
+async fn midstream_errors_as_an_error_event_and_a_bare_code_object() {
+    let sim = start(SimConfig::default()).await;
+    let client = client();
+    inject(
+        &client,
+        &sim,
+        json!({"kind": "midstream_error", "layout": "event_error", "code": 429, "after_chunks": 0}),
+    )
+    .await;
+    let text = stream_text(&client, &sim, &body(FREE, "one two", true)).await;
+    let frame = "event: error\ndata: {\"error\":{\"message\":\"Rate limit exceeded\",\"code\":429,\"metadata\":{\"error_type\":\"rate_limit_exceeded\"}}}\n\n";
+    assert!(
+        text.ends_with(&format!("{frame}data: [DONE]\n\n")),
+        "{text}"
+    );
+    assert!(!text.contains("Echo"), "no output before it: {text}");
+
+    inject(
+        &client,
+        &sim,
+        json!({"kind": "midstream_error", "layout": "top_level_code", "code": 429, "after_chunks": 0, "done": false}),
+    )
+    .await;
+    let text = stream_text(&client, &sim, &body(FREE, "one two", true)).await;
+    let last = chunks(&sse_events(&text)).pop().expect("the error frame");
+    let id = last["request_id"]
+        .as_str()
+        .expect("a request id")
+        .to_owned();
+    assert_eq!(
+        last,
+        json!({"code": "Throttling.AllocationQuota", "message": "Free allocated quota exceeded.", "request_id": id})
+    );
+
+    for (layout, expected) in [
+        ("event_error", json!("Rate limit exceeded")),
+        ("top_level_code", json!("Free allocated quota exceeded.")),
+    ] {
+        inject(
+            &client,
+            &sim,
+            json!({"kind": "midstream_error", "layout": layout, "code": 429}),
+        )
+        .await;
+        let (status, _, text) = chat(&client, &sim, KEY, &body(FREE, "one", false)).await;
+        let body = parse(&text);
+        assert_eq!(status, 200);
+        let message = body
+            .get("error")
+            .map_or(&body["message"], |e| &e["message"]);
+        assert_eq!(message, &expected, "{layout}: {text}");
+        assert!(body.get("choices").is_none(), "{layout}: {text}");
+    }
+    sim.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_truncated_stream_drops_the_connection_without_finish_or_done() {
     let sim = start(SimConfig::default()).await;

@@ -122,16 +122,75 @@ pub fn duration_ms(text: &str) -> Option<u64> {
     (total.is_finite() && total < 1e15).then(|| total.ceil() as u64)
 }
 
-/// "Please try again in 9m38.016s", "Please retry in 45.578569677s", "try again in 6ms".
+/// A wait written in the message, in any common wording: "Please try again in 9m38.016s", "retry
+/// in 45.5s", "try again in 399ms", "retry after 20 seconds", "Please retry after 86400
+/// seconds", "wait 30s", "try again in 2 minutes". The first lead that a duration follows wins;
+/// a lead followed by anything else ("retry after the window resets", "wait a moment") is none.
 fn message_duration_ms(message: &str) -> Option<u64> {
-    ["try again in ", "retry in "].iter().find_map(|lead| {
-        let at = message.find(lead)? + lead.len();
-        let tail = &message[at..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'h' | 'm' | 's')))
-            .unwrap_or(tail.len());
-        // A sentence's full stop is not part of the duration.
-        duration_ms(tail[..end].trim_end_matches('.'))
+    const LEADS: [&str; 5] = [
+        "try again in ",
+        "try again after ",
+        "retry in ",
+        "retry after ",
+        "wait ",
+    ];
+    let mut leads: Vec<usize> = LEADS
+        .iter()
+        .flat_map(|lead| {
+            message
+                .match_indices(lead)
+                // A whole word: "await 5s" is no lead.
+                .filter(|(at, _)| {
+                    !message[..*at]
+                        .chars()
+                        .next_back()
+                        .is_some_and(char::is_alphabetic)
+                })
+                .map(|(at, lead)| at + lead.len())
+        })
+        .collect();
+    leads.sort_unstable();
+    leads
+        .into_iter()
+        .find_map(|at| spelled_duration_ms(&message[at..]))
+}
+
+/// The duration a text starts with, compact (`9m38.4s`, `399ms`) or in words (`2 minutes`,
+/// `5.5 seconds`, `1 hour 30 minutes`): numbers each followed by a unit, whole ms rounded up.
+fn spelled_duration_ms(text: &str) -> Option<u64> {
+    let mut total = 0.0_f64;
+    let mut any = false;
+    let mut rest = text;
+    loop {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let Ok(value) = rest[..digits].trim_end_matches('.').parse::<f64>() else {
+            break;
+        };
+        let after = rest[digits..].trim_start_matches(' ');
+        let unit_len = after
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(after.len());
+        let Some(scale) = unit_ms(&after[..unit_len]) else {
+            break;
+        };
+        total += value * scale;
+        any = true;
+        rest = after[unit_len..].trim_start_matches([' ', ',']);
+        rest = rest.strip_prefix("and ").unwrap_or(rest);
+    }
+    (any && total.is_finite() && total < 1e15).then(|| total.ceil() as u64)
+}
+
+/// One unit's length in ms, by any of its common names.
+fn unit_ms(unit: &str) -> Option<f64> {
+    Some(match unit {
+        "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => 1.0,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000.0,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60_000.0,
+        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000.0,
+        _ => return None,
     })
 }
 
@@ -226,7 +285,30 @@ mod tests {
             ),
             ("please retry in 45.578569677s.", Some(45_579)),
             ("try again in 6ms", Some(6)),
+            ("please try again in 399ms.", Some(399)),
+            ("please try again in 9m38.4s.", Some(578_400)),
+            (
+                "all providers are at capacity. retry after 40 seconds.",
+                Some(40_000),
+            ),
+            (
+                "s0 pricing tier. please retry after 86400 seconds. please go here",
+                Some(86_400_000),
+            ),
+            ("please wait 30s before sending more", Some(30_000)),
+            ("try again in 2 minutes", Some(120_000)),
+            ("retry in 5.5 seconds", Some(5_500)),
+            ("try again after 1 hour and 30 minutes.", Some(5_400_000)),
+            ("please retry after 1 min, 30 secs", Some(90_000)),
+            ("wait 2 sec", Some(2_000)),
+            // The first lead a duration follows wins; a lead without one is skipped.
+            ("retry after the window resets, or wait 7s", Some(7_000)),
+            ("try again in 3s or retry after 60 seconds", Some(3_000)),
             ("please try again later", None),
+            ("please wait a moment", None),
+            ("retry after 20 requests", None),
+            ("await 5s", None),
+            ("retry after .", None),
         ];
         for (message, ms) in cases {
             assert_eq!(message_duration_ms(message), ms, "{message}");

@@ -33,6 +33,12 @@ pub(super) fn decide(status: u16, s: &Signals, route: &Route, now_ms: u64) -> De
     {
         return decision;
     }
+    if (400..500).contains(&status)
+        && status != 408
+        && let Some(decision) = what_it_says(status, s, route, now_ms)
+    {
+        return decision;
+    }
     match status {
         402 | 429 => match &route.pool {
             Some(pool) => shared_rule(s, route, pool, now_ms),
@@ -40,10 +46,6 @@ pub(super) fn decide(status: u16, s: &Signals, route: &Route, now_ms: u64) -> De
         },
         401 | 403 if s.content_block => Decision::bare(Verdict::Client, "moderation"),
         401 | 403 => Decision::circuit(Verdict::Auth, route, "auth"),
-        404 if is_gone(s) => Decision {
-            length: Some(RestLength::Long(now_ms.saturating_add(GONE_REST_MS))),
-            ..Decision::route(Verdict::Gone, route, s, now_ms, "gone")
-        },
         408 => Decision::bare(Verdict::Server, "server"),
         400..=499 if s.content_block => Decision::bare(Verdict::Client, "moderation"),
         400..=499 => Decision::bare(Verdict::Client, "client"),
@@ -97,6 +99,126 @@ fn billing(status: u16, s: &Signals, route: &Route) -> Option<Decision> {
         .then(|| Decision::circuit(Verdict::Billing, route, "3.1:402"))
 }
 
+/// docs/design.md §3.2.1: the code and the message count, not only the status. Whatever the
+/// 4xx, an answer that says the model is dead, the key is blocked, the request alone is too
+/// large, or the model is out of capacity for everyone is read as that: the status alone sends a
+/// dead model's 400 to `client` (every run spends an attempt on it again) and a too-large
+/// request's 429 to a rest that blocks the smaller requests that would pass.
+fn what_it_says(status: u16, s: &Signals, route: &Route, now_ms: u64) -> Option<Decision> {
+    if is_gone(status, s) {
+        return Some(Decision {
+            length: Some(RestLength::Long(now_ms.saturating_add(GONE_REST_MS))),
+            ..Decision::route(Verdict::Gone, route, s, now_ms, "gone")
+        });
+    }
+    if is_blocked(s) {
+        return Some(Decision::circuit(Verdict::Auth, route, "3.3:blocked"));
+    }
+    if is_too_large(s) {
+        return Some(Decision::bare(Verdict::Client, "3.3:too_large"));
+    }
+    // A route rest, not the pool's: the provider is full for every key, so this is no quota
+    // spent and no pacing miss.
+    if says_the_model_is_out_of_capacity(s) {
+        return Some(Decision::route(
+            Verdict::Route,
+            route,
+            s,
+            now_ms,
+            "3.3:capacity",
+        ));
+    }
+    None
+}
+
+/// A dead route or model: its code (`model_not_found`, `model_decommissioned`), a wording that
+/// says a model is dead, or a 404's "No endpoints found for …".
+fn is_gone(status: u16, s: &Signals) -> bool {
+    if s.kind_is("model_not_found") || s.kind_is("model_decommissioned") {
+        return true;
+    }
+    if status == 404
+        && s.says(&[
+            "no endpoints found for",
+            "model not found",
+            "does not exist",
+        ])
+    {
+        return true;
+    }
+    // Elsewhere a wording counts only after the word "model": "is no longer supported" or "does
+    // not exist" alone may be said of a parameter or a tool, and a dead route rests an hour.
+    let after_model = s.message.find("model").map_or("", |at| &s.message[at..]);
+    s.message.contains("not a valid model id")
+        || [
+            "has been decommissioned",
+            "is no longer supported",
+            "does not exist",
+            "model not found",
+        ]
+        .iter()
+        .any(|n| after_model.contains(n))
+}
+
+/// A key or organisation the provider has blocked: every route on it would burn an attempt.
+fn is_blocked(s: &Signals) -> bool {
+    [
+        "organization_restricted",
+        "account_deactivated",
+        "access_terminated",
+    ]
+    .iter()
+    .any(|k| s.kind_is(k))
+        || s.says(&[
+            "organization has been restricted",
+            "account deactivated",
+            "deactivated account",
+            "account has been deactivated",
+            "api key has been deactivated",
+            "access terminated",
+            "access has been terminated",
+        ])
+}
+
+/// A request that alone exceeds a limit: waiting fixes nothing, and a smaller request on the same
+/// route would pass. Groq and OpenAI say it in words, and in numbers too: the tokens requested
+/// above the limit itself ("Limit 6000, Requested 9000"), where a rate limit's request fits the
+/// limit and only the used part overflows. A limit of 0 is a quota with nothing left (a spent
+/// day, a model the tier does not serve), which no smaller request passes either.
+fn is_too_large(s: &Signals) -> bool {
+    let m = &s.message;
+    s.says(&[
+        "request too large",
+        "must be reduced",
+        "reduce your message size",
+    ]) || (m.contains("exceeds the maximum") && m.contains("per request"))
+        || matches!(
+            (number_after(m, "limit "), number_after(m, "requested ")),
+            (Some(limit), Some(requested)) if limit > 0 && requested > limit
+        )
+}
+
+/// The first number written right after `word` ("limit 6000" → 6000).
+fn number_after(message: &str, word: &str) -> Option<u64> {
+    message.match_indices(word).find_map(|(at, _)| {
+        let tail = &message[at + word.len()..];
+        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+        tail[..digits].parse().ok()
+    })
+}
+
+/// A provider out of capacity for a model, for everyone: Google's `MODEL_CAPACITY_EXHAUSTED`
+/// reason ("No capacity available for model …"), Mistral's "Service tier capacity exceeded",
+/// "overloaded".
+fn says_the_model_is_out_of_capacity(s: &Signals) -> bool {
+    s.kind_is("model_capacity_exhausted")
+        || s.says(&[
+            "no capacity available",
+            "service tier capacity exceeded",
+            "overloaded",
+        ])
+}
+
 /// docs/design.md §3.2 for a 402 or 429 on a shared route: the first rule that matches wins.
 fn shared_rule(s: &Signals, route: &Route, pool: &str, now_ms: u64) -> Decision {
     match s.limit_source.as_deref() {
@@ -130,8 +252,12 @@ fn shared_rule(s: &Signals, route: &Route, pool: &str, now_ms: u64) -> Decision 
         return Decision::pool(pool, route, s, now_ms, "3:rate_limit_exceeded");
     }
     // Gemini's quota refusal is the key's quota for this model, which its pool is; the same
-    // shape relayed by another provider says nothing about whose quota it was.
-    if s.kind_is("resource_exhausted") && route.dialect == Dialect::Gemini {
+    // shape relayed by another provider says nothing about whose quota it was. Gemini also says
+    // `RESOURCE_EXHAUSTED` of a model out of capacity, so only a quota named counts.
+    if s.kind_is("resource_exhausted")
+        && route.dialect == Dialect::Gemini
+        && (s.quota_failure || s.message.contains("quota"))
+    {
         return Decision::pool(pool, route, s, now_ms, "3:resource_exhausted");
     }
     Decision {
@@ -163,16 +289,6 @@ fn says_one_model_is_at_capacity(s: &Signals) -> bool {
             "limit_rpm/",
             "limit_rpd/",
             "is temporarily rate-limited upstream",
-        ])
-}
-
-/// A dead route: "No endpoints found for …", "model not found", "does not exist".
-fn is_gone(s: &Signals) -> bool {
-    s.kind_is("model_not_found")
-        || s.says(&[
-            "no endpoints found for",
-            "model not found",
-            "does not exist",
         ])
 }
 

@@ -8,6 +8,7 @@
 
 use super::hints::{self, Hint};
 use crate::headers::Headers;
+use crate::provider::is_bare_error;
 use serde_json::{Map, Value};
 
 /// Everything the rules read from one response. A body that is not JSON carries only its
@@ -31,6 +32,9 @@ pub(super) struct Signals {
     pub content_block: bool,
     /// A Google error detail names a per-day quota (`quotaId` with `PerDay`).
     pub day_quota_id: bool,
+    /// A Google `QuotaFailure` detail: a `RESOURCE_EXHAUSTED` that is the key's quota, not the
+    /// model's capacity.
+    pub quota_failure: bool,
     /// The first retry hint present, in the order of docs/design.md §3.4.
     pub hint: Option<Hint>,
 }
@@ -90,6 +94,9 @@ impl Signals {
         ]
         .into_iter()
         .filter_map(text)
+        // Google names the cause in an `ErrorInfo` detail's `reason` (`MODEL_CAPACITY_EXHAUSTED`)
+        // while `status` stays `RESOURCE_EXHAUSTED`, as for a spent quota.
+        .chain(google_details(error).filter_map(|d| text(d.get("reason"))))
         .collect();
         self.limit_source = text(metadata.get("limit_source")).map(|v| {
             v.strip_prefix("openrouter_")
@@ -107,6 +114,12 @@ impl Signals {
             || present("patterns")
             || self.message.contains("requires moderation")
             || self.kinds.iter().any(|k| k == "content_filter");
+        self.quota_failure = google_details(error).any(|detail| {
+            detail
+                .get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("google.rpc.QuotaFailure"))
+        });
         self.day_quota_id = google_details(error).any(|detail| {
             let violations = detail.get("violations").and_then(Value::as_array);
             violations.into_iter().flatten().any(|v| {
@@ -139,19 +152,22 @@ impl Signals {
 }
 
 /// The error object of a body, normalised: the first element of a JSON array, a string `error`
-/// as its message, and an `error.message` that is itself a JSON error merged in (its fields
-/// win, as the inner error is the provider's own).
+/// as its message, a body that is itself the error (a top-level `code` or `message` and no
+/// `choices`: Mistral's `{"object":"error",…}`, DashScope's `{"code":"Throttling.…",…}`), and an
+/// `error.message` that is itself a JSON error merged in (its fields win, as the inner error is
+/// the provider's own).
 fn envelope(body: &[u8]) -> Option<Map<String, Value>> {
     let root = serde_json::from_slice::<Value>(body).ok()?;
     let root = match root {
         Value::Array(mut items) if !items.is_empty() => items.swap_remove(0),
         other => other,
     };
-    let mut error = match root.get("error")? {
-        Value::Object(error) => error.clone(),
-        Value::String(message) => {
+    let mut error = match root.get("error") {
+        Some(Value::Object(error)) => error.clone(),
+        Some(Value::String(message)) => {
             Map::from_iter([("message".to_string(), Value::String(message.clone()))])
         }
+        None if is_bare_error(&root) => root.as_object()?.clone(),
         _ => return None,
     };
     let inner = error

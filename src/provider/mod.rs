@@ -18,6 +18,7 @@ pub use client::{
 };
 pub use quota::{DayQuota, QuotaError, parse_day_quota};
 pub use targets::{EnvTargets, TargetError, Targets};
+pub use wire::is_bare_error;
 
 use crate::chat::{Message, ToolCall, ToolSpec, Usage};
 use crate::headers::Headers;
@@ -138,20 +139,13 @@ pub struct InBandError {
 
 impl InBandError {
     /// The HTTP status this error stands for (docs/design.md §2.3): `error.code` when numeric,
-    /// else its string code mapped (`rate_limit_exceeded` 429, credits 402, moderation 403),
-    /// else 502.
+    /// else its string code mapped (a throttling or quota code 429, credits 402, moderation
+    /// 403), else 502.
     pub fn carried_status(&self) -> u16 {
         if let Some(code) = self.code.filter(|c| (400..600).contains(c)) {
             return code;
         }
-        let text = self.code_text.as_deref().unwrap_or("").to_ascii_lowercase();
-        let kind = self
-            .error
-            .get("type")
-            .and_then(|v| v.as_str())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        let is = |needles: &[&str]| needles.iter().any(|n| text.contains(n) || kind.contains(n));
+        let is = |needles: &[&str]| self.words().any(|w| needles.iter().any(|n| w.contains(n)));
         if self.is_rate_limit() {
             429
         } else if is(&["insufficient_quota", "credit", "billing"]) {
@@ -163,17 +157,31 @@ impl InBandError {
         }
     }
 
-    /// A rate-limit error inside a 200 (docs/design.md §2.3: the run ends `interrupted`).
+    /// A rate-limit error inside a 200 (docs/design.md §2.3: the run ends `interrupted`): a 429,
+    /// or a code or type that says throttling or a quota (`rate_limit_exceeded`,
+    /// DashScope's `Throttling.RateQuota`, Gemini's `RESOURCE_EXHAUSTED`), but not a quota that
+    /// needs paying (`insufficient_quota`).
     pub fn is_rate_limit(&self) -> bool {
-        let typed = |v: Option<&str>| v == Some("rate_limit_exceeded");
         self.code == Some(429)
-            || typed(self.code_text.as_deref())
-            || typed(
-                self.error
-                    .pointer("/metadata/error_type")
-                    .and_then(|v| v.as_str()),
-            )
-            || typed(self.error.get("type").and_then(|v| v.as_str()))
+            || self.words().any(|w| {
+                ["rate_limit", "ratelimit", "throttl", "resource_exhausted"]
+                    .iter()
+                    .any(|n| w.contains(n))
+                    || (w.contains("quota") && !w.contains("insufficient"))
+            })
+    }
+
+    /// The error's string code, `type` and `metadata.error_type`, lowercased.
+    fn words(&self) -> impl Iterator<Item = String> + '_ {
+        let field = |pointer: &str| self.error.pointer(pointer).and_then(|v| v.as_str());
+        [
+            self.code_text.as_deref(),
+            field("/type"),
+            field("/metadata/error_type"),
+        ]
+        .into_iter()
+        .flatten()
+        .map(str::to_ascii_lowercase)
     }
 }
 

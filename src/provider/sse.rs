@@ -4,7 +4,9 @@
 //! boundaries anywhere (even inside a UTF-8 character or a CRLF), keep-alive comments
 //! (`: OPENROUTER PROCESSING`), tool calls whose arguments arrive in fragments keyed by `index`,
 //! usage in a separate `choices: []` chunk or on a second finish chunk, and errors inside the
-//! 200 stream in both observed layouts (docs/providers.md §1.3, §2.8).
+//! 200 stream in every shape providers send them: a chunk with an `error` object (both observed
+//! layouts), an `event: error` frame whatever its data holds, and a bare `code`/`message` object
+//! without `choices` (docs/providers.md §1.3, §2.8).
 //!
 //! [`SseDecoder`] turns bytes into event payloads (the SSE framing); [`StreamAssembler`] turns
 //! payloads into a [`Completion`]; [`StreamParser`] joins the two for the client.
@@ -19,21 +21,28 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+/// One SSE event: its `data`, and whether its `event` field named it an error.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Event {
+    pub data: String,
+    pub error: bool,
+}
+
 /// The SSE framing: lines (LF or CRLF), `data:` fields joined until a blank line ends the event,
-/// comments and other fields ignored. A lone CR as line end (legal SSE, unused by providers) is
-/// not supported.
+/// `event: error` noted, comments and other fields ignored. A lone CR as line end (legal SSE,
+/// unused by providers) is not supported.
 #[derive(Debug, Default)]
 pub(super) struct SseDecoder {
     /// Bytes after the last complete line; never contains `\n`.
     pending: Vec<u8>,
-    /// The `data` of the event being read.
-    data: String,
+    /// The event being read.
+    event: Event,
     has_data: bool,
 }
 
 impl SseDecoder {
     /// Feeds bytes; pushes the payload of every event they complete onto `events`.
-    pub(super) fn feed(&mut self, bytes: &[u8], events: &mut Vec<String>) -> Result<(), CallError> {
+    pub(super) fn feed(&mut self, bytes: &[u8], events: &mut Vec<Event>) -> Result<(), CallError> {
         let mut search_from = self.pending.len();
         self.pending.extend_from_slice(bytes);
         let mut line_start = 0;
@@ -41,7 +50,7 @@ impl SseDecoder {
             let end = search_from + offset;
             let line = &self.pending[line_start..end];
             let line = line.strip_suffix(b"\r").unwrap_or(line);
-            Self::line(line, &mut self.data, &mut self.has_data, events)?;
+            Self::line(line, &mut self.event, &mut self.has_data, events)?;
             line_start = end + 1;
             search_from = line_start;
         }
@@ -51,24 +60,26 @@ impl SseDecoder {
 
     /// The body ended: a last line without its newline and an event without its blank line still
     /// count, so a stream that ends `data: [DONE]` with no trailing newline is complete.
-    pub(super) fn finish(&mut self, events: &mut Vec<String>) -> Result<(), CallError> {
+    pub(super) fn finish(&mut self, events: &mut Vec<Event>) -> Result<(), CallError> {
         let rest = std::mem::take(&mut self.pending);
         let line = rest.strip_suffix(b"\r").unwrap_or(&rest);
         if !line.is_empty() {
-            Self::line(line, &mut self.data, &mut self.has_data, events)?;
+            Self::line(line, &mut self.event, &mut self.has_data, events)?;
         }
-        Self::line(b"", &mut self.data, &mut self.has_data, events)
+        Self::line(b"", &mut self.event, &mut self.has_data, events)
     }
 
     fn line(
         line: &[u8],
-        data: &mut String,
+        event: &mut Event,
         has_data: &mut bool,
-        events: &mut Vec<String>,
+        events: &mut Vec<Event>,
     ) -> Result<(), CallError> {
         if line.is_empty() {
+            // As in SSE, an event without data is not dispatched, and its type ends with it.
+            let done = std::mem::take(event);
             if *has_data {
-                events.push(std::mem::take(data));
+                events.push(done);
                 *has_data = false;
             }
             return Ok(());
@@ -83,15 +94,19 @@ impl SseDecoder {
             }
             None => (line, &b""[..]),
         };
+        if field == b"event" {
+            event.error = value.trim_ascii() == b"error";
+            return Ok(());
+        }
         if field != b"data" {
             return Ok(());
         }
         let value =
             std::str::from_utf8(value).map_err(|_| malformed("stream data is not UTF-8"))?;
         if *has_data {
-            data.push('\n');
+            event.data.push('\n');
         }
-        data.push_str(value);
+        event.data.push_str(value);
         *has_data = true;
         Ok(())
     }
@@ -196,6 +211,9 @@ impl StreamAssembler {
         // Layout 2 of a mid-stream error has `choices: []`, so the top-level error decides.
         if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
             return Err(self.in_band(wire::in_band_error(error)));
+        }
+        if wire::is_bare_error(&chunk) {
+            return Err(self.in_band(wire::in_band_error(&chunk)));
         }
         if let Some(usage) = wire::usage(&chunk) {
             self.completion.usage = Some(usage);
@@ -302,6 +320,23 @@ impl StreamAssembler {
             .push_str(&wire::arguments_text(function.get("arguments")));
     }
 
+    /// The data of an `event: error` frame, in whatever shape it comes: a chunk with an `error`
+    /// object, a bare error object, or plain text. Its text is the message when it has none of
+    /// its own, so that the attempt log says what the provider said.
+    pub(super) fn error_event(&mut self, data: &str) -> CallError {
+        let value = serde_json::from_str::<Value>(data)
+            .unwrap_or_else(|_| Value::String(data.trim().to_owned()));
+        let error = value
+            .get("error")
+            .filter(|e| !e.is_null())
+            .unwrap_or(&value);
+        let mut error = wire::in_band_error(error);
+        if error.message.is_empty() {
+            data.trim().clone_into(&mut error.message);
+        }
+        self.in_band(error)
+    }
+
     fn in_band(&mut self, error: super::InBandError) -> CallError {
         CallError::InBand {
             error,
@@ -348,6 +383,10 @@ struct TextChunk<'a> {
     #[serde(default)]
     error: Option<IgnoredAny>,
     #[serde(default)]
+    code: Option<IgnoredAny>,
+    #[serde(default)]
+    message: Option<IgnoredAny>,
+    #[serde(default)]
     usage: Option<IgnoredAny>,
     #[serde(borrow, default)]
     choices: Option<Vec<Object<TextChoice<'a>>>>,
@@ -378,7 +417,8 @@ struct TextDelta<'a> {
 }
 
 impl TextChunk<'_> {
-    /// No error, no usage, and for the first choice no in-band error and no delta but text.
+    /// No error (nor a bare `code`/`message` without `choices`), no usage, and for the first
+    /// choice no in-band error and no delta but text.
     fn is_plain(&self) -> bool {
         let plain_choice = |Object(c): &Object<TextChoice<'_>>| {
             c.index.unwrap_or(0) != 0
@@ -390,6 +430,7 @@ impl TextChunk<'_> {
                     }))
         };
         self.error.is_none()
+            && (self.choices.is_some() || (self.code.is_none() && self.message.is_none()))
             && self.usage.is_none()
             && self.choices.iter().flatten().all(plain_choice)
     }
@@ -452,7 +493,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
 pub(super) struct StreamParser {
     decoder: SseDecoder,
     assembler: StreamAssembler,
-    events: Vec<String>,
+    events: Vec<Event>,
     done: bool,
 }
 
@@ -492,7 +533,10 @@ impl StreamParser {
     }
 
     fn drain(&mut self, on_text: &mut dyn FnMut(&str)) -> Result<Progress, CallError> {
-        for data in std::mem::take(&mut self.events) {
+        for Event { data, error } in std::mem::take(&mut self.events) {
+            if error {
+                return Err(self.assembler.error_event(&data));
+            }
             if self.assembler.event(&data, on_text)? == Progress::Done {
                 self.done = true;
                 return Ok(Progress::Done);
@@ -923,7 +967,144 @@ data: [DONE]
                 &mut events,
             )
             .unwrap();
-        assert_eq!(events, ["a\nb", ""]);
+        let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+        assert_eq!(data, ["a\nb", ""]);
+        assert!(events.iter().all(|e| !e.error));
+    }
+
+    /// `event: error` marks only its own event, with or without a space after the colon, and an
+    /// error event without data is not dispatched (nor does it mark the next one).
+    #[test]
+    fn decoder_notes_error_events() {
+        let mut decoder = SseDecoder::default();
+        let mut events = Vec::new();
+        decoder
+            .feed(
+                b"event:error\ndata: a\n\ndata: b\n\nevent: error\n\ndata: c\n\nevent: error \r\ndata: d\r\n\r\n",
+                &mut events,
+            )
+            .unwrap();
+        let seen: Vec<(&str, bool)> = events.iter().map(|e| (e.data.as_str(), e.error)).collect();
+        assert_eq!(seen, [("a", true), ("b", false), ("c", false), ("d", true)]);
+    }
+
+    fn in_band(stream: &str) -> (InBandErrorParts, String) {
+        match parse(stream).0 {
+            Err(CallError::InBand { error, partial }) => (
+                InBandErrorParts {
+                    status: error.carried_status(),
+                    rate_limit: error.is_rate_limit(),
+                    message: error.message,
+                },
+                partial,
+            ),
+            other => panic!("{stream}: {other:?}"),
+        }
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct InBandErrorParts {
+        status: u16,
+        message: String,
+        rate_limit: bool,
+    }
+
+    /// DashScope's stream error as pasted in a public issue: `event:error`, a status line that is
+    /// no SSE field, and a bare `code` object as its data. A throttle, before any text.
+    #[test]
+    fn dashscope_error_event_with_a_bare_code_object() {
+        let stream = "id:1\nevent:error\nHTTP_STATUS/429 TOO_MANY_REQUESTS\ndata:{\"code\":\"Throttling.AllocationQuota\",\"message\":\"Free allocated quota exceeded.\",\"request_id\":\"a734-xxx-2254f8\"}\n\n";
+        let expected = InBandErrorParts {
+            status: 429,
+            message: "Free allocated quota exceeded.".into(),
+            rate_limit: true,
+        };
+        assert_eq!(in_band(stream), (expected, String::new()));
+    }
+
+    /// A bare `code`/`message` object without `choices` is an error with or without its
+    /// `event: error`: a throttling code as 429, anything else unknown as 502.
+    #[test]
+    fn bare_code_or_message_objects_are_in_band_errors() {
+        for (data, status, message) in [
+            (
+                r#"{"code":"Throttling.RateQuota","message":"Requests rate limit exceeded, please try again later.","request_id":"x"}"#,
+                429,
+                "Requests rate limit exceeded, please try again later.",
+            ),
+            (
+                r#"{"code":"InternalError","message":"An internal error has occured."}"#,
+                502,
+                "An internal error has occured.",
+            ),
+            (r#"{"message":"Compute error."}"#, 502, "Compute error."),
+            (r#"{"code":"Arrearage"}"#, 502, ""),
+        ] {
+            let stream = format!(
+                "data: {{\"choices\":[{{\"delta\":{{\"content\":\"Hi\"}}}}]}}\n\ndata: {data}\n\n"
+            );
+            let (parts, partial) = in_band(&stream);
+            assert_eq!(
+                (parts.status, parts.message.as_str()),
+                (status, message),
+                "{data}"
+            );
+            assert_eq!(partial, "Hi", "the text before it is kept");
+        }
+        // With `choices`, a top-level `message` is no error.
+        let ok = "data: {\"message\":\"hello\",\"choices\":[{\"delta\":{\"content\":\"A\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        assert_eq!(parse(ok).0.unwrap().text, "A");
+    }
+
+    /// `event: error` frames hold the error in whatever shape: a chunk with an `error` object (an
+    /// OpenAI-compatible gateway, Anthropic's stream, OpenAI's Responses stream) or plain text.
+    #[test]
+    fn error_events_in_every_shape() {
+        for (frame, status, message) in [
+            (
+                "event: error\ndata: {\"error\":{\"message\":\"messages[0].content must be a string\",\"type\":\"invalid_request_error\",\"code\":\"upstream_bad_request\",\"param\":\"\"}}\n\ndata: [DONE]\n\n",
+                502,
+                "messages[0].content must be a string",
+            ),
+            (
+                "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"Number of request tokens has exceeded your per-minute rate limit\"}}\n\n",
+                429,
+                "Number of request tokens has exceeded your per-minute rate limit",
+            ),
+            (
+                "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"service_unavailable_error\",\"code\":\"server_is_overloaded\",\"message\":\"Our servers are currently overloaded. Please try again later.\",\"param\":null},\"sequence_number\":2}\n\n",
+                502,
+                "Our servers are currently overloaded. Please try again later.",
+            ),
+            (
+                "event: error\ndata: upstream went away\n\n",
+                502,
+                "upstream went away",
+            ),
+            ("event: error\ndata: 42\n\n", 502, "42"),
+        ] {
+            let (parts, partial) = in_band(frame);
+            assert_eq!(
+                (parts.status, parts.message.as_str()),
+                (status, message),
+                "{frame}"
+            );
+            assert!(partial.is_empty());
+        }
+    }
+
+    /// A non-streamed 200 whose body is a bare error object is an in-band error, not "no choices".
+    #[test]
+    fn a_bare_error_body_is_an_in_band_error() {
+        let body = br#"{"code":"Throttling.RateQuota","message":"Requests rate limit exceeded, please try again later.","request_id":"x"}"#;
+        let Err(CallError::InBand { error, .. }) = wire::completion(body) else {
+            panic!("an in-band error");
+        };
+        assert_eq!(error.carried_status(), 429);
+        assert_eq!(
+            error.message,
+            "Requests rate limit exceeded, please try again later."
+        );
     }
 
     /// Arbitrary JSON: scalars, and arrays and objects of them three levels deep.
@@ -994,6 +1175,22 @@ data: [DONE]
                 let chunk = serde_json::json!({"choices": [{"delta": delta}]});
                 format!("data: {chunk}\n\n").into_bytes()
             });
+        // The v3 in-band shapes with any JSON where they are read: a bare `code`/`message` object,
+        // with or without `choices`, in a data frame or an `event: error` one.
+        let bare_error_frame = (
+            prop::collection::vec(prop::option::of(json_value()), 3),
+            any::<bool>(),
+        )
+            .prop_map(|(values, error_event)| {
+                let mut object = serde_json::Map::new();
+                for (key, value) in ["code", "message", "choices"].into_iter().zip(values) {
+                    if let Some(value) = value {
+                        object.insert(key.into(), value);
+                    }
+                }
+                let event = if error_event { "event: error\n" } else { "" };
+                format!("{event}data: {}\n\n", serde_json::Value::Object(object)).into_bytes()
+            });
         prop_oneof![
             chunk,
             any_json,
@@ -1006,8 +1203,14 @@ data: [DONE]
                 b"data:",
                 b"\n",
                 b"event: x\n",
+                b"event: error\n",
+                b"event:error\r\n",
+                b"HTTP_STATUS/429 TOO_MANY_REQUESTS\n",
+                b"data: {\"code\":\"Throttling.RateQuota\",\"message\":\"x\"}\n\n",
+                b"event: error\ndata: plain text\n\n",
             ])
             .prop_map(<[u8]>::to_vec),
+            bare_error_frame,
             prop::collection::vec(any::<u8>(), 0..64),
         ]
     }
@@ -1062,14 +1265,15 @@ data: [DONE]
             json_value()
         ];
         (
-            prop::collection::vec(prop::option::of(text()), 3),
+            prop::collection::vec(prop::option::of(text()), 5),
             prop::option::of(json_value()),
             prop::option::of(json_value()),
             prop::option::of(choices),
         )
             .prop_map(|(names, error, usage, choices)| {
                 let mut chunk = serde_json::Map::new();
-                for (key, value) in ["id", "model", "provider"].into_iter().zip(names) {
+                let keys = ["id", "model", "provider", "code", "message"];
+                for (key, value) in keys.into_iter().zip(names) {
                     if let Some(value) = value {
                         chunk.insert(key.into(), value);
                     }
@@ -1106,6 +1310,8 @@ data: [DONE]
             r#"{"error":{"code":429},"choices":[]}"#,
             r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
             r#"{"choices":[{"delta":{"content":7}}]}"#,
+            r#"{"code":"Throttling.RateQuota","message":"x"}"#,
+            r#"{"message":"Compute error."}"#,
         ] {
             assert!(!plain(more), "{more}");
         }

@@ -135,6 +135,14 @@ pub(super) fn usage(value: &Value) -> Option<Usage> {
     })
 }
 
+/// Whether a JSON object is itself an error: a top-level `code` or `message` and no `choices`
+/// (docs/design.md §2.3). DashScope-compatible servers send `{"code":"Throttling.RateQuota",
+/// "message":…}` that way, in a stream and as a body, and Mistral `{"object":"error",…}`.
+pub fn is_bare_error(value: &Value) -> bool {
+    let present = |key: &str| value.get(key).is_some_and(|v| !v.is_null());
+    value.get("choices").is_none() && (present("code") || present("message"))
+}
+
 /// Reads an `error` member: `code` may be a number, a numeric string, a word or `null`.
 pub(super) fn in_band_error(error: &Value) -> InBandError {
     let (code, code_text) = match error.get("code") {
@@ -242,7 +250,10 @@ pub(super) fn completion(body: &[u8]) -> Result<Completion, CallError> {
         Some(Value::Array(choices)) => choices.first(),
         Some(_) => return Err(malformed("choices is not an array")),
     };
-    let top_error = value.get("error").filter(|e| !e.is_null());
+    let top_error = value
+        .get("error")
+        .filter(|e| !e.is_null())
+        .or_else(|| is_bare_error(&value).then_some(&value));
     let Some(choice) = choice else {
         return Err(match top_error {
             Some(error) => CallError::InBand {

@@ -53,7 +53,7 @@ const CORPUS_ROUTES: [(&str, &str); 5] = [
 /// The rows of docs/design.md §3, each as the verdict and the rules `worker classify` names for
 /// it. Every row must be met by at least two answers of the corpus.
 #[rustfmt::skip]
-const SPEC_ROWS: [(&str, &str, &[&str]); 18] = [
+const SPEC_ROWS: [(&str, &str, &[&str]); 21] = [
     ("3.1 the key cannot pay", "billing", &["3.1:billing"]),
     ("3.1 OpenRouter's 402 on a platform route, no hint", "billing", &["3.1:402"]),
     ("3.1 a transient spend window", "billing_wait", &["3.1:billing_wait"]),
@@ -70,7 +70,10 @@ const SPEC_ROWS: [(&str, &str, &[&str]); 18] = [
     ("3.3 401/403", "auth", &["auth"]),
     ("3.3 moderation", "client", &["moderation"]),
     ("3.3 400/413/422", "client", &["client"]),
-    ("3.3 a dead route", "gone", &["gone"]),
+    ("3.3 a dead route or model, whatever the status", "gone", &["gone"]),
+    ("3.3 (v3) a blocked key or organisation", "auth", &["3.3:blocked"]),
+    ("3.3 (v3) a request too large for its limit", "client", &["3.3:too_large"]),
+    ("3.3 (v3) a model out of capacity for everyone", "route", &["3.3:capacity"]),
     ("3.3 5xx", "server", &["server"]),
 ];
 

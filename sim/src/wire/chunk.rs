@@ -158,6 +158,15 @@ impl<'a> ChunkChoice<'a> {
     }
 }
 
+/// One SSE data frame: `data: <json>` and the blank line.
+pub(crate) fn data_frame(json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
 /// One SSE event `data: <chunk>\n\n`.
 pub(crate) fn sse_chunk(
     env: &Envelope<'_>,
@@ -165,9 +174,7 @@ pub(crate) fn sse_chunk(
     usage: Option<&Usage>,
     error: Option<&ErrorObj>,
 ) -> Bytes {
-    let mut out = Vec::with_capacity(320);
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(&to_json(&Chunk {
+    data_frame(&to_json(&Chunk {
         id: env.id,
         object: "chat.completion.chunk",
         created: env.created,
@@ -176,9 +183,7 @@ pub(crate) fn sse_chunk(
         error,
         choices,
         usage,
-    }));
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
+    }))
 }
 
 /// A one-chunk stream padded to exactly `size` bytes (when larger than the bare stream).

@@ -6,11 +6,13 @@
 //! drops the 2026 additions for the 2025 shape. `ErrorReply` keeps status, headers and body
 //! together so a caller cannot send the `X-RateLimit-*` headers without their echo in the body.
 
+use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
+use super::chunk::data_frame;
 use super::{json_response, to_json};
 use crate::config::Shape;
 use crate::faults::ErrorCode;
@@ -217,6 +219,16 @@ pub(crate) fn missing_auth_header() -> ErrorReply {
 /// 400 for a body the simulator cannot serve.
 pub(crate) fn invalid_request(message: String, key: &str) -> ErrorReply {
     ErrorReply::new(400, ErrorObj::new(400, message), Some(ids::user_id(key)))
+}
+
+/// An `event: error` frame whose data is the bare error envelope, as OpenAI-compatible gateways
+/// send it (docs/providers.md §2.8).
+pub(crate) fn error_event(error: &ErrorObj) -> Bytes {
+    let frame = data_frame(&to_json(&ErrorEnvelope {
+        error,
+        user_id: None,
+    }));
+    [&b"event: error\n"[..], &frame].concat().into()
 }
 
 /// The body of an `empty_choices` mid-stream error served without streaming: a bare error

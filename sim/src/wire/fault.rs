@@ -7,11 +7,14 @@
 //! faults served inside a 200 (§2.8).
 
 use super::billing;
+use super::chunk::data_frame;
 use super::error::{ErrorObj, ErrorReply, Metadata, no_auth_credentials};
 use super::rate_limit;
 use crate::config::Shape;
 use crate::faults::{ErrorCode, FaultKind, FaultSpec};
 use crate::ids;
+use axum::body::Bytes;
+use serde::Serialize;
 
 /// What an error fault needs to know about the request it strikes.
 pub(crate) struct FaultCtx<'a> {
@@ -70,9 +73,11 @@ pub(crate) fn fault_error(spec: &FaultSpec, ctx: &FaultCtx<'_>) -> Option<ErrorR
             f.status,
             format!("No endpoints found for {}.", ctx.model),
         )),
+        // The request's own fault (§1.1's `models` limit): "not a valid model ID" would be a dead
+        // model, which `no_endpoints_404` plays.
         FaultKind::BadRequest400 => f.reply(ErrorObj::new(
             f.status,
-            format!("{} is not a valid model ID", ctx.model),
+            "'models' array must have 3 items or fewer.",
         )),
         // §2.7: the 500 path masks the message and carries no provider_code.
         FaultKind::Server500 => f.reply(ErrorObj::new(f.status, MASKED_500)),
@@ -180,6 +185,37 @@ pub(crate) fn midstream_error(spec: &FaultSpec) -> ErrorObj {
         metadata,
         ..ErrorObj::default()
     }
+}
+
+/// The bare error of a `top_level_code` mid-stream error: DashScope-compatible servers send
+/// `{"code","message","request_id"}` with neither `error` nor `choices` (docs/providers.md §2.8).
+/// A 429 is their throttle as captured; a string code is sent as it is; anything else is their
+/// internal error, with the fault's message.
+pub(crate) fn bare_error(error: &ErrorObj, request_id: &str) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Bare<'a> {
+        code: &'a str,
+        message: &'a str,
+        request_id: &'a str,
+    }
+    let (code, message) = match &error.code {
+        Some(ErrorCode::Number(429)) => (
+            "Throttling.AllocationQuota",
+            "Free allocated quota exceeded.",
+        ),
+        Some(ErrorCode::Text(code)) => (code.as_str(), error.message.as_str()),
+        _ => ("InternalError", error.message.as_str()),
+    };
+    super::to_json(&Bare {
+        code,
+        message,
+        request_id,
+    })
+}
+
+/// [`bare_error`] as one SSE data frame.
+pub(crate) fn bare_error_frame(error: &ErrorObj, request_id: &str) -> Bytes {
+    data_frame(&bare_error(error, request_id))
 }
 
 /// `wrong_content_type`: an HTML page where JSON or SSE was expected.

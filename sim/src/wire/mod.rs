@@ -28,9 +28,11 @@ mod rate_limit;
 pub(crate) use chunk::{ChunkChoice, DONE, KEEPALIVE, MALFORMED_EVENT, padded_stream, sse_chunk};
 pub(crate) use completion::{Usage, completion, completion_with_error, padded_completion};
 pub(crate) use error::{
-    ErrorObj, error_in_200, invalid_request, missing_auth_header, no_auth_credentials,
+    ErrorObj, error_event, error_in_200, invalid_request, missing_auth_header, no_auth_credentials,
 };
-pub(crate) use fault::{FaultCtx, HTML_PAGE, fault_error, midstream_error};
+pub(crate) use fault::{
+    FaultCtx, HTML_PAGE, bare_error, bare_error_frame, fault_error, midstream_error,
+};
 pub(crate) use gemini::{gemini_429, gemini_missing_signature};
 pub(crate) use groq::{groq_429, groq_headers};
 pub(crate) use key::key_info;
