@@ -117,7 +117,7 @@ async fn a_configured_chain_fails_over_from_openrouter_to_groq_and_the_api_shows
         "{groq}"
     );
     // What the providers said: OpenRouter's last 429 and its verdict; the requests Groq's answer
-    // said were left of its minute.
+    // said were left of its day.
     let refused = &free["seen"]["last_429"];
     assert_eq!(
         (&refused["route"], &refused["verdict"]),

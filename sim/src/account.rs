@@ -1,18 +1,21 @@
 //! Quota counters: the shared OpenRouter free-model account and Groq's per-model limits.
 //!
-//! OpenRouter: every `:free` model (and `openrouter/free`) on one key shares one fixed window of
-//! `window_s` and one UTC-day counter (docs/providers.md §3.1). A refused request still counts, as
-//! observed on the real `/key` endpoint (`used` > `limit`, docs/providers.md §3.1). Paid models
-//! are not counted.
-//! Groq: requests and tokens per (key, model) per window, refused requests not counted (the
-//! captured message reports `Used` equal to `Limit`, docs/providers.md §4.2).
+//! OpenRouter: every `:free` model (and `openrouter/free`) on one key shares one window of
+//! `window_s` and one UTC-day counter (docs/providers.md §3.1). A refused request still counts in
+//! the fixed window and the day, as observed on the real `/key` endpoint (`used` > `limit`,
+//! docs/providers.md §3.1). The window may also start at a key's first call or slide, to play
+//! providers whose windows are not what a client was told. Paid models are not counted.
+//! Groq: requests and tokens per (key, model) per window, and a day's bucket of requests that
+//! refills gradually (docs/providers.md §4.1); refused requests not counted (the captured message
+//! reports `Used` equal to `Limit`, docs/providers.md §4.2).
 //! Gemini: requests per (key, model) per minute and per Pacific day, refused requests not
 //! counted (docs/providers.md §5).
+//! Generic: optionally requests per (key, model) per window, refused requests not counted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::clock::{DAY_MS, next_midnight, pacific_day, window_start};
-use crate::config::SimConfig;
+use crate::config::{SimConfig, WindowAlign, WindowKind};
 
 /// Tokens-per-minute limit reported by Groq mode; token use is reported, never enforced.
 pub(crate) const GROQ_TPM: u64 = 12_000;
@@ -36,32 +39,87 @@ pub(crate) enum Refusal {
     },
 }
 
-/// The Groq limiter's view of one request, enough to write all six headers.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct GroqVerdict {
-    pub refused: bool,
-    pub limit_requests: u32,
-    /// Requests counted in the window, this one included when admitted.
-    pub used_requests: u32,
-    pub remaining_tokens: u64,
-    /// Milliseconds until the window ends.
-    pub reset_in_ms: u64,
-    /// Refused because the (key, model) day is spent: the limit, and the ms until it refills.
-    pub day_spent: Option<(u32, u64)>,
+/// Where a window stands after a call: what a provider that states its limits says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WindowState {
+    pub limit: u32,
+    pub remaining: u32,
+    /// Epoch ms of the fixed window's end; in a sliding window, when its oldest call leaves it.
+    pub reset_ms: u64,
 }
 
-impl GroqVerdict {
-    pub(crate) fn remaining_requests(&self) -> u32 {
-        self.limit_requests.saturating_sub(self.used_requests)
-    }
+/// The free account's answer to one call.
+pub(crate) type FreeVerdict = Result<WindowState, Refusal>;
+
+/// A window's answer to one call: served or refused, and where the window stands.
+pub(crate) type WindowVerdict = Result<WindowState, WindowState>;
+
+/// The Groq limiter's view of one request, enough to write all six headers: `-requests`
+/// describe the day's bucket (RPD), `-tokens` the minute (TPM), as on the real service
+/// (docs/providers.md §4.1); the per-minute request limit refuses but is never stated.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GroqVerdict {
+    pub refusal: Option<GroqRefusal>,
+    /// Requests per day.
+    pub rpd: u32,
+    /// Left of the day's bucket, this request taken when admitted.
+    pub remaining_requests: u32,
+    /// Until the day's bucket is full again.
+    pub reset_requests_ms: u64,
+    pub remaining_tokens: u64,
+    /// Until the window's tokens are back.
+    pub reset_tokens_ms: u64,
+}
+
+/// Why Groq refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GroqRefusal {
+    /// The window's requests are spent: the limit and the requests counted in it.
+    PerMinute { limit: u32, used: u32 },
+    /// The day's bucket is empty: the ms until it holds a request again.
+    PerDay { wait_ms: u64 },
 }
 
 #[derive(Debug, Default)]
 struct FreeCounters {
     window_start_ms: u64,
     in_window: u32,
+    /// Sliding windows: when the calls served in the last `window_s` came, oldest first.
+    served: VecDeque<u64>,
     day_start_ms: u64,
     in_day: u32,
+}
+
+impl FreeCounters {
+    /// Counts a call in the fixed window of `now_ms`, refused or not; returns the window's end
+    /// and the calls in it.
+    fn count_fixed(&mut self, now_ms: u64, window_ms: u64, align: WindowAlign) -> (u64, u32) {
+        let start = match align {
+            WindowAlign::Epoch => window_start(now_ms, window_ms),
+            // A fresh key's start is 0, so its first call opens a window as any later one does.
+            WindowAlign::FirstCall if now_ms >= self.window_start_ms + window_ms => now_ms,
+            WindowAlign::FirstCall => self.window_start_ms,
+        };
+        if self.window_start_ms != start {
+            self.window_start_ms = start;
+            self.in_window = 0;
+        }
+        self.in_window = self.in_window.saturating_add(1);
+        (start + window_ms, self.in_window)
+    }
+
+    /// Forgets the served calls older than the sliding window; returns when the oldest one left
+    /// leaves it, if there is one.
+    fn slide(&mut self, now_ms: u64, window_ms: u64) -> Option<u64> {
+        while self
+            .served
+            .front()
+            .is_some_and(|&t| t + window_ms <= now_ms)
+        {
+            self.served.pop_front();
+        }
+        self.served.front().map(|&t| t + window_ms)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -69,8 +127,9 @@ struct GroqCounters {
     window_start_ms: u64,
     requests: u32,
     tokens: u64,
-    day_start_ms: u64,
-    in_day: u32,
+    /// When the day's bucket is full again: it refills one request every day / RPD, as
+    /// Groq's does (docs/providers.md §4.1).
+    day_full_ms: u64,
 }
 
 /// Why Gemini refused a request.
@@ -93,11 +152,18 @@ struct GeminiCounters {
 }
 
 #[derive(Debug, Default)]
+struct WindowCount {
+    window_start_ms: u64,
+    requests: u32,
+}
+
+#[derive(Debug, Default)]
 pub(crate) struct Accounts {
     free: HashMap<String, FreeCounters>,
     // Keyed by API key, then model.
     groq: HashMap<String, HashMap<String, GroqCounters>>,
     gemini: HashMap<String, HashMap<String, GeminiCounters>>,
+    generic: HashMap<String, HashMap<String, WindowCount>>,
 }
 
 impl Accounts {
@@ -105,6 +171,38 @@ impl Accounts {
         self.free.clear();
         self.groq.clear();
         self.gemini.clear();
+        self.generic.clear();
+    }
+
+    /// Counts one request to the generic provider unless its (key, model) window of
+    /// `generic_rpm` is full (`Err`, with the window's state); `None` when it has no limit.
+    pub(crate) fn count_generic(
+        &mut self,
+        key: &str,
+        model: &str,
+        now_ms: u64,
+        cfg: &SimConfig,
+    ) -> Option<WindowVerdict> {
+        let limit = cfg.generic_rpm;
+        if limit == 0 {
+            return None;
+        }
+        let c = entry(entry(&mut self.generic, key), model);
+        let window_ms = cfg.window_s * 1000;
+        let win = window_start(now_ms, window_ms);
+        if c.window_start_ms != win {
+            (c.window_start_ms, c.requests) = (win, 0);
+        }
+        let admitted = c.requests < limit;
+        if admitted {
+            c.requests += 1;
+        }
+        let state = WindowState {
+            limit,
+            remaining: limit - c.requests,
+            reset_ms: win + window_ms,
+        };
+        Some(if admitted { Ok(state) } else { Err(state) })
     }
 
     /// Counts one Gemini request unless the (key, model) minute or Pacific day is full.
@@ -148,41 +246,46 @@ impl Accounts {
 
     /// Counts one free-model request and says whether the account refuses it.
     /// The daily limit wins over the per-minute one: it is the longer wait.
-    pub(crate) fn count_free(
-        &mut self,
-        key: &str,
-        now_ms: u64,
-        cfg: &SimConfig,
-    ) -> Option<Refusal> {
+    pub(crate) fn count_free(&mut self, key: &str, now_ms: u64, cfg: &SimConfig) -> FreeVerdict {
         let c = entry(&mut self.free, key);
         let window_ms = cfg.window_s * 1000;
-        let win = window_start(now_ms, window_ms);
-        if c.window_start_ms != win {
-            c.window_start_ms = win;
-            c.in_window = 0;
-        }
         let day = window_start(now_ms, DAY_MS);
         if c.day_start_ms != day {
             c.day_start_ms = day;
             c.in_day = 0;
         }
-        c.in_window = c.in_window.saturating_add(1);
         c.in_day = c.in_day.saturating_add(1);
+        let (reset_ms, in_window) = match cfg.window_kind {
+            WindowKind::Fixed => c.count_fixed(now_ms, window_ms, cfg.window_align),
+            WindowKind::Sliding => {
+                let oldest_leaves = c.slide(now_ms, window_ms);
+                let in_window = u32::try_from(c.served.len()).unwrap_or(u32::MAX);
+                // The call about to be served leaves last; it is the oldest only when alone.
+                (oldest_leaves.unwrap_or(now_ms + window_ms), in_window + 1)
+            }
+        };
 
         let daily = cfg.free_daily_limit();
         if c.in_day > daily {
-            Some(Refusal::PerDay {
+            Err(Refusal::PerDay {
                 limit: daily,
                 reset_ms: next_midnight(now_ms),
                 high_balance: cfg.high_balance,
             })
-        } else if c.in_window > cfg.rpm {
-            Some(Refusal::PerMinute {
+        } else if in_window > cfg.rpm {
+            Err(Refusal::PerMinute {
                 limit: cfg.rpm,
-                reset_ms: win + window_ms,
+                reset_ms,
             })
         } else {
-            None
+            if cfg.window_kind == WindowKind::Sliding {
+                c.served.push_back(now_ms);
+            }
+            Ok(WindowState {
+                limit: cfg.rpm,
+                remaining: cfg.rpm - in_window,
+                reset_ms,
+            })
         }
     }
 
@@ -195,7 +298,7 @@ impl Accounts {
     }
 
     /// Counts one Groq request of `tokens` tokens unless the (key, model) window of `rpm`
-    /// requests is full.
+    /// requests is full or its day's bucket is empty.
     pub(crate) fn count_groq(
         &mut self,
         key: &str,
@@ -214,26 +317,38 @@ impl Accounts {
             c.requests = 0;
             c.tokens = 0;
         }
-        let day = window_start(now_ms, DAY_MS);
-        if c.day_start_ms != day {
-            c.day_start_ms = day;
-            c.in_day = 0;
-        }
-        let day_spent =
-            (c.in_day >= cfg.groq_rpd).then(|| (cfg.groq_rpd, next_midnight(now_ms) - now_ms));
-        let refused = day_spent.is_some() || c.requests >= rpm;
-        if !refused {
+        let rpd = cfg.groq_rpd;
+        // A bucket of no requests never refills; a day is as long as anything here waits.
+        let refill_ms = DAY_MS.checked_div(u64::from(rpd)).unwrap_or(DAY_MS);
+        let full_ms = c.day_full_ms.max(now_ms);
+        let spare_ms = DAY_MS.saturating_sub(full_ms - now_ms);
+        let left = u32::try_from(spare_ms / refill_ms).map_or(rpd, |n| n.min(rpd));
+        let refusal = if left == 0 {
+            let wait_ms = match rpd {
+                0 => DAY_MS,
+                _ => refill_ms - spare_ms,
+            };
+            Some(GroqRefusal::PerDay { wait_ms })
+        } else if c.requests >= rpm {
+            Some(GroqRefusal::PerMinute {
+                limit: rpm,
+                used: c.requests,
+            })
+        } else {
+            None
+        };
+        if refusal.is_none() {
             c.requests += 1;
-            c.in_day += 1;
             c.tokens = c.tokens.saturating_add(tokens);
+            c.day_full_ms = full_ms + refill_ms;
         }
         GroqVerdict {
-            refused,
-            limit_requests: rpm,
-            used_requests: c.requests,
+            refusal,
+            rpd,
+            remaining_requests: if refusal.is_some() { left } else { left - 1 },
+            reset_requests_ms: c.day_full_ms.saturating_sub(now_ms),
             remaining_tokens: GROQ_TPM.saturating_sub(c.tokens),
-            reset_in_ms: win + window_ms - now_ms,
-            day_spent,
+            reset_tokens_ms: win + window_ms - now_ms,
         }
     }
 }

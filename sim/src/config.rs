@@ -90,7 +90,7 @@ pub enum Provider {
     Groq,
     /// `/gemini/v1beta/openai`: per (key, model) requests per minute and per Pacific day.
     Gemini,
-    /// `/generic/v1`: a paid OpenAI-compatible provider without quotas.
+    /// `/generic/v1`: a paid OpenAI-compatible provider, without quotas unless `generic_rpm`.
     Generic,
 }
 
@@ -105,6 +105,61 @@ impl Provider {
     }
 }
 
+/// Where the free account's fixed window starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WindowAlign {
+    /// At multiples of the window since the epoch, as OpenRouter's minute looks
+    /// (docs/providers.md §3.1).
+    #[default]
+    Epoch,
+    /// At a key's first call; the next window starts at the first call after this one ended.
+    /// That is the counter most rate limiters build on (a count that expires `window_s` after
+    /// the call that created it), and what a client finds when the phase it guessed is wrong.
+    FirstCall,
+}
+
+/// How the free account counts calls in time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WindowKind {
+    /// A window of `window_s` counts every call in it, refused ones included; placed by
+    /// [`WindowAlign`].
+    #[default]
+    Fixed,
+    /// At most `rpm` calls served in any interval of `window_s`: no window boundary to burst
+    /// across. Refused calls are not counted in it (they still count in the day).
+    Sliding,
+}
+
+impl FromStr for WindowAlign {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "epoch" => Ok(WindowAlign::Epoch),
+            "first-call" => Ok(WindowAlign::FirstCall),
+            other => Err(format!(
+                "unknown window alignment `{other}` (expected epoch or first-call)"
+            )),
+        }
+    }
+}
+
+impl FromStr for WindowKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "fixed" => Ok(WindowKind::Fixed),
+            "sliding" => Ok(WindowKind::Sliding),
+            other => Err(format!(
+                "unknown window kind `{other}` (expected fixed or sliding)"
+            )),
+        }
+    }
+}
+
 /// Daily free-model limit of an account that bought at least 10 credits (docs/providers.md §3.1).
 pub const HIGH_BALANCE_RPD: u32 = 1000;
 
@@ -115,8 +170,14 @@ pub struct SimConfig {
     pub rpm: u32,
     /// Free-model requests per UTC day and per account, unless `high_balance`.
     pub rpd: u32,
-    /// Length of the fixed per-minute window; windows are aligned to multiples of it since the epoch.
+    /// Length of the free account's per-minute window.
     pub window_s: u64,
+    /// Where a fixed window starts (sliding windows have no start).
+    pub window_align: WindowAlign,
+    /// Fixed or sliding window.
+    pub window_kind: WindowKind,
+    /// OpenRouter: free-model answers carry `X-RateLimit-*` as well, not only the 429s.
+    pub state_limits: bool,
     /// Delay before the response headers of every served chat request (time to first byte).
     pub latency_ms: u64,
     /// Streamed chunks per second; 0 sends the whole stream at once.
@@ -129,12 +190,15 @@ pub struct SimConfig {
     pub mode: Mode,
     /// Groq (`/groq/…`): requests per window and per (key, model).
     pub groq_rpm: u32,
-    /// Groq: requests per UTC day and per (key, model).
+    /// Groq: requests per day and per (key, model), refilled one every day / `groq_rpd`.
     pub groq_rpd: u32,
     /// Gemini (`/gemini/…`): requests per minute and per (key, model).
     pub gemini_rpm: u32,
     /// Gemini: requests per day (midnight Pacific) and per (key, model).
     pub gemini_rpd: u32,
+    /// Generic (`/generic/v1`): requests per window and per (key, model), stated in OpenAI's
+    /// `x-ratelimit-*-requests` headers; 0: no limit and no headers.
+    pub generic_rpm: u32,
     /// `: OPENROUTER PROCESSING` comments sent before the first streamed chunk.
     pub keepalive_comments: u32,
     /// Capacity of the call log ring buffer; the oldest records are dropped beyond it.
@@ -147,6 +211,9 @@ impl Default for SimConfig {
             rpm: 20,
             rpd: 50,
             window_s: 60,
+            window_align: WindowAlign::Epoch,
+            window_kind: WindowKind::Fixed,
+            state_limits: false,
             latency_ms: 0,
             token_rate: 0,
             shape: Shape::Y2026,
@@ -156,6 +223,7 @@ impl Default for SimConfig {
             groq_rpd: 1000,
             gemini_rpm: 10,
             gemini_rpd: 250,
+            generic_rpm: 0,
             keepalive_comments: 2,
             log_cap: 1_000_000,
         }
@@ -195,6 +263,9 @@ pub struct ConfigPatch {
     pub rpm: Option<u32>,
     pub rpd: Option<u32>,
     pub window_s: Option<u64>,
+    pub window_align: Option<WindowAlign>,
+    pub window_kind: Option<WindowKind>,
+    pub state_limits: Option<bool>,
     pub latency_ms: Option<u64>,
     pub token_rate: Option<u32>,
     pub shape: Option<Shape>,
@@ -204,6 +275,7 @@ pub struct ConfigPatch {
     pub groq_rpd: Option<u32>,
     pub gemini_rpm: Option<u32>,
     pub gemini_rpd: Option<u32>,
+    pub generic_rpm: Option<u32>,
 }
 
 impl ConfigPatch {
@@ -218,6 +290,15 @@ impl ConfigPatch {
         }
         if let Some(v) = self.window_s {
             next.window_s = v;
+        }
+        if let Some(v) = self.window_align {
+            next.window_align = v;
+        }
+        if let Some(v) = self.window_kind {
+            next.window_kind = v;
+        }
+        if let Some(v) = self.state_limits {
+            next.state_limits = v;
         }
         if let Some(v) = self.latency_ms {
             next.latency_ms = v;
@@ -245,6 +326,9 @@ impl ConfigPatch {
         }
         if let Some(v) = self.gemini_rpd {
             next.gemini_rpd = v;
+        }
+        if let Some(v) = self.generic_rpm {
+            next.generic_rpm = v;
         }
         next.validate()?;
         Ok(next)

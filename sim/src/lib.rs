@@ -47,7 +47,9 @@ mod stream;
 mod wire;
 
 pub use calllog::CallRecord;
-pub use config::{ConfigPatch, HIGH_BALANCE_RPD, Mode, Provider, Shape, SimConfig};
+pub use config::{
+    ConfigPatch, HIGH_BALANCE_RPD, Mode, Provider, Shape, SimConfig, WindowAlign, WindowKind,
+};
 pub use faults::{ErrorCode, FaultKind, FaultSpec, MAX_DELAY_MS, MAX_HUGE_BODY, MidstreamLayout};
 pub use server::{PATHS, SimHandle, start};
 

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use clap::error::ErrorKind;
-use sim::{Mode, Shape, SimConfig};
+use sim::{Mode, Shape, SimConfig, WindowAlign, WindowKind};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -32,6 +32,28 @@ struct Cli {
     /// Length of the per-minute window in seconds (1..=86400)
     #[arg(long, env = "SIM_WINDOW_S", default_value_t = 60, value_name = "S")]
     window_s: u64,
+    /// Where a fixed window starts: at multiples of --window-s since the epoch, or at a key's
+    /// first call (then at its first call after the window ended)
+    #[arg(
+        long,
+        env = "SIM_WINDOW_ALIGN",
+        default_value = "epoch",
+        value_name = "epoch|first-call"
+    )]
+    window_align: WindowAlign,
+    /// fixed: --rpm calls a window, refused ones included; sliding: at most --rpm calls served
+    /// in any --window-s interval
+    #[arg(
+        long,
+        env = "SIM_WINDOW_KIND",
+        default_value = "fixed",
+        value_name = "fixed|sliding"
+    )]
+    window_kind: WindowKind,
+    /// Free-model answers carry X-RateLimit-Limit/-Remaining/-Reset too (the real OpenRouter
+    /// sends them on its 429s only)
+    #[arg(long, env = "SIM_STATE_LIMITS")]
+    state_limits: bool,
     /// Delay before the response headers of every served chat request
     #[arg(long, env = "SIM_LATENCY_MS", default_value_t = 0, value_name = "MS")]
     latency_ms: u64,
@@ -52,7 +74,7 @@ struct Cli {
     /// Groq (/groq/openai/v1): requests per window, per key and model
     #[arg(long, env = "SIM_GROQ_RPM", default_value_t = 30, value_name = "N")]
     groq_rpm: u32,
-    /// Groq: requests per UTC day, per key and model
+    /// Groq: requests per day, per key and model (refilled one every day / N)
     #[arg(long, env = "SIM_GROQ_RPD", default_value_t = 1000, value_name = "N")]
     groq_rpd: u32,
     /// Gemini (/gemini/v1beta/openai): requests per minute, per key and model
@@ -61,6 +83,10 @@ struct Cli {
     /// Gemini: requests per day (midnight Pacific), per key and model
     #[arg(long, env = "SIM_GEMINI_RPD", default_value_t = 250, value_name = "N")]
     gemini_rpd: u32,
+    /// Generic (/generic/v1): requests per window, per key and model, stated in
+    /// x-ratelimit-*-requests (0: no limit)
+    #[arg(long, env = "SIM_GENERIC_RPM", default_value_t = 0, value_name = "N")]
+    generic_rpm: u32,
     /// Provider imitated on the unprefixed paths (/v1, /openai/v1): openrouter or groq
     #[arg(
         long,
@@ -96,6 +122,9 @@ impl Cli {
             rpm: self.rpm,
             rpd: self.rpd,
             window_s: self.window_s,
+            window_align: self.window_align,
+            window_kind: self.window_kind,
+            state_limits: self.state_limits,
             latency_ms: self.latency_ms,
             token_rate: self.token_rate,
             shape: self.shape,
@@ -105,6 +134,7 @@ impl Cli {
             groq_rpd: self.groq_rpd,
             gemini_rpm: self.gemini_rpm,
             gemini_rpd: self.gemini_rpd,
+            generic_rpm: self.generic_rpm,
             keepalive_comments: self.keepalive_comments,
             log_cap: self.log_cap,
         }

@@ -23,7 +23,7 @@ use crate::control;
 use crate::faults::{DEFAULT_HUGE_BODY, FaultKind, FaultSpec, MidstreamLayout};
 use crate::ids;
 use crate::model::{self, CallStyle, Reply, Request, SERVING_PROVIDER, Turn};
-use crate::state::{Admission, Shared, Verdict};
+use crate::state::{Admission, Shared, Stated, Verdict};
 use crate::stream::{self, End, Plan, SseOptions};
 use crate::wire::{self, Envelope, FaultCtx, Usage, X_GENERATION_ID};
 
@@ -122,8 +122,9 @@ async fn chat(
         Verdict::FreeTier(refusal) => {
             wire::free_tier_429(refusal, adm.config.shape, key).into_response()
         }
-        Verdict::GroqLimited(g) => wire::groq_429(&req.model, key, &g),
+        Verdict::GroqLimited(g, refusal) => wire::groq_429(&req.model, key, &g, refusal),
         Verdict::GeminiLimited(r) => wire::gemini_429(&req.model, &r),
+        Verdict::GenericLimited(w) => wire::openai_429(&req.model, key, &w, adm.now_ms),
         Verdict::Serve(ref fault) => serve(&sim, &req, &turn, key, &adm, fault.as_ref()).await,
     }
 }
@@ -147,11 +148,13 @@ async fn serve(
         let _ = tokio::time::timeout(Duration::from_millis(hold_ms), sim.stopped()).await;
     }
 
-    let mut headers = adm
-        .groq
-        .as_ref()
-        .map(wire::groq_headers)
-        .unwrap_or_default();
+    // Groq and OpenAI state their limits on every answer, errors included; OpenRouter's window
+    // headers are for a served answer only, and must not override those of a fault's own 429.
+    let mut headers = match &adm.stated {
+        Some(Stated::Groq(g)) => wire::groq_headers(g),
+        Some(Stated::Requests(w)) => wire::requests_headers(w, adm.now_ms),
+        Some(Stated::Window(_)) | None => HeaderMap::new(),
+    };
     if let Some(f) = fault {
         let ctx = FaultCtx {
             key,
@@ -166,6 +169,9 @@ async fn serve(
         }
     }
 
+    if let Some(Stated::Window(w)) = &adm.stated {
+        headers.extend(wire::rate_limit_headers(w.limit, w.remaining, w.reset_ms));
+    }
     let id = ids::generation_id(adm.now_ms);
     let env = Envelope {
         id: &id,

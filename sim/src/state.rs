@@ -10,7 +10,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
-use crate::account::{Accounts, GeminiRefusal, GroqVerdict, Refusal, is_free_model};
+use crate::account::{
+    Accounts, GeminiRefusal, GroqRefusal, GroqVerdict, Refusal, WindowState, is_free_model,
+};
 use crate::calllog::{CallLog, CallRecord, Logged};
 use crate::clock::Clock;
 use crate::config::{ConfigPatch, Provider, SimConfig};
@@ -38,20 +40,32 @@ pub(crate) struct Shared {
 pub(crate) enum Verdict {
     /// The OpenRouter free-model account refused it.
     FreeTier(Refusal),
-    /// Groq's per-model request limit refused it.
-    GroqLimited(GroqVerdict),
+    /// Groq's per-model minute or day refused it.
+    GroqLimited(GroqVerdict, GroqRefusal),
     /// Gemini's per-model minute or day refused it.
     GeminiLimited(GeminiRefusal),
+    /// The generic provider's per-model window refused it.
+    GenericLimited(WindowState),
     /// Serve it, suffering the fault if any.
     Serve(Option<FaultSpec>),
+}
+
+/// The limits a provider states on a served answer's headers.
+pub(crate) enum Stated {
+    /// Groq's six headers, on every answer.
+    Groq(GroqVerdict),
+    /// OpenRouter's three `X-RateLimit-*`, on free-model answers with `state_limits`.
+    Window(WindowState),
+    /// OpenAI's `x-ratelimit-*-requests`, on every answer of a generic provider with a limit.
+    Requests(WindowState),
 }
 
 pub(crate) struct Admission {
     pub now_ms: u64,
     /// Settings in force when the request arrived.
     pub config: SimConfig,
-    /// Groq mode: the limiter state for the headers of a served response.
-    pub groq: Option<GroqVerdict>,
+    /// What the answer's headers say of the limits, if the provider says anything.
+    pub stated: Option<Stated>,
     pub verdict: Verdict,
 }
 
@@ -108,7 +122,7 @@ impl Shared {
         let st = &mut *guard;
         let now_ms = st.clock.now_ms();
         let config = st.config;
-        let mut groq = None;
+        let mut stated = None;
         // The unprefixed Groq mode keeps its original limit (`rpm`); the Groq prefix has its own.
         let groq_rpm = if provider.is_some() {
             config.groq_rpm
@@ -117,33 +131,38 @@ impl Shared {
         };
         let provider = provider.unwrap_or(config.mode.provider());
         let verdict = match provider {
-            Provider::OpenRouter => {
-                let refusal = if is_free_model(model) {
-                    st.accounts.count_free(key, now_ms, &config)
-                } else {
-                    None
-                };
-                match refusal {
-                    Some(refusal) => Verdict::FreeTier(refusal),
-                    None => Verdict::Serve(st.faults.take(model, key)),
+            Provider::OpenRouter if is_free_model(model) => {
+                match st.accounts.count_free(key, now_ms, &config) {
+                    Err(refusal) => Verdict::FreeTier(refusal),
+                    Ok(window) => {
+                        stated = config.state_limits.then_some(Stated::Window(window));
+                        Verdict::Serve(st.faults.take(model, key))
+                    }
                 }
             }
             Provider::Groq => {
                 let g = st
                     .accounts
                     .count_groq(key, model, tokens, now_ms, &config, groq_rpm);
-                groq = Some(g);
-                if g.refused {
-                    Verdict::GroqLimited(g)
-                } else {
-                    Verdict::Serve(st.faults.take(model, key))
+                stated = Some(Stated::Groq(g));
+                match g.refusal {
+                    Some(refusal) => Verdict::GroqLimited(g, refusal),
+                    None => Verdict::Serve(st.faults.take(model, key)),
                 }
             }
             Provider::Gemini => match st.accounts.count_gemini(key, model, now_ms, &config) {
                 Some(refusal) => Verdict::GeminiLimited(refusal),
                 None => Verdict::Serve(st.faults.take(model, key)),
             },
-            Provider::Generic => Verdict::Serve(st.faults.take(model, key)),
+            Provider::Generic => {
+                let window = st.accounts.count_generic(key, model, now_ms, &config);
+                stated = window.map(|w| Stated::Requests(w.unwrap_or_else(|refused| refused)));
+                match window {
+                    Some(Err(refused)) => Verdict::GenericLimited(refused),
+                    _ => Verdict::Serve(st.faults.take(model, key)),
+                }
+            }
+            Provider::OpenRouter => Verdict::Serve(st.faults.take(model, key)),
         };
         let (status, variant) = match &verdict {
             Verdict::FreeTier(Refusal::PerMinute { .. }) => (429, "free_per_min"),
@@ -154,10 +173,11 @@ impl Shared {
             Verdict::FreeTier(Refusal::PerDay {
                 high_balance: true, ..
             }) => (429, "free_per_day_high_balance"),
-            Verdict::GroqLimited(g) if g.day_spent.is_some() => (429, "groq_rpd"),
-            Verdict::GroqLimited(_) => (429, "groq_rpm"),
+            Verdict::GroqLimited(_, GroqRefusal::PerDay { .. }) => (429, "groq_rpd"),
+            Verdict::GroqLimited(_, GroqRefusal::PerMinute { .. }) => (429, "groq_rpm"),
             Verdict::GeminiLimited(r) if r.per_day => (429, "gemini_per_day"),
             Verdict::GeminiLimited(_) => (429, "gemini_per_minute"),
+            Verdict::GenericLimited(_) => (429, "generic_rpm"),
             Verdict::Serve(None) => (200, "ok"),
             Verdict::Serve(Some(f)) => (f.kind.status(), f.kind.name()),
         };
@@ -174,7 +194,7 @@ impl Shared {
         Admission {
             now_ms,
             config,
-            groq,
+            stated,
             verdict,
         }
     }

@@ -3,30 +3,8 @@
 mod common;
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use sim::SimConfig;
-
-async fn control(
-    client: &reqwest::Client,
-    sim: &sim::SimHandle,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let url = control_url(sim, path);
-    let req = match method {
-        "GET" => client.get(url),
-        "POST" => client.post(url),
-        _ => panic!("method {method}"),
-    };
-    let req = match body {
-        Some(b) => req.body(b.to_string()),
-        None => req,
-    };
-    let res = req.send().await.expect("control request");
-    let status = res.status().as_u16();
-    (status, parse(&res.text().await.expect("body")))
-}
 
 #[tokio::test]
 async fn reset_clears_counters_faults_log_and_clock() {
@@ -99,9 +77,10 @@ async fn quotas_and_shape_change_at_runtime() {
     assert_eq!(status, 200);
     assert_eq!(
         v,
-        json!({"rpm": 20, "rpd": 50, "window_s": 60, "latency_ms": 0, "token_rate": 0, "shape": "2026",
+        json!({"rpm": 20, "rpd": 50, "window_s": 60, "window_align": "epoch", "window_kind": "fixed",
+               "state_limits": false, "latency_ms": 0, "token_rate": 0, "shape": "2026",
                "high_balance": false, "mode": "openrouter", "groq_rpm": 30, "groq_rpd": 1000, "gemini_rpm": 10,
-               "gemini_rpd": 250, "keepalive_comments": 2, "log_cap": 1_000_000})
+               "gemini_rpd": 250, "generic_rpm": 0, "keepalive_comments": 2, "log_cap": 1_000_000})
     );
 
     let (status, v) = control(

@@ -44,7 +44,11 @@ async fn every_provider_counts_its_own_quota_and_the_log_names_it() {
     let (status, headers, _) =
         send(&c, &sim, Provider::Groq, "gsk", "llama-3.3-70b-versatile").await;
     assert_eq!(status, 200);
-    assert_eq!(header(&headers, "x-ratelimit-limit-requests"), Some("1"));
+    assert_eq!(
+        header(&headers, "x-ratelimit-limit-requests"),
+        Some("1000"),
+        "Groq states its day, not the minute"
+    );
     let (status, headers, body) =
         send(&c, &sim, Provider::Groq, "gsk", "llama-3.3-70b-versatile").await;
     assert_eq!(status, 429);
@@ -195,4 +199,81 @@ async fn gemini_refuses_a_spent_minute_and_a_spent_day_as_google_does() {
         variants.contains(&"gemini_per_day".to_string()),
         "{variants:?}"
     );
+}
+
+#[tokio::test]
+async fn a_generic_provider_with_a_limit_states_it_in_openais_headers() {
+    let sim = start(SimConfig {
+        generic_rpm: 2,
+        window_s: 10,
+        ..SimConfig::default()
+    })
+    .await;
+    // A second into a window of 10 s, so the three calls share one.
+    let start = fresh_day(&sim);
+    let c = client();
+    let requests = |h: &reqwest::header::HeaderMap| {
+        let get =
+            |name: &str| header(h, &format!("x-ratelimit-{name}-requests")).map(str::to_owned);
+        (get("limit"), get("remaining"), get("reset"))
+    };
+    // The reset is the time to the window's end, on the sim clock.
+    let until_end = |reset: &Option<String>, from: u64| {
+        let ms = go_duration_ms(reset.as_deref().expect("reset-requests"));
+        assert!(ms <= 9_000 - from && ms + 500 > 9_000 - from, "{reset:?}");
+    };
+    let (status, headers, _) = send(&c, &sim, Provider::Generic, "sk-paid", "gpt-x").await;
+    assert_eq!(status, 200);
+    let (limit, left, reset) = requests(&headers);
+    assert_eq!((limit.as_deref(), left.as_deref()), (Some("2"), Some("1")));
+    until_end(&reset, 0);
+    let now = sim.advance_clock(0);
+    sim.advance_clock(start + 7_000 - now);
+    let (status, headers, _) = send(&c, &sim, Provider::Generic, "sk-paid", "gpt-x").await;
+    assert_eq!(status, 200);
+    let (_, left, reset) = requests(&headers);
+    assert_eq!(left.as_deref(), Some("0"));
+    until_end(&reset, 7_000);
+
+    let (status, headers, body) = send(&c, &sim, Provider::Generic, "sk-paid", "gpt-x").await;
+    assert_eq!(status, 429);
+    assert_eq!(requests(&headers).1.as_deref(), Some("0"));
+    assert_eq!(
+        header(&headers, "retry-after"),
+        Some("2"),
+        "2 s to the window's end"
+    );
+    let v = parse(&body);
+    assert_eq!(
+        (
+            &v["error"]["type"],
+            &v["error"]["param"],
+            &v["error"]["code"]
+        ),
+        (
+            &Value::from("requests"),
+            &Value::Null,
+            &Value::from("rate_limit_exceeded")
+        )
+    );
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Rate limit reached for gpt-x in organization org_")
+            && message.contains("on requests per min (RPM): Limit 2, Used 2, Requested 1."),
+        "{message}"
+    );
+    // Another model has its own window; the next window serves again.
+    assert_eq!(
+        send(&c, &sim, Provider::Generic, "sk-paid", "gpt-y")
+            .await
+            .0,
+        200
+    );
+    sim.advance_clock(2_000);
+    let (status, headers, _) = send(&c, &sim, Provider::Generic, "sk-paid", "gpt-x").await;
+    assert_eq!(status, 200);
+    assert_eq!(requests(&headers).1.as_deref(), Some("1"));
+
+    let variants: Vec<String> = sim.calls().into_iter().map(|r| r.variant).collect();
+    assert_eq!(variants, ["ok", "ok", "generic_rpm", "ok", "ok"]);
 }

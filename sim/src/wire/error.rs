@@ -172,12 +172,7 @@ impl ErrorReply {
 
     /// Sets the three `X-RateLimit-*` headers and echoes them in `metadata.headers`.
     pub(super) fn rate_limited(mut self, limit: u32, reset_ms: u64) -> ErrorReply {
-        self.headers
-            .insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
-        self.headers
-            .insert(X_RATELIMIT_REMAINING, HeaderValue::from_static("0"));
-        self.headers
-            .insert(X_RATELIMIT_RESET, HeaderValue::from(reset_ms));
+        self.headers.extend(rate_limit_headers(limit, 0, reset_ms));
         self.error.metadata.headers = Some(HeaderEcho(vec![
             ("X-RateLimit-Limit", limit.to_string()),
             ("X-RateLimit-Remaining", "0".to_owned()),
@@ -190,6 +185,15 @@ impl ErrorReply {
         self.headers.extend(headers);
         self
     }
+}
+
+/// OpenRouter's three `X-RateLimit-*` headers, `Reset` in epoch ms (docs/providers.md §2.2).
+pub(crate) fn rate_limit_headers(limit: u32, remaining: u32, reset_ms: u64) -> HeaderMap {
+    let mut h = HeaderMap::with_capacity(3);
+    h.insert(X_RATELIMIT_LIMIT, HeaderValue::from(limit));
+    h.insert(X_RATELIMIT_REMAINING, HeaderValue::from(remaining));
+    h.insert(X_RATELIMIT_RESET, HeaderValue::from(reset_ms));
+    h
 }
 
 impl IntoResponse for ErrorReply {

@@ -11,36 +11,66 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{json_response, to_json};
-use crate::account::{GROQ_TPM, GroqVerdict};
+use crate::account::{GROQ_TPM, GroqRefusal, GroqVerdict};
 use crate::ids;
+
+/// What a triple of `x-ratelimit-*` headers counts, in the dialect Groq and OpenAI share.
+#[derive(Clone, Copy)]
+pub(super) enum Counted {
+    Requests,
+    Tokens,
+}
+
+/// `x-ratelimit-limit-*`, `-remaining-*` and `-reset-*` (a Go-style duration) of one count.
+pub(super) fn insert_limits(
+    h: &mut HeaderMap,
+    counted: Counted,
+    limit: u64,
+    remaining: u64,
+    reset_in_ms: u64,
+) {
+    let [limit_name, remaining_name, reset_name] = match counted {
+        Counted::Requests => [
+            "x-ratelimit-limit-requests",
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+        ],
+        Counted::Tokens => [
+            "x-ratelimit-limit-tokens",
+            "x-ratelimit-remaining-tokens",
+            "x-ratelimit-reset-tokens",
+        ],
+    };
+    h.insert(
+        HeaderName::from_static(limit_name),
+        HeaderValue::from(limit),
+    );
+    h.insert(
+        HeaderName::from_static(remaining_name),
+        HeaderValue::from(remaining),
+    );
+    if let Ok(reset) = HeaderValue::try_from(go_duration(reset_in_ms)) {
+        h.insert(HeaderName::from_static(reset_name), reset);
+    }
+}
 
 /// The six `x-ratelimit-*` headers Groq sends on every response.
 pub(crate) fn groq_headers(v: &GroqVerdict) -> HeaderMap {
-    let reset = HeaderValue::try_from(go_duration(v.reset_in_ms)).ok();
     let mut h = HeaderMap::with_capacity(7);
-    h.insert(
-        HeaderName::from_static("x-ratelimit-limit-requests"),
-        HeaderValue::from(v.limit_requests),
+    insert_limits(
+        &mut h,
+        Counted::Requests,
+        v.rpd.into(),
+        v.remaining_requests.into(),
+        v.reset_requests_ms,
     );
-    h.insert(
-        HeaderName::from_static("x-ratelimit-limit-tokens"),
-        HeaderValue::from(GROQ_TPM),
+    insert_limits(
+        &mut h,
+        Counted::Tokens,
+        GROQ_TPM,
+        v.remaining_tokens,
+        v.reset_tokens_ms,
     );
-    h.insert(
-        HeaderName::from_static("x-ratelimit-remaining-requests"),
-        HeaderValue::from(v.remaining_requests()),
-    );
-    h.insert(
-        HeaderName::from_static("x-ratelimit-remaining-tokens"),
-        HeaderValue::from(v.remaining_tokens),
-    );
-    if let Some(reset) = reset {
-        h.insert(
-            HeaderName::from_static("x-ratelimit-reset-requests"),
-            reset.clone(),
-        );
-        h.insert(HeaderName::from_static("x-ratelimit-reset-tokens"), reset);
-    }
     h
 }
 
@@ -53,15 +83,12 @@ struct GroqError<'a> {
 }
 
 /// Groq's RPM or RPD 429 (docs/providers.md §4.2) with `retry-after` and the six headers.
-pub(crate) fn groq_429(model: &str, key: &str, v: &GroqVerdict) -> Response {
-    let (per, limit, used, wait_ms) = match v.day_spent {
-        Some((limit, wait_ms)) => ("requests per day (RPD)", limit, limit, wait_ms),
-        None => (
-            "requests per minute (RPM)",
-            v.limit_requests,
-            v.used_requests,
-            v.reset_in_ms,
-        ),
+pub(crate) fn groq_429(model: &str, key: &str, v: &GroqVerdict, refusal: GroqRefusal) -> Response {
+    let (per, limit, used, wait_ms) = match refusal {
+        GroqRefusal::PerDay { wait_ms } => ("requests per day (RPD)", v.rpd, v.rpd, wait_ms),
+        GroqRefusal::PerMinute { limit, used } => {
+            ("requests per minute (RPM)", limit, used, v.reset_tokens_ms)
+        }
     };
     let message = format!(
         "Rate limit reached for model `{model}` in organization `{}` service tier `on_demand` on {per}: Limit {limit}, Used {used}, Requested 1. Please try again in {}. Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing",
@@ -83,7 +110,7 @@ pub(crate) fn groq_429(model: &str, key: &str, v: &GroqVerdict) -> Response {
 
 /// Go-style duration as Groq writes it (§4.1): `7.66s`, `2m59.56s`, `1m26.4s`, `20s`, `8h`,
 /// `450ms`.
-fn go_duration(ms: u64) -> String {
+pub(super) fn go_duration(ms: u64) -> String {
     use std::fmt::Write;
     if ms == 0 {
         return "0s".to_owned();

@@ -8,7 +8,8 @@
 //! One file per kind of response, so a change to one provider's shape touches one file:
 //! successes (`completion`, `chunk`), the error envelope every refusal shares (`error`), then the
 //! refusals by who refused (`rate_limit`, `billing`, `fault` for the rest of the injected
-//! faults), Groq (`groq`), Gemini (`gemini`) and the key endpoint (`key`).
+//! faults), Groq (`groq`), Gemini (`gemini`), OpenAI's request limits for the generic provider
+//! (`openai`) and the key endpoint (`key`).
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -23,12 +24,14 @@ mod fault;
 mod gemini;
 mod groq;
 mod key;
+mod openai;
 mod rate_limit;
 
 pub(crate) use chunk::{ChunkChoice, DONE, KEEPALIVE, MALFORMED_EVENT, padded_stream, sse_chunk};
 pub(crate) use completion::{Usage, completion, completion_with_error, padded_completion};
 pub(crate) use error::{
     ErrorObj, error_event, error_in_200, invalid_request, missing_auth_header, no_auth_credentials,
+    rate_limit_headers,
 };
 pub(crate) use fault::{
     FaultCtx, HTML_PAGE, bare_error, bare_error_frame, fault_error, midstream_error,
@@ -36,6 +39,7 @@ pub(crate) use fault::{
 pub(crate) use gemini::{gemini_429, gemini_missing_signature};
 pub(crate) use groq::{groq_429, groq_headers};
 pub(crate) use key::key_info;
+pub(crate) use openai::{openai_429, requests_headers};
 pub(crate) use rate_limit::free_tier_429;
 
 pub(crate) const X_GENERATION_ID: HeaderName = HeaderName::from_static("x-generation-id");

@@ -70,6 +70,52 @@ pub fn control_url(sim: &SimHandle, path: &str) -> String {
     format!("http://{}/_sim/{path}", sim.addr)
 }
 
+/// Milliseconds of a Go-style duration, as Groq and OpenAI write resets.
+pub fn go_duration_ms(s: &str) -> u64 {
+    // Enough of Go's format for the values the simulator writes: [Nh][Nm][N[.N]s] or Nms.
+    if let Some(ms) = s.strip_suffix("ms") {
+        return ms.parse().expect("ms");
+    }
+    let mut total = 0.0;
+    let mut num = String::new();
+    for c in s.chars() {
+        match c {
+            'h' => total += num.parse::<f64>().expect("h") * 3_600_000.0,
+            'm' => total += num.parse::<f64>().expect("m") * 60_000.0,
+            's' => total += num.parse::<f64>().expect("s") * 1000.0,
+            _ => {
+                num.push(c);
+                continue;
+            }
+        }
+        num.clear();
+    }
+    total.round() as u64
+}
+
+/// A `/_sim/…` request; returns the status and the JSON body.
+pub async fn control(
+    client: &reqwest::Client,
+    sim: &sim::SimHandle,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let url = control_url(sim, path);
+    let req = match method {
+        "GET" => client.get(url),
+        "POST" => client.post(url),
+        _ => panic!("method {method}"),
+    };
+    let req = match body {
+        Some(b) => req.body(b.to_string()),
+        None => req,
+    };
+    let res = req.send().await.expect("control request");
+    let status = res.status().as_u16();
+    (status, parse(&res.text().await.expect("body")))
+}
+
 /// A chat request; returns status, headers and the body as text.
 pub async fn chat(
     client: &reqwest::Client,

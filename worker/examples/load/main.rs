@@ -26,6 +26,7 @@ mod cluster;
 mod enqueue;
 mod latency;
 mod measure;
+mod oracle;
 mod quota;
 mod store_probe;
 mod throughput;
@@ -40,6 +41,36 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum Chain {
     FreePaid,
     Free,
+}
+
+/// quota: what the pool configuration tells freeway of the account's limits.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Declare {
+    /// The account's limit and window kind.
+    Exact,
+    /// Twice the account's limit.
+    Double,
+    /// The account's limit with the other window kind (fixed ↔ rolling).
+    WrongKind,
+    /// No limit: freeway has only what the provider says.
+    None,
+}
+
+/// quota: the simulated account's window (`sim --window-align`, `--window-kind`).
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SimWindow {
+    /// Fixed, at multiples of the window since the epoch (as OpenRouter's minute).
+    Epoch,
+    /// Fixed, from the first call of each window.
+    FirstCall,
+    /// At most R calls in any interval of the window's length.
+    Sliding,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -105,6 +136,22 @@ pub struct Args {
     /// sends runs to the paid model) or `free` ([free A, free B], on_rest queue: runs wait).
     #[arg(long, value_enum, default_value_t = Chain::FreePaid)]
     pub chain: Chain,
+    /// quota: the pool's declared limits against the account's real ones: `exact`, `double`
+    /// (twice R), `wrong-kind` (R, the other window kind), `none` (no limits configured).
+    #[arg(long, value_enum, default_value_t = Declare::Exact)]
+    pub declare: Declare,
+    /// quota: the account's real window: `epoch` (fixed, epoch-aligned), `first-call` (fixed,
+    /// from each window's first call) or `sliding`.
+    #[arg(long, value_enum, default_value_t = SimWindow::Epoch)]
+    pub sim_window: SimWindow,
+    /// quota: the account states its limits on every free answer (`sim --state-limits`), not
+    /// only on its 429s as OpenRouter does.
+    #[arg(long)]
+    pub state_limits: bool,
+    /// quota: whether the workers learn limits from what the provider states
+    /// (`FREEWAY_LEARN_LIMITS`).
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub learning: Switch,
     /// The worker binary to run (default: `worker` next to this binary's folder): an older
     /// build's, to compare two builds on one load.
     #[arg(long, value_name = "PATH")]

@@ -115,6 +115,12 @@ impl Snapshot {
         line
     }
 
+    /// The worker processes' CPU seconds during the phase, all together.
+    pub fn workers_cpu_s(&self, before: &Snapshot) -> f64 {
+        let before: f64 = before.workers_cpu_s.iter().sum();
+        self.workers_cpu_s.iter().sum::<f64>() - before
+    }
+
     /// Redis's commands and CPU per item during the phase, and the rate at which Redis alone
     /// would be saturated (it runs commands on one core). Counts every client of the server.
     pub fn redis_per(&self, before: &Snapshot, items: u64, what: &str) -> String {

@@ -1,15 +1,23 @@
 //! The shared-quota scenario: K replicas serve M users whose runs go to free models of one
-//! simulated account (R calls a window), offered faster than R, with the pool declared at R a
-//! window (`FREEWAY_CONFIG`). What freeway promises here (docs/design.md §2.2, §4.2, §4.4): it
+//! simulated account (R calls a window), offered faster than R, with the pool declared (by
+//! default) at R a window (`FREEWAY_CONFIG`). What freeway promises here (docs/design.md §2.2, §4.2, §4.4): it
 //! paces calls so the account's R calls a window are all used (goodput near 1) without earning
 //! a 429; with `--chain free-paid` the overflow goes to the paid model (R·windows free calls,
 //! the rest paid), with `--chain free` runs wait, holding slots of later windows, and the last
 //! one ends when the pool's rate allows it. An older worker (`--worker`) shows the same load
 //! without pacing.
+//!
+//! The account need not be what freeway is told (issue 25): `--declare` misstates its limit
+//! (`double`), its window kind (`wrong-kind`) or says nothing (`none`), `--sim-window` makes the
+//! account's window start at each window's first call or slide, and `--learning off` keeps the
+//! workers from learning what the provider states. The figures that tell: platform 429s, goodput
+//! against the free slots of the run's time, and paid calls against the fewest an oracle that
+//! knew the account's real window would have made (`oracle.rs`).
 
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile};
-use crate::{Args, BoxError, Chain};
+use crate::oracle::Oracle;
+use crate::{Args, BoxError, Chain, Declare, SimWindow, Switch};
 use freeway::catalog::Catalog;
 use freeway::job::{MAX_DEADLINE_S, OnRest, RunJob, RunRequest};
 use freeway::route::RouteSpec;
@@ -22,6 +30,9 @@ use std::time::{Duration, Instant};
 const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
 const FREE_B: &str = "qwen/qwen3-coder:free";
 const PAID: &str = "openai/gpt-4o-mini";
+/// The built-in pool of OpenRouter's free models, and the one `--declare none` puts in its place.
+const POOL: &str = "openrouter-free";
+const UNDECLARED: &str = "openrouter-free-undeclared";
 /// How often the store is read for runs that have not ended yet.
 const POLL: Duration = Duration::from_millis(250);
 
@@ -30,6 +41,15 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
         rpm: args.rpm,
         rpd: args.rpd,
         window_s: args.window_s,
+        window_align: match args.sim_window {
+            SimWindow::FirstCall => sim::WindowAlign::FirstCall,
+            SimWindow::Epoch | SimWindow::Sliding => sim::WindowAlign::Epoch,
+        },
+        window_kind: match args.sim_window {
+            SimWindow::Sliding => sim::WindowKind::Sliding,
+            SimWindow::Epoch | SimWindow::FirstCall => sim::WindowKind::Fixed,
+        },
+        state_limits: args.state_limits,
         latency_ms: 0,
         ..Default::default()
     })?;
@@ -51,20 +71,34 @@ async fn scenario(
         Chain::FreePaid => format!("[{FREE_A}, {FREE_B}, {PAID}] (on_rest: refuse)"),
         Chain::Free => format!("[{FREE_A}, {FREE_B}] (on_rest: queue)"),
     };
+    let (declared, told) = declaration(args);
+    let real = match args.sim_window {
+        SimWindow::Epoch => "fixed, epoch-aligned",
+        SimWindow::FirstCall => "fixed, from each window's first call",
+        SimWindow::Sliding => "sliding",
+    };
+    let learning = match args.learning {
+        Switch::On => "on",
+        Switch::Off => "off",
+    };
     println!(
         "quota: {} worker processes × concurrency {}, {} users offering {:.2} runs/s ({} × R) \
-         for {} s to {chain}; sim account R = {r} free calls per {window_s} s window, declared \
-         to freeway; worker {}",
+         for {} s to {chain}; sim account R = {r} free calls per {window_s} s window ({real}{}), \
+         declared to freeway as {told}; learning {learning}; worker {}",
         args.replicas,
         args.concurrency,
         args.users,
         rate,
         args.offered,
         args.duration_s,
+        if args.state_limits {
+            ", limits stated on every answer"
+        } else {
+            ""
+        },
         worker.display()
     );
     let config = cluster.dir.join("freeway.toml");
-    let declared = format!("[pools.openrouter-free]\nrpm = {r}\nwindow_s = {window_s}\n");
     std::fs::write(&config, declared)?;
     let config = config.to_string_lossy().into_owned();
     let mut conn = cluster.conn.clone();
@@ -74,7 +108,10 @@ async fn scenario(
         args.replicas,
         args.concurrency,
         &sim.handle().base_url(),
-        &[("FREEWAY_CONFIG", &config)],
+        &[
+            ("FREEWAY_CONFIG", &config),
+            ("FREEWAY_LEARN_LIMITS", learning),
+        ],
     )?;
     let started = Instant::now();
     let jobs = offer(args, rate, &cluster.queue).await?;
@@ -91,9 +128,40 @@ async fn scenario(
     report_runs(&jobs, &records);
     let (calls, key_reads) = (sim.handle().calls(), sim.handle().key_reads());
     let arrivals: Vec<u64> = jobs.iter().map(|j| j.enqueued_ms).collect();
-    report_calls(args, &calls, key_reads, &records, &arrivals);
+    report_calls(args, &calls, key_reads, &records, &arrivals, total_s);
     println!("  cpu              {}", after.cpu(&before, total_s));
+    println!(
+        "  cpu per run      {:.2} ms of the workers' CPU",
+        1000.0 * after.workers_cpu_s(&before) / n.max(1) as f64
+    );
     Ok(())
+}
+
+/// The pool configuration `--declare` asks for, and how it reads.
+fn declaration(args: &Args) -> (String, String) {
+    let (r, window_s) = (args.rpm, args.window_s);
+    let (kind, other) = match args.sim_window {
+        SimWindow::Sliding => ("rolling", "fixed"),
+        SimWindow::Epoch | SimWindow::FirstCall => ("fixed", "rolling"),
+    };
+    let (rpm, kind) = match args.declare {
+        Declare::Exact => (r, kind),
+        Declare::Double => (2 * r, kind),
+        Declare::WrongKind => (r, other),
+        Declare::None => {
+            // The built-in pool declares 20 a minute and a file cannot unset it: the pool is
+            // moved off the free models, and one that declares nothing takes them.
+            let file = format!(
+                "[pools.{POOL}]\nmodels = [\"freeway-load/unused\"]\n\n[pools.{UNDECLARED}]\n\
+                 provider = \"openrouter\"\nmodels = [\"*:free\", \"openrouter/free\"]\n"
+            );
+            return (file, format!("no limits (pool {UNDECLARED})"));
+        }
+    };
+    (
+        format!("[pools.{POOL}]\nrpm = {rpm}\nwindow = \"{kind}\"\nwindow_s = {window_s}\n"),
+        format!("{rpm} per {window_s} s, {kind}"),
+    )
 }
 
 /// Each user enqueues at `rate / users` runs/s, users staggered so that the total is steady.
@@ -225,31 +293,13 @@ fn report_runs(jobs: &[RunJob], records: &HashMap<String, RunRecord>) {
     );
 }
 
-/// The window in which the `n`-th of `n` calls can come at the earliest: calls go in arrival
-/// order, none before its run was enqueued nor before `first`, at most `rpm` a window.
-fn earliest_window(arrivals: &[u64], first: u64, n: u64, rpm: u32, window_ms: u64) -> u64 {
-    let mut sorted = arrivals.to_vec();
-    sorted.sort_unstable();
-    let (mut window, mut in_window) = (first / window_ms, 0);
-    for at in sorted.iter().take(n as usize) {
-        let arrived = at / window_ms;
-        if arrived > window {
-            (window, in_window) = (arrived, 0);
-        }
-        if in_window == rpm {
-            (window, in_window) = (window + 1, 0);
-        }
-        in_window += 1;
-    }
-    window
-}
-
 fn report_calls(
     args: &Args,
     calls: &[sim::CallRecord],
     key_reads: u64,
     records: &HashMap<String, RunRecord>,
     arrivals: &[u64],
+    total_s: f64,
 ) {
     let runs = arrivals.len() as u64;
     println!("  quota endpoint   read {key_reads} times (GET /key, one replica a minute)");
@@ -274,23 +324,67 @@ fn report_calls(
         rejected.len(),
         variants.join(", ")
     );
+    // The platform's own refusals; the pool has one instance, the platform key's.
+    let platform_429s = rejected
+        .iter()
+        .filter(|c| c.variant.starts_with("free_per_"))
+        .count();
+    let instance = match args.declare {
+        Declare::None => UNDECLARED,
+        _ => POOL,
+    };
+    println!("  platform 429s    {instance}: {platform_429s}");
+
     let window_ms = args.window_s * 1000;
+    let mut sorted = arrivals.to_vec();
+    sorted.sort_unstable();
+    let mut oracle = Oracle::new(args.sim_window, args.rpm, window_ms);
     let ok_free: Vec<u64> = free
         .iter()
         .filter(|c| c.status == 200)
         .map(|c| c.t_ms)
         .collect();
-    if let (Some(&first), Some(&last)) = (ok_free.iter().min(), ok_free.iter().max()) {
-        let n = ok_free.len() as u64;
-        let earliest = earliest_window(arrivals, first, n, args.rpm, window_ms) * window_ms;
-        println!(
-            "  pace             last of {n} free calls {:.1} s after the start of the earliest \
-             window the pool's rate and the runs' arrivals allow it in",
-            last.saturating_sub(earliest) as f64 / 1000.0
-        );
-    }
-
-    // The simulator's windows are aligned to multiples of the window since the epoch.
+    let n = ok_free.len() as u64;
+    // The free slots the run had: those the oracle fills from the runs' arrivals when a full
+    // pool sends runs elsewhere; the account's rate over the run's time when runs wait.
+    let (slots, of_what) = match args.chain {
+        Chain::FreePaid => {
+            // A run that finds no free slot at its arrival goes to the paid model at once.
+            let oracle_free = sorted.iter().filter(|&&at| oracle.try_call(at)).count() as u64;
+            let oracle_free = oracle_free.min(u64::from(args.rpd));
+            println!(
+                "  paid             {paid} paid calls; the oracle's {} ({oracle_free} runs free)",
+                runs - oracle_free
+            );
+            (oracle_free as f64, "the oracle's free calls")
+        }
+        Chain::Free => {
+            // Runs wait in arrival order for the next slot.
+            let (mut last, mut oracle_last) = (0, 0);
+            for &at in sorted.iter().take(n as usize) {
+                oracle_last = oracle.call(at.max(last));
+                last = oracle_last;
+            }
+            if let Some(&last_ok) = ok_free.iter().max() {
+                println!(
+                    "  pace             last of {n} free calls {:.1} s after the moment the \
+                     oracle makes its {n}th",
+                    last_ok.saturating_sub(oracle_last) as f64 / 1000.0
+                );
+            }
+            (
+                f64::from(args.rpm) * total_s / args.window_s as f64,
+                "R a window over the run's time",
+            )
+        }
+    };
+    println!(
+        "  goodput          {:.2} ({n} successful free calls / {slots:.0} free slots: \
+         {of_what}; the run took {total_s:.0} s, R = {} a {} s window)",
+        n as f64 / slots.max(1.0),
+        args.rpm,
+        args.window_s
+    );
     let mut windows: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     for c in &free {
         let w = windows.entry(c.t_ms / window_ms).or_default();
@@ -301,31 +395,15 @@ fn report_calls(
         }
     }
     let (Some(&first), Some(&last)) = (windows.keys().next(), windows.keys().next_back()) else {
-        println!("  goodput          no calls were made");
         return;
     };
-    let all: Vec<(u64, u64)> = (first..=last)
+    let shown: Vec<String> = (first..=last)
         .map(|w| windows.get(&w).copied().unwrap_or_default())
+        .map(|(ok, r)| format!("{ok}/{r}"))
         .collect();
-    let shown: Vec<String> = all.iter().map(|(ok, r)| format!("{ok}/{r}")).collect();
-    // The first window is cut by the start of the load and the last by the end of the backlog;
-    // only the ones between show the steady state.
-    if all.len() < 3 {
-        println!(
-            "  goodput          not measured: no window between the first and the last (raise \
-             --duration-s); ok/429 per window: {}",
-            shown.join(" ")
-        );
-        return;
-    }
-    let steady = &all[1..all.len() - 1];
-    let ok: u64 = steady.iter().map(|(ok, _)| ok).sum();
-    let goodput = ok as f64 / (steady.len() as f64 * f64::from(args.rpm));
     println!(
-        "  goodput          {goodput:.2} of R ({ok} successful calls in the {} windows between the \
-         first and the last, R = {}); ok/429 per window: {}",
-        steady.len(),
-        args.rpm,
+        "  per window       ok/429 in epoch-aligned windows of {} s: {}",
+        args.window_s,
         shown.join(" ")
     );
 }
