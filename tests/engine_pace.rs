@@ -570,3 +570,58 @@ async fn a_day_refusal_teaches_the_day_limit_and_is_no_pacing_miss() {
         "closed for the day: {next:?}"
     );
 }
+
+/// docs/design.md §4.4, phase: the provider's window opened at the key's first call, so it ends
+/// 8 s from now while the epoch's minute ends in 50 s. The refusal that says so realigns the
+/// pool's window, and the runs it closes go at the provider's reset (within its guard and
+/// jitter), not at the epoch-aligned guess.
+#[tokio::test]
+async fn a_run_closed_by_a_window_the_provider_says_ends_goes_at_that_moment() {
+    let config = sim::SimConfig {
+        rpm: 2,
+        window_align: sim::WindowAlign::FirstCall,
+        ..Default::default()
+    };
+    let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
+    let s = Setup {
+        h: support::harness(provider, &sim.base_url()),
+        sim,
+    };
+    // Second 18 of a minute: the key's window opens with the first call.
+    s.advance(MINUTE - s.h.clock.now_ms() % MINUTE + 18_000);
+    for n in 0..2 {
+        assert!(succeeded(
+            &s.execute(&s.job(&format!("u{n}"), &[FREE_A])).await
+        ));
+    }
+    let reset = s.sim.calls()[0].t_ms + MINUTE;
+    // Second 10 of the next minute: the epoch's window is new, the provider's is not.
+    s.advance(52_000);
+    let now = s.h.clock.now_ms();
+    assert_eq!(now % MINUTE / 1000, 10);
+    assert!(
+        reset.abs_diff(now + 8_000) < 1_000,
+        "the provider's window ends in 8 s"
+    );
+    for user in ["closed-by-the-refusal", "arrives-after"] {
+        let Outcome::Snoozed { until_ms, .. } = s.execute(&s.job(user, &[FREE_A])).await else {
+            panic!("{user}: a run with its only route closed waits")
+        };
+        assert!(
+            (reset..=reset + 1_000).contains(&until_ms),
+            "{user} goes at the provider's reset, {} ms from now, not in {} ms: it waits {} ms",
+            reset - now,
+            MINUTE - now % MINUTE,
+            until_ms.saturating_sub(now)
+        );
+    }
+    let statuses: Vec<u16> = s.calls().iter().map(|(_, status)| *status).collect();
+    assert_eq!(
+        statuses,
+        [200, 200, 429],
+        "one refusal taught the window's end"
+    );
+}
