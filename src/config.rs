@@ -319,6 +319,10 @@ mod tests {
         assert_eq!(openrouter.base_url, "https://openrouter.ai/api/v1");
         assert!(s.platform_keys.is_empty());
         assert!(!s.summary);
+        assert!(
+            s.learn_limits,
+            "pools learn what providers state unless told not to"
+        );
         assert_eq!(s.http2, Http2::Negotiated);
     }
 
@@ -328,6 +332,10 @@ mod tests {
         assert_eq!(e.var, "FREEWAY_SUMMARY");
         let e = Settings::from_vars(&vars(&[("FREEWAY_HTTP2", "h2")])).unwrap_err();
         assert_eq!(e.var, "FREEWAY_HTTP2");
+        let e = Settings::from_vars(&vars(&[("FREEWAY_LEARN_LIMITS", "maybe")])).unwrap_err();
+        assert_eq!(e.var, "FREEWAY_LEARN_LIMITS");
+        let s = Settings::from_vars(&vars(&[("FREEWAY_LEARN_LIMITS", "off")])).unwrap();
+        assert!(!s.learn_limits);
         let s = Settings::from_vars(&vars(&[("FREEWAY_HTTP2", "prior-knowledge")])).unwrap();
         assert_eq!(s.http2, Http2::PriorKnowledge);
         let e = Settings::from_vars(&vars(&[("REDIS_URL", "localhost:6379")])).unwrap_err();

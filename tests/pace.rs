@@ -73,9 +73,13 @@ impl Fixture {
     }
 
     async fn admits(&self, limits: &Limits, n: usize, day_end: u64) -> Vec<Slot> {
+        self.admits_in(POOL, limits, n, day_end).await
+    }
+
+    async fn admits_in(&self, pool: &str, limits: &Limits, n: usize, day_end: u64) -> Vec<Slot> {
         let mut slots = Vec::new();
         for _ in 0..n {
-            slots.push(self.pace.admit(POOL, limits, day_end, 0).await.unwrap());
+            slots.push(self.pace.admit(pool, limits, day_end, 0).await.unwrap());
         }
         slots
     }
@@ -337,6 +341,44 @@ async fn a_stated_window_end_realigns_the_fixed_window(f: Fixture) {
     assert!(usage.window_resets_in_ms <= 8_000, "{usage:?}");
 }
 
+async fn a_rolling_pool_whose_provider_states_a_fixed_window_is_paced_by_it(f: Fixture) {
+    let end = day_end();
+    let limits = rolling(2);
+    assert_eq!(f.admits(&limits, 2, end).await, vec![Slot::Now; 2]);
+    let stated = Stated {
+        window_ends_in_ms: Some(8_000),
+        window_remaining: Some(0),
+        fixed_window: true,
+        ..Stated::default()
+    };
+    f.pace.learn(POOL, &limits, end, &stated).await.unwrap();
+    let next = f.pace.admit(POOL, &limits, end, 0).await.unwrap();
+    assert!(
+        is_in(
+            next,
+            8_000 + WINDOW_GUARD_MS - SLACK,
+            8_000 + WINDOW_GUARD_MS
+        ),
+        "the provider's fixed window, not a bucket refilled in {} ms: {next:?}",
+        HOUR / 2
+    );
+    let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
+    assert!(usage.learned.fixed_by_provider, "{usage:?}");
+    // A pinned pool keeps its kind.
+    let pinned = Limits {
+        pin: true,
+        ..rolling(2)
+    };
+    let other = "pinned-rolling";
+    assert_eq!(
+        f.admits_in(other, &pinned, 2, end).await,
+        vec![Slot::Now; 2]
+    );
+    f.pace.learn(other, &pinned, end, &stated).await.unwrap();
+    let next = f.pace.admit(other, &pinned, end, 0).await.unwrap();
+    assert!(is_in(next, HOUR / 2 - SLACK, HOUR / 2 + 50), "{next:?}");
+}
+
 async fn a_held_slot_given_back_goes_to_another_run(f: Fixture) {
     let end = day_end();
     for limits in [fixed(2), rolling(2)] {
@@ -493,6 +535,7 @@ on_both!(
     a_stated_remaining_raises_the_windows_count,
     a_stated_window_end_realigns_the_fixed_window,
     a_held_slot_given_back_goes_to_another_run,
+    a_rolling_pool_whose_provider_states_a_fixed_window_is_paced_by_it,
     a_day_refusal_without_a_day_limit_teaches_it,
     a_rolling_miss_waits_for_the_refusals_hint_not_an_empty_bucket,
 );

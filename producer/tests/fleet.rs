@@ -385,11 +385,14 @@ async fn settled_pushed(fleet: &Fleet, run_id: &str) -> Value {
 /// window's end and marks the limiter's window full. 85 runs queue behind the rest. The
 /// operator clears it: the 85 are woken, and the limiter still sends none of them into the
 /// window the provider has spent (on OpenRouter a refused call still spends the day), then at
-/// most its limit a window. None earns a 429.
+/// most the account's limit a window, which the refusal stated (the pool declares more). None
+/// earns a 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
     const WINDOW_MS: u64 = 10_000;
     const LIMIT: usize = 40;
+    // Declared higher than the account allows: the refusal's headers correct it.
+    const CONFIGURED: usize = 60;
     let config = sim::SimConfig {
         rpm: LIMIT as u32,
         rpd: 100_000,
@@ -400,7 +403,7 @@ async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
         let dir = std::env::temp_dir().join(format!("freeway-clear-{}", ulid::Ulid::generate()));
         std::fs::create_dir_all(&dir).expect("a temp dir");
         let path = dir.join("freeway.toml");
-        let toml = format!("[pools.openrouter-free]\nrpm = {LIMIT}\nwindow_s = 10\n");
+        let toml = format!("[pools.openrouter-free]\nrpm = {CONFIGURED}\nwindow_s = 10\n");
         std::fs::write(&path, toml).expect("the configuration file");
         vec![("FREEWAY_CONFIG".into(), path.display().to_string())]
     })
@@ -434,6 +437,23 @@ async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
                 .is_some_and(|a| a.iter().any(|x| x["scope"] == "pool"))
         })
         .await;
+    // The refusal's headers taught the pool what the account really allows; `/v1/pools` shows
+    // it beside the configured limit, with the miss and the window's end.
+    let pools = fleet.json("/v1/pools").await;
+    let pool = &pools["pools"][0];
+    assert_eq!(pool["name"], "openrouter-free", "{pools}");
+    assert_eq!(pool["rpm"], CONFIGURED, "the configured limit: {pool}");
+    let used = &pool["use"];
+    assert_eq!(
+        used["learned"]["per_window"], LIMIT,
+        "the stated limit: {pool}"
+    );
+    assert!(used["learned"]["at_ms"].as_u64().is_some(), "{pool}");
+    assert_eq!(used["misses"], 1, "{pool}");
+    let resets = used["window_resets_in_ms"]
+        .as_u64()
+        .expect("the window's end");
+    assert!(resets <= WINDOW_MS, "{pool}");
     let mut bodies = Vec::new();
     for n in 0..85 {
         let mut b = run(&format!("u{}", n % 7), &[FREE]);

@@ -34,6 +34,8 @@ struct State {
     /// The working per-window limit a miss lowered, and the window from which it holds.
     working: Option<(u32, u64)>,
     learned_at: Option<u64>,
+    /// A pool declared rolling whose provider said its window is fixed.
+    learned_fixed: bool,
     misses: u32,
 }
 
@@ -51,6 +53,9 @@ impl State {
             per_day: stated(self.learned_day_limit, configured.per_day),
             ..*configured
         };
+        if self.learned_fixed && !configured.pin {
+            limits.rolling = false;
+        }
         let win = limits.window_ms.max(1);
         if limits.rolling {
             self.phase = 0;
@@ -553,6 +558,9 @@ impl Pacer for MemoryPacer {
             if let Some(l) = stated.per_day {
                 st.learned_day_limit = Some(l);
             }
+            if stated.fixed_window && limits.rolling && !limits.pin {
+                st.learned_fixed = true;
+            }
             st.learned_at = Some(now);
         }
         self.with(pool, limits, day_end_ms, 0, |v| v.take_in(stated));
@@ -661,6 +669,7 @@ impl Pacer for MemoryPacer {
                     working_per_window: v.st.working.map(|(w, _)| w),
                     at_ms: v.st.learned_at,
                     phase_from_provider: v.st.phase > 0,
+                    fixed_by_provider: v.st.learned_fixed,
                 },
                 ..PoolUse::default()
             };

@@ -136,6 +136,9 @@ pub struct Learned {
     /// Whether the fixed window is aligned to where the provider said it ends, rather than to
     /// the epoch.
     pub phase_from_provider: bool,
+    /// Whether a pool declared `rolling` is paced by fixed windows, because its provider said
+    /// where its window ends (an epoch reset, as OpenRouter's).
+    pub fixed_by_provider: bool,
 }
 
 /// What a provider last said about a pool: shown beside its use, whether or not it declares

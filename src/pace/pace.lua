@@ -16,6 +16,7 @@
 --   wk/wkw  the working requests-per-window limit a pacing miss lowered, and the window from
 --           which it holds (it recovers by one each window after that without a miss)
 --   lt      when the provider last stated something (epoch ms)
+--   fx      1: the provider said its window is fixed (an epoch reset), though declared rolling
 -- ARGV: op (peek | admit | reserve | missed | usage | sync | spent | landed | learn | release),
 -- limit per window (0: none), window ms, rolling (1/0), limit per day (0: none), the day's end
 -- (epoch ms; 0: unknown, keep the count), the guard at a window's edges (ms), tokens per window
@@ -25,7 +26,7 @@
 -- the refusal's hint (ms, 0: none) and whether to lower the working limit (1/0); learn, the
 -- stated requests per window, per day, tokens per window (0: not stated), requests left in the
 -- window, the day, tokens left in the window (-1: not stated), ms until the window ends (0: not
--- stated) and whether the day is spent (1/0); release, ms from now to the held slot's moment.
+-- stated), whether the day is spent (1/0) and whether the window is fixed (1/0); release, ms from now to the held slot's moment.
 --
 -- A call needs room for its tokens as for itself; a window (or day) with no tokens counted yet
 -- admits one call of any size, so a call larger than the limit is not refused for ever.
@@ -60,6 +61,8 @@ local day_tokens = num('dt')
 -- declares none); a working limit lowered by misses caps the window's.
 local w, ph, windowed, day_full
 local function settle()
+  -- A pool declared rolling whose provider said its window is fixed is paced as fixed.
+  if rolling and not pin and num('fx') == 1 then rolling = false end
   local function stated(field, declared)
     local s = num(field)
     if s > 0 and (not pin or declared == 0) then return s end
@@ -216,7 +219,7 @@ if op == 'usage' then
   local phased = 0
   if num('ph') > 0 then phased = 1 end
   return {used, resets, day_used, reserved, num('miss'), tokens, day_tokens,
-    num('sl'), num('dlim'), num('stl'), working, num('lt'), phased}
+    num('sl'), num('dlim'), num('stl'), working, num('lt'), phased, num('fx')}
 end
 
 -- The quota endpoint's count of the day (ARGV[11], refusals included, lagging a little: it
@@ -300,6 +303,7 @@ if op == 'learn' then
   if s_win > 0 then redis.call('HSET', key, 'sl', s_win) end
   if s_tok > 0 then redis.call('HSET', key, 'stl', s_tok) end
   if s_day > 0 then redis.call('HSET', key, 'dlim', s_day) end
+  if ARGV[20] == '1' and rolling and not pin then redis.call('HSET', key, 'fx', 1) end
   settle()
   spacing()
   -- The provider's window ends `ends` from now: realign the fixed windows to it, each count

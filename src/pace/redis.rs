@@ -209,6 +209,7 @@ impl Pacer for RedisPacer {
             left(stated.tokens_remaining),
             to_i64(stated.window_ends_in_ms.unwrap_or(0)),
             i64::from(stated.day_spent),
+            i64::from(stated.fixed_window),
         ];
         self.call_with("learn", pool, limits, day_end_ms, 0, &extra)
             .await?;
@@ -285,6 +286,7 @@ impl Pacer for RedisPacer {
                 working_per_window: stated(at(10)),
                 at_ms: (at(11) > 0).then_some(at(11)),
                 phase_from_provider: at(12) == 1,
+                fixed_by_provider: at(13) == 1,
             },
         })
     }

@@ -52,6 +52,10 @@ pub struct Stated {
     pub window_ends_in_ms: Option<u64>,
     /// The provider refused for the day: the day is spent, whatever was counted.
     pub day_spent: bool,
+    /// The provider said its window ends at a moment (an epoch-ms reset): the window is fixed,
+    /// whatever kind the pool declares. A duration or a retry hint says no such thing (a rolling
+    /// bucket has them too).
+    pub fixed_window: bool,
 }
 
 impl Stated {
@@ -130,10 +134,12 @@ fn account_headers(headers: &Headers, answer: Answer, window_ms: u64, now_ms: u6
             ..Stated::default()
         }
     } else {
+        let ends = reset_in.filter(|&ms| ms <= window_ms + super::WINDOW_GUARD_MS);
         Stated {
             per_window: limit,
             window_remaining: remaining,
-            window_ends_in_ms: reset_in.filter(|&ms| ms <= window_ms + super::WINDOW_GUARD_MS),
+            window_ends_in_ms: ends,
+            fixed_window: ends.is_some(),
             ..Stated::default()
         }
     }
@@ -206,6 +212,7 @@ mod tests {
                 per_window: Some(20),
                 window_remaining: Some(3),
                 window_ends_in_ms: Some(8_000),
+                fixed_window: true,
                 ..Stated::default()
             }
         );
