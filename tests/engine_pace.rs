@@ -30,21 +30,26 @@ struct Setup {
 /// A simulator allowing `rpm` free calls a minute, and an engine whose pool is declared at 20;
 /// both clocks are moved to just after a minute starts, so a test never straddles two windows.
 async fn setup(rpm: u32) -> Setup {
-    let config = sim::SimConfig {
+    let s = Setup::start(sim::SimConfig {
         rpm,
         ..Default::default()
-    };
-    let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
-    let h = support::harness(provider, &sim.base_url());
-    let s = Setup { sim, h };
+    })
+    .await;
     s.advance(MINUTE - s.h.clock.now_ms() % MINUTE + 100);
     s
 }
 
 impl Setup {
+    /// A simulator playing `config`, and an engine on the built-in catalog calling it.
+    async fn start(config: sim::SimConfig) -> Setup {
+        let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
+        let h = support::harness(provider, &sim.base_url());
+        Setup { sim, h }
+    }
+
     /// Move the engine's clock and the simulator's together.
     fn advance(&self, ms: u64) {
         self.h.clock.advance(Duration::from_millis(ms));
@@ -528,19 +533,12 @@ async fn a_held_slot_its_run_does_not_use_is_given_back() {
 /// states, here the simulator's `X-RateLimit-Limit`), and is no pacing miss.
 #[tokio::test]
 async fn a_day_refusal_teaches_the_day_limit_and_is_no_pacing_miss() {
-    let config = sim::SimConfig {
+    let s = Setup::start(sim::SimConfig {
         rpm: 20,
         rpd: 3,
         ..Default::default()
-    };
-    let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
-    let s = Setup {
-        h: support::harness(provider, &sim.base_url()),
-        sim,
-    };
+    })
+    .await;
     for n in 0..4 {
         s.execute(&s.job(&format!("u{n}"), &[FREE_A, PAID])).await;
     }
@@ -577,19 +575,12 @@ async fn a_day_refusal_teaches_the_day_limit_and_is_no_pacing_miss() {
 /// jitter), not at the epoch-aligned guess.
 #[tokio::test]
 async fn a_run_closed_by_a_window_the_provider_says_ends_goes_at_that_moment() {
-    let config = sim::SimConfig {
+    let s = Setup::start(sim::SimConfig {
         rpm: 2,
         window_align: sim::WindowAlign::FirstCall,
         ..Default::default()
-    };
-    let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let provider = Arc::new(HttpProvider::new(Timeouts::default()).unwrap());
-    let s = Setup {
-        h: support::harness(provider, &sim.base_url()),
-        sim,
-    };
+    })
+    .await;
     // Second 18 of a minute: the key's window opens with the first call.
     s.advance(MINUTE - s.h.clock.now_ms() % MINUTE + 18_000);
     for n in 0..2 {

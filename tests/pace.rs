@@ -38,6 +38,16 @@ fn rolling(per_window: u32) -> Limits {
     }
 }
 
+/// A provider's word: its window ends at a moment `ends_ms` from now, `left` calls left in it.
+fn moment(ends_ms: u64, left: u32) -> Stated {
+    Stated {
+        window_ends_in_ms: Some(ends_ms),
+        window_remaining: Some(left),
+        ends_at_moment: true,
+        ..Stated::default()
+    }
+}
+
 /// A day end far enough not to be crossed, and constant through a test.
 fn day_end() -> u64 {
     freeway::clock::epoch_ms() + 30 * HOUR
@@ -345,12 +355,7 @@ async fn a_rolling_pool_whose_provider_states_a_fixed_window_is_paced_by_it(f: F
     let end = day_end();
     let limits = rolling(2);
     assert_eq!(f.admits(&limits, 2, end).await, vec![Slot::Now; 2]);
-    let stated = Stated {
-        window_ends_in_ms: Some(8_000),
-        window_remaining: Some(0),
-        fixed_window: true,
-        ..Stated::default()
-    };
+    let stated = moment(8_000, 0);
     f.pace.learn(POOL, &limits, end, &stated).await.unwrap();
     let next = f.pace.admit(POOL, &limits, end, 0).await.unwrap();
     assert!(
@@ -364,7 +369,7 @@ async fn a_rolling_pool_whose_provider_states_a_fixed_window_is_paced_by_it(f: F
     );
     let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
     assert!(usage.learned.fixed_by_provider, "{usage:?}");
-    // A pinned pool keeps its kind.
+    // A pinned pool keeps its kind; full until the stated moment, it has its next slot there.
     let pinned = Limits {
         pin: true,
         ..rolling(2)
@@ -375,8 +380,14 @@ async fn a_rolling_pool_whose_provider_states_a_fixed_window_is_paced_by_it(f: F
         vec![Slot::Now; 2]
     );
     f.pace.learn(other, &pinned, end, &stated).await.unwrap();
+    let usage = f.pace.usage(other, &pinned, end).await.unwrap();
+    assert!(!usage.learned.fixed_by_provider, "{usage:?}");
     let next = f.pace.admit(other, &pinned, end, 0).await.unwrap();
-    assert!(is_in(next, HOUR / 2 - SLACK, HOUR / 2 + 50), "{next:?}");
+    assert!(
+        is_in(next, 8_000 - SLACK, 8_000),
+        "not a bucket refilled in {} ms: {next:?}",
+        HOUR / 2
+    );
 }
 
 async fn a_held_slot_given_back_goes_to_another_run(f: Fixture) {
@@ -519,6 +530,67 @@ async fn replicas_asking_at_once_get_exactly_the_windows_room(f: Fixture) {
     assert_eq!(admitted, 20);
 }
 
+async fn a_window_whose_stated_reset_moves_on_with_its_calls_is_paced_as_sliding(f: Fixture) {
+    let end = day_end();
+    let limits = fixed(3);
+    assert_eq!(f.admits(&limits, 2, end).await, vec![Slot::Now; 2]);
+    // The first call's window ends in 8 s; once it has aged out the next one's is 2 s later:
+    // no fixed window moves its end by less than a window.
+    f.pace
+        .learn(POOL, &limits, end, &moment(8_000, 1))
+        .await
+        .unwrap();
+    let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
+    assert!(!usage.learned.sliding_by_provider, "{usage:?}");
+    f.pace
+        .learn(POOL, &limits, end, &moment(10_000, 1))
+        .await
+        .unwrap();
+    let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
+    assert!(usage.learned.sliding_by_provider, "{usage:?}");
+    // The slot it says is left goes now; the one after waits for the oldest call to age out,
+    // neither for the fixed window's end an hour away nor for a bucket's next drop.
+    assert_eq!(
+        f.pace.admit(POOL, &limits, end, 0).await.unwrap(),
+        Slot::Now
+    );
+    f.pace
+        .learn(POOL, &limits, end, &moment(10_000, 0))
+        .await
+        .unwrap();
+    let next = f.pace.admit(POOL, &limits, end, 0).await.unwrap();
+    assert!(is_in(next, 10_000 - SLACK, 10_000), "{next:?}");
+
+    // A fixed window's stated end steps by a whole window: it stays fixed.
+    let other = "fixed-steps";
+    f.pace
+        .learn(other, &limits, end, &moment(8_000, 2))
+        .await
+        .unwrap();
+    f.pace
+        .learn(other, &limits, end, &moment(8_000 + HOUR, 2))
+        .await
+        .unwrap();
+    let usage = f.pace.usage(other, &limits, end).await.unwrap();
+    assert!(!usage.learned.sliding_by_provider, "{usage:?}");
+    // Pinned, the declared kind stands.
+    let pinned = Limits {
+        pin: true,
+        ..fixed(3)
+    };
+    let third = "pinned-fixed";
+    f.pace
+        .learn(third, &pinned, end, &moment(8_000, 1))
+        .await
+        .unwrap();
+    f.pace
+        .learn(third, &pinned, end, &moment(10_000, 1))
+        .await
+        .unwrap();
+    let usage = f.pace.usage(third, &pinned, end).await.unwrap();
+    assert!(!usage.learned.sliding_by_provider, "{usage:?}");
+}
+
 on_both!(
     a_fixed_window_admits_its_limit_then_closes_until_the_next_one,
     reservations_fill_later_windows_in_order,
@@ -538,7 +610,145 @@ on_both!(
     a_rolling_pool_whose_provider_states_a_fixed_window_is_paced_by_it,
     a_day_refusal_without_a_day_limit_teaches_it,
     a_rolling_miss_waits_for_the_refusals_hint_not_an_empty_bucket,
+    a_window_whose_stated_reset_moves_on_with_its_calls_is_paced_as_sliding,
 );
+
+/// Learned to slide, a window admits a call whenever fewer than its limit were made in the last
+/// window (and the guard): each slot comes back as the call that took it ages out.
+#[tokio::test]
+async fn a_sliding_window_admits_as_its_oldest_calls_age_out() {
+    let f = Fixture::memory();
+    let clock = f.clock.clone().unwrap();
+    let limits = Limits {
+        window_ms: 60_000,
+        ..fixed(3)
+    };
+    let end = day_end();
+    let s = |ms| Duration::from_millis(ms);
+    f.pace
+        .learn(POOL, &limits, end, &moment(60_000, 3))
+        .await
+        .unwrap();
+    clock.advance(s(10_000));
+    f.pace
+        .learn(POOL, &limits, end, &moment(55_000, 3))
+        .await
+        .unwrap();
+    let usage = f.pace.usage(POOL, &limits, end).await.unwrap();
+    assert!(usage.learned.sliding_by_provider, "{usage:?}");
+    for _ in 0..3 {
+        assert_eq!(
+            f.pace.admit(POOL, &limits, end, 0).await.unwrap(),
+            Slot::Now
+        );
+        clock.advance(s(10_000));
+    }
+    // Calls 10 s apart: the fourth waits for the first to age out, 60.5 s after it.
+    let span = 60_000 + WINDOW_GUARD_MS;
+    // (The in-process clock runs in real time too: a few ms pass between calls.)
+    let about = |slot, ms| is_in(slot, ms - 50, ms);
+    let next = f.pace.admit(POOL, &limits, end, 0).await.unwrap();
+    assert!(about(next, span - 30_000), "{next:?}");
+    clock.advance(s(span - 30_000));
+    assert_eq!(
+        f.pace.admit(POOL, &limits, end, 0).await.unwrap(),
+        Slot::Now
+    );
+    // The next slot is the second call's: 10 s later, not a fixed window's or a bucket's.
+    let next = f.pace.admit(POOL, &limits, end, 0).await.unwrap();
+    assert!(about(next, 10_000), "{next:?}");
+    // A held slot is logged at its moment, and given back, goes to another run.
+    let held = f
+        .pace
+        .reserve(POOL, &limits, end, 0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(about(Slot::In(held.wait_ms), 10_000), "{held:?}");
+    let next = f.pace.peek(POOL, &limits, end, 0).await.unwrap();
+    assert!(about(next, 20_000), "the slot after the held one: {next:?}");
+    f.pace
+        .release(POOL, &limits, end, 0, held.wait_ms as i64)
+        .await
+        .unwrap();
+    let next = f.pace.peek(POOL, &limits, end, 0).await.unwrap();
+    assert!(about(next, 10_000), "{next:?}");
+}
+
+/// The Lua script's sliding log, on Redis time: windows of 2 s, learned to slide from two
+/// stated ends 800 ms apart; slots are handed out as calls age out, held ones included.
+#[tokio::test]
+async fn in_redis_a_sliding_window_hands_out_the_slots_its_calls_free() {
+    let conn = support::redis().await;
+    let pace = RedisPacer::new(conn, support::unique_ns("pace"));
+    let limits = Limits {
+        window_ms: 2_000,
+        ..fixed(2)
+    };
+    let end = day_end();
+    for ms in [2_000, 2_800] {
+        pace.learn(POOL, &limits, end, &moment(ms, 2))
+            .await
+            .unwrap();
+    }
+    let usage = pace.usage(POOL, &limits, end).await.unwrap();
+    assert!(usage.learned.sliding_by_provider, "{usage:?}");
+    for _ in 0..2 {
+        assert_eq!(pace.admit(POOL, &limits, end, 0).await.unwrap(), Slot::Now);
+    }
+    let span = 2_000 + WINDOW_GUARD_MS;
+    let near_span = |slot| is_in(slot, span - 200, span);
+    let next = pace.admit(POOL, &limits, end, 0).await.unwrap();
+    assert!(near_span(next), "{next:?}");
+    // Both calls age out together: two slots then, the second still free after one is held.
+    let held = pace.reserve(POOL, &limits, end, 0).await.unwrap().unwrap();
+    assert!(near_span(Slot::In(held.wait_ms)), "{held:?}");
+    let next = pace.peek(POOL, &limits, end, 0).await.unwrap();
+    assert!(near_span(next), "{next:?}");
+    pace.reserve(POOL, &limits, end, 0).await.unwrap().unwrap();
+    let next = pace.peek(POOL, &limits, end, 0).await.unwrap();
+    assert!(
+        is_in(next, 2 * span - 200, 2 * span),
+        "after both held: {next:?}"
+    );
+    pace.release(POOL, &limits, end, 0, held.wait_ms as i64)
+        .await
+        .unwrap();
+    let next = pace.peek(POOL, &limits, end, 0).await.unwrap();
+    assert!(near_span(next), "a slot given back: {next:?}");
+    let usage = pace.usage(POOL, &limits, end).await.unwrap();
+    assert_eq!((usage.window_used, usage.reserved), (2, 1), "{usage:?}");
+}
+
+/// A full window the provider says ends just after this window began (its phase within the
+/// guard of ours) is the one before: neither what it says is left nor its refusal closes this
+/// one, whose calls the provider counts afresh.
+#[tokio::test]
+async fn a_full_window_ending_just_after_this_one_began_does_not_close_it() {
+    let f = Fixture::memory();
+    let clock = f.clock.clone().unwrap();
+    let limits = Limits {
+        window_ms: 60_000,
+        ..fixed(3)
+    };
+    let end = day_end();
+    clock.advance(Duration::from_millis(
+        60_000 - clock.now_ms() % 60_000 + 100,
+    ));
+    let stated = moment(150, 0);
+    f.pace.learn(POOL, &limits, end, &stated).await.unwrap();
+    f.pace
+        .missed(POOL, &limits, Some(150), false)
+        .await
+        .unwrap();
+    assert_eq!(f.admits(&limits, 3, end).await, vec![Slot::Now; 3]);
+    // The same said of the current window closes it.
+    let other = "current-window";
+    let stated = moment(59_000, 0);
+    f.pace.learn(other, &limits, end, &stated).await.unwrap();
+    let next = f.pace.admit(other, &limits, end, 0).await.unwrap();
+    assert!(matches!(next, Slot::In(ms) if ms > 50_000), "{next:?}");
+}
 
 /// A miss lowers the working limit to 9/10 for the window after it; each window after that
 /// without a miss gives one back, up to the limit.

@@ -4,9 +4,9 @@
 //! sign-in before anything of the dashboard shows, the status tabs and paging through the 1,000
 //! failed runs, a run opened by keyboard, a rest counting down, the pools panel's use rising, a
 //! delayed run cancelled, a failed run retried into a success, a tool call approved, the clear
-//! waking the run it delayed within 2 s, no Clear or actions for a viewer, the phone layout
-//! within 390 px, badge contrast, and screenshots in light and dark at desktop and phone width
-//! under `target/`.
+//! waking the run it delayed within 2 s, a spent day shown as closed until midnight, no Clear or
+//! actions for a viewer, the phone layout within 390 px, badge contrast, and screenshots in light
+//! and dark at desktop and phone width under `target/`.
 
 mod common;
 
@@ -93,8 +93,17 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
         "the operator's clear is logged with the credential used:\n{producer_log}"
     );
     let rests_written = "freeway_rests_written_total{scope=\"pool\",verdict=\"account\"}";
+    // B's window refusal; the spent day shows on the quota endpoint, or else in F's refusal.
     let metrics = fleet.metrics_showing(rests_written, 1.0).await;
-    assert_eq!(sample(&metrics, rests_written), Some(1.0), "{metrics}");
+    assert!(
+        matches!(sample(&metrics, rests_written), Some(n) if n == 1.0 || n == 2.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "freeway_runs{status=\"delayed\",code=\"\"}"),
+        Some(1.0),
+        "F waits for the next day: {metrics}"
+    );
     // A, B, the retry of D, E (its part done once answered) and E's continuation succeeded;
     // C was cancelled; D and the seeded runs failed.
     let runs = |series: &str| sample(&metrics, series);

@@ -34,8 +34,14 @@ struct State {
     /// The working per-window limit a miss lowered, and the window from which it holds.
     working: Option<(u32, u64)>,
     learned_at: Option<u64>,
-    /// A pool declared rolling whose provider said its window is fixed.
+    /// A pool declared rolling whose provider said where its window ends.
     learned_fixed: bool,
+    /// The provider's window slides: a reset it stated moved on by less than a window.
+    learned_sliding: bool,
+    /// The latest reset the provider stated as a moment (epoch ms).
+    last_reset_ms: u64,
+    /// A sliding window's log: the moments its calls are made (reserved ones included), sorted.
+    log: Vec<u64>,
     misses: u32,
 }
 
@@ -53,8 +59,12 @@ impl State {
             per_day: stated(self.learned_day_limit, configured.per_day),
             ..*configured
         };
-        if self.learned_fixed && !configured.pin {
-            limits.rolling = false;
+        if !configured.pin {
+            if self.learned_sliding {
+                limits.rolling = true;
+            } else if self.learned_fixed {
+                limits.rolling = false;
+            }
         }
         let win = limits.window_ms.max(1);
         if limits.rolling {
@@ -74,6 +84,41 @@ impl State {
         }
         limits
     }
+}
+
+impl State {
+    /// What a reset stated as a moment, `ends_in_ms` from `now`, says of the provider's kind of
+    /// window (as `pace.lua`'s `learn`): a moment is a window's (a bucket states none), and a
+    /// sliding window's end steps by the gap between its oldest calls as each ages out, by
+    /// less than a window. Steps within the guard are the same moment; they add up until one
+    /// is not.
+    fn learn_kind(&mut self, ends_in_ms: Option<u64>, declared: &Limits, now: u64) {
+        if let Some(ends) = ends_in_ms.filter(|&e| e > 0) {
+            let reset = now + ends;
+            let last = self.last_reset_ms;
+            let step = reset.saturating_sub(last);
+            if last == 0 || step > WINDOW_GUARD_MS {
+                // (Only a declared window's length is known well enough to tell a step short.)
+                let short = step < declared.window_ms.saturating_sub(WINDOW_GUARD_MS);
+                if last > 0 && short && declared.per_window.is_some() {
+                    self.learned_sliding = true;
+                    self.learned_fixed = false;
+                }
+                self.last_reset_ms = reset;
+            }
+        }
+        // A bucket states no moment: a pool declared rolling is paced by windows until they
+        // slide.
+        if declared.rolling && !self.learned_sliding {
+            self.learned_fixed = true;
+        }
+    }
+}
+
+/// How long after its moment a sliding window's call leaves it: the window and the guard (the
+/// provider's clock starts when the call arrives).
+fn span(win: u64) -> u64 {
+    win + WINDOW_GUARD_MS
 }
 
 /// The fixed window of `win` ms starting `phase` ms past the epoch's that `t` falls in.
@@ -128,6 +173,13 @@ impl View<'_> {
         self.st.counts.get(&w).copied().unwrap_or((0, 0))
     }
 
+    /// Whether a window of the provider's that ends `ends_ms` from now (`None`: not said) is
+    /// the current one (as `pace.lua`'s `current`): one that ends by the guard after the
+    /// current window began is the one before, though the phases agree within the guard.
+    fn current(&self, ends_ms: Option<u64>) -> bool {
+        ends_ms.is_none_or(|ends| self.now + ends > self.start(self.window()) + WINDOW_GUARD_MS)
+    }
+
     /// Whether fixed window `w` has room for this call and its tokens.
     fn room(&self, w: u64) -> bool {
         let (calls, tokens) = self.used_in(w);
@@ -178,6 +230,53 @@ impl View<'_> {
         self.st.tat.max(self.now as f64)
     }
 
+    /// Whether the pool is paced by a sliding window's log.
+    fn sliding(&self) -> bool {
+        self.st.learned_sliding && !self.limits.pin
+    }
+
+    /// Whether calls' moments are logged: the provider states moments, or its window slides.
+    fn logs(&self) -> bool {
+        self.limits.per_window.is_some() && (self.sliding() || self.st.last_reset_ms > 0)
+    }
+
+    /// Ms until a sliding window has a slot (as `pace.lua`'s `slide_wait`).
+    fn slide_wait(&self, limit: u32) -> u64 {
+        let limit = limit as usize;
+        match self.st.log.len().checked_sub(limit) {
+            Some(i) => (self.st.log[i] + span(self.win())).saturating_sub(self.now),
+            None => 0,
+        }
+    }
+
+    fn log_at(&mut self, at: u64) {
+        let i = self.st.log.partition_point(|&m| m <= at);
+        self.st.log.insert(i, at);
+    }
+
+    /// The provider counts `limit - left` calls in its sliding window and frees its next slot
+    /// at `at` (as `pace.lua`'s `slide_fill`).
+    fn slide_fill(&mut self, at: u64, left: u32, limit: u32) {
+        let (now, span) = (self.now, span(self.win()));
+        let past = self.st.log.iter().filter(|&&m| m <= now).count() as u64;
+        let early = |m: u64| left == 0 && m <= now && m + span < at;
+        let early_n = self.st.log.iter().filter(|&&m| early(m)).count() as u64;
+        let k = u64::from(limit.saturating_sub(left)).saturating_sub(past) + early_n;
+        if k == 0 {
+            return;
+        }
+        self.st.log.retain(|&m| !early(m));
+        let last = at.max(now + span);
+        for i in 0..k {
+            let leaves = if k > 1 {
+                at + i * (last - at) / (k - 1)
+            } else {
+                at
+            };
+            self.log_at(leaves.saturating_sub(span));
+        }
+    }
+
     fn token_tat(&self) -> f64 {
         self.st.token_tat.max(self.now as f64)
     }
@@ -186,8 +285,12 @@ impl View<'_> {
     fn rolling_wait(&self) -> u64 {
         let now = self.now as f64;
         let mut wait: f64 = 0.0;
-        if let Some(limit) = self.limits.per_window {
-            wait = self.tat() - f64::from(limit - 1) * self.call_emission(limit) - now;
+        match self.limits.per_window {
+            Some(limit) if self.sliding() => wait = self.slide_wait(limit) as f64,
+            Some(limit) => {
+                wait = self.tat() - f64::from(limit - 1) * self.call_emission(limit) - now;
+            }
+            None => {}
         }
         if let (Some(limit), true) = (self.limits.tokens_per_window, self.cost > 0) {
             let need = self.cost.min(u64::from(limit)) as f64;
@@ -238,10 +341,22 @@ impl View<'_> {
         let w = self.window();
         if let (Some(left), Some(limit)) = (stated.window_remaining, self.limits.per_window) {
             let used = limit.saturating_sub(left);
-            if self.limits.rolling {
+            let ends = stated.window_ends_in_ms.filter(|&e| e > 0);
+            if self.sliding() {
+                self.slide_fill(self.now + ends.unwrap_or(0), left, limit);
+            } else if let (true, 0, Some(ends), true) =
+                (self.limits.rolling, left, ends, stated.ends_at_moment)
+            {
+                // A full window with a stated end (of a kind not learned yet) has its next slot
+                // there, sooner or later than a bucket's: a call in flight now is refused or
+                // counted after it.
+                let emission = self.call_emission(limit);
+                let at = (self.now + ends) as f64 + f64::from(limit.saturating_sub(1)) * emission;
+                self.st.tat = at.ceil();
+            } else if self.limits.rolling {
                 let at = self.now as f64 + f64::from(used) * self.call_emission(limit);
                 self.st.tat = self.tat().max(at.ceil());
-            } else if self.windowed() {
+            } else if self.windowed() && self.current(ends) {
                 let entry = self.st.counts.entry(w).or_default();
                 entry.0 = entry.0.max(used);
             }
@@ -252,7 +367,7 @@ impl View<'_> {
             if self.limits.rolling {
                 let at = self.now as f64 + f64::from(used) * self.emission(limit);
                 self.st.token_tat = self.token_tat().max(at.ceil());
-            } else if self.windowed() {
+            } else if self.windowed() && self.current(stated.window_ends_in_ms.filter(|&e| e > 0)) {
                 let entry = self.st.counts.entry(w).or_default();
                 entry.1 = entry.1.max(u64::from(used));
             }
@@ -295,13 +410,16 @@ impl View<'_> {
         self.st.phase = phase;
     }
 
-    /// Count the call (and its tokens) in the day, and in fixed window `w` or the rolling
-    /// windows.
-    fn count(&mut self, w: u64) {
+    /// Count the call (and its tokens) in the day, in the log at the moment the call is made
+    /// (`wait` ms from now), and in fixed window `w` or the rolling windows.
+    fn count(&mut self, w: u64, wait: u64) {
         self.st.day_used += 1;
         self.st.day_tokens += self.cost;
+        if self.logs() {
+            self.log_at(self.now + wait);
+        }
         if self.limits.rolling {
-            if let Some(limit) = self.limits.per_window {
+            if let (Some(limit), false) = (self.limits.per_window, self.sliding()) {
                 self.st.tat = (self.tat() + self.call_emission(limit)).ceil();
             }
             if let (Some(limit), true) = (self.limits.tokens_per_window, self.cost > 0) {
@@ -348,6 +466,8 @@ impl MemoryPacer {
         }
         let limits = st.in_force(limits, now);
         let window = window_of(now, limits.window_ms.max(1), st.phase);
+        let span = span(limits.window_ms.max(1));
+        st.log.retain(|&m| m + span > now);
         st.counts = st.counts.split_off(&window);
         st.tails = st.tails.split_off(&window);
         let cost = if limits.counts_tokens() {
@@ -388,7 +508,7 @@ impl Pacer for MemoryPacer {
                 Slot::Now => {
                     let w = v.window();
                     let tail = v.tail();
-                    v.count(w);
+                    v.count(w, 0);
                     if tail {
                         // Counted in the next window too; the day counts the call once.
                         let tokens = if v.limits.tokens_per_window.is_some() {
@@ -426,7 +546,7 @@ impl Pacer for MemoryPacer {
                 } else {
                     0
                 };
-                v.count(w);
+                v.count(w, wait_ms);
                 return Some(Reservation {
                     wait_ms,
                     valid_ms: wait_ms + win,
@@ -436,13 +556,14 @@ impl Pacer for MemoryPacer {
             if x == w && v.tail() {
                 x = v.free_from(w + 1);
             }
-            v.count(x);
+            let wait_ms = if x > w {
+                v.start(x) + WINDOW_GUARD_MS - v.now
+            } else {
+                0
+            };
+            v.count(x, wait_ms);
             Some(Reservation {
-                wait_ms: if x > w {
-                    v.start(x) + WINDOW_GUARD_MS - v.now
-                } else {
-                    0
-                },
+                wait_ms,
                 valid_ms: v.start(x + 1) - v.now,
             })
         }))
@@ -513,7 +634,20 @@ impl Pacer for MemoryPacer {
     ) -> Result<u32, FleetError> {
         Ok(self.with(pool, limits, 0, 0, |v| {
             let w = v.window();
+            if v.logs()
+                && let Some(i) = v.st.log.iter().rposition(|&m| m <= v.now)
+            {
+                // A sliding window does not count the call it refused.
+                v.st.log.remove(i);
+            }
             match v.limits.per_window {
+                Some(limit) if v.sliding() => {
+                    // It is full until the hint.
+                    let hint = hint_ms
+                        .filter(|&ms| ms > 0)
+                        .unwrap_or(v.win().div_ceil(u64::from(limit.max(1))));
+                    v.slide_fill(v.now + hint, 0, limit);
+                }
                 Some(limit) if v.limits.rolling => {
                     let emission = v.call_emission(limit);
                     let next_at = match hint_ms.filter(|&ms| ms > 0) {
@@ -523,11 +657,11 @@ impl Pacer for MemoryPacer {
                     let tat = (next_at + f64::from(limit - 1) * emission).ceil();
                     v.st.tat = v.tat().max(tat);
                 }
-                Some(limit) => {
+                Some(limit) if v.current(hint_ms.filter(|&ms| ms > 0)) => {
                     let count = v.st.counts.entry(w).or_default();
                     count.0 = count.0.max(limit);
                 }
-                None => {}
+                _ => {}
             }
             if let (true, Some(limit)) = (lower, v.limits.per_window) {
                 let lowered = (f64::from(limit) * 0.9).floor() as u32;
@@ -558,8 +692,8 @@ impl Pacer for MemoryPacer {
             if let Some(l) = stated.per_day {
                 st.learned_day_limit = Some(l);
             }
-            if stated.fixed_window && limits.rolling && !limits.pin {
-                st.learned_fixed = true;
+            if stated.ends_at_moment && !limits.pin {
+                st.learn_kind(stated.window_ends_in_ms, limits, now);
             }
             st.learned_at = Some(now);
         }
@@ -577,7 +711,15 @@ impl Pacer for MemoryPacer {
     ) -> Result<(), FleetError> {
         self.with(pool, limits, day_end_ms, tokens, |v| {
             let at = v.now.saturating_add_signed(slot_in_ms);
-            if v.limits.rolling {
+            let near = |m: u64| m.abs_diff(at) <= WINDOW_GUARD_MS;
+            if v.logs()
+                && let Some(i) = v.st.log.iter().position(|&m| near(m))
+            {
+                v.st.log.remove(i);
+            }
+            if v.sliding() {
+                // Only the log counts it.
+            } else if v.limits.rolling {
                 if let Some(limit) = v.limits.per_window
                     && v.st.tat > v.now as f64
                 {
@@ -670,11 +812,17 @@ impl Pacer for MemoryPacer {
                     at_ms: v.st.learned_at,
                     phase_from_provider: v.st.phase > 0,
                     fixed_by_provider: v.st.learned_fixed,
+                    sliding_by_provider: v.st.learned_sliding,
                 },
                 ..PoolUse::default()
             };
             if v.limits.rolling {
-                if let Some(limit) = v.limits.per_window {
+                if v.sliding() {
+                    let made = v.st.log.iter().filter(|&&m| m <= v.now).count();
+                    spent.window_used = u32::try_from(made).unwrap_or(u32::MAX);
+                    let ahead = v.st.log.len() - made;
+                    spent.reserved = u32::try_from(ahead).unwrap_or(u32::MAX);
+                } else if let Some(limit) = v.limits.per_window {
                     let used = ((v.tat() - now) / v.call_emission(limit)).ceil() as u32;
                     spent.window_used = used.min(limit);
                 }

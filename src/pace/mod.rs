@@ -9,7 +9,8 @@
 //! few.
 //!
 //! Windows are `fixed` (aligned to the epoch, as OpenRouter's minute: a count per window index)
-//! or `rolling` (GCRA, as Groq's: a theoretical arrival time moving by window / limit per call).
+//! or `rolling` (GCRA, as Groq's: a theoretical arrival time moving by window / limit per call);
+//! a window the provider shows to slide is paced by a log of its calls' moments.
 //! A day counter on the pool's day clock stops admitting at the day's limit. A refusal of a call
 //! the limiter admitted is a *pacing miss*: the window is marked full, the miss is counted, and
 //! the pool's working limit is lowered for the windows that follow.
@@ -137,8 +138,12 @@ pub struct Learned {
     /// the epoch.
     pub phase_from_provider: bool,
     /// Whether a pool declared `rolling` is paced by fixed windows, because its provider said
-    /// where its window ends (an epoch reset, as OpenRouter's).
+    /// where its window ends (an epoch-ms reset, as OpenRouter's; a bucket states no moment).
     pub fixed_by_provider: bool,
+    /// Whether the pool is paced call by call, as a rolling window whose next slot is where the
+    /// provider's reset says, because its stated resets move on with its calls (a sliding
+    /// window), whatever it declared.
+    pub sliding_by_provider: bool,
 }
 
 /// What a provider last said about a pool: shown beside its use, whether or not it declares

@@ -1,4 +1,7 @@
--- One pool's limiter (docs/design.md §4.4), on Redis time. KEYS[1] is the pool's hash:
+-- One pool's limiter (docs/design.md §4.4), on Redis time. KEYS[2] is the log of a pool whose
+-- provider states moments (a sorted set of the moments its calls are made, reserved ones
+-- included; members from 'seq'): a window found to slide is paced by it.
+-- KEYS[1] is the pool's hash:
 --   c:<w>   calls counted in fixed window w (admitted, or reserved ahead)
 --   k:<w>   tokens counted in fixed window w
 --   t:<w>   calls counted in window w only because they were admitted at the end of w - 1
@@ -16,7 +19,10 @@
 --   wk/wkw  the working requests-per-window limit a pacing miss lowered, and the window from
 --           which it holds (it recovers by one each window after that without a miss)
 --   lt      when the provider last stated something (epoch ms)
---   fx      1: the provider said its window is fixed (an epoch reset), though declared rolling
+--   fx      1: the provider said where its window ends (a moment), though declared rolling
+--   sx      1: the provider's window slides: its stated reset moved on by less than a window
+--   lr      the latest reset the provider stated as a moment (epoch ms)
+--   seq     the last sliding-log member handed out
 -- ARGV: op (peek | admit | reserve | missed | usage | sync | spent | landed | learn | release),
 -- limit per window (0: none), window ms, rolling (1/0), limit per day (0: none), the day's end
 -- (epoch ms; 0: unknown, keep the count), the guard at a window's edges (ms), tokens per window
@@ -33,10 +39,12 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local key = KEYS[1]
+local log = KEYS[2]
 local op = ARGV[1]
 local limit = tonumber(ARGV[2])
 local win = tonumber(ARGV[3])
-local rolling = ARGV[4] == '1'
+local declared_rolling = ARGV[4] == '1'
+local rolling = declared_rolling
 local dlimit = tonumber(ARGV[5])
 local dend = tonumber(ARGV[6])
 local guard = tonumber(ARGV[7])
@@ -60,9 +68,18 @@ local day_tokens = num('dt')
 -- The limits in force: a stated one replaces the configured one unless the pool pins it (or
 -- declares none); a working limit lowered by misses caps the window's.
 local w, ph, windowed, day_full
+local sliding, logs = false, false
 local function settle()
-  -- A pool declared rolling whose provider said its window is fixed is paced as fixed.
-  if rolling and not pin and num('fx') == 1 then rolling = false end
+  -- The provider's kind of window wins over the declared one: a window that slides is paced
+  -- call by call (rolling, its stated resets gating the next slot), a fixed one by windows.
+  rolling = declared_rolling
+  sliding = not pin and num('sx') == 1
+  if sliding then
+    rolling = true
+  elseif rolling and not pin and num('fx') == 1 then
+    rolling = false
+  end
+  logs = sliding or num('lr') > 0
   local function stated(field, declared)
     local s = num(field)
     if s > 0 and (not pin or declared == 0) then return s end
@@ -115,6 +132,13 @@ local function used_in(x)
   return num('c:' .. x)
 end
 
+-- Whether a window of the provider's that ends `ends_ms` from now (0: not said) is the current
+-- one: one that ends by the guard after the current window began is the one before, though the
+-- phases agree within the guard.
+local function current(ends_ms)
+  return ends_ms <= 0 or now + ends_ms > start(w) + guard
+end
+
 local function tokens_in(x)
   return num('k:' .. x)
 end
@@ -159,10 +183,62 @@ if rolling and tlimit > 0 then
   ttat = math.max(num('ttat'), now)
 end
 
+-- A sliding window's call leaves it this long after its moment (the guard: the provider's
+-- clock starts when the call arrives).
+local span = win + guard
+
+-- The moments of a sliding window's log still in a window (reserved ones included), oldest
+-- first: a flat {member, moment, ...}.
+local function logged()
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - span)
+  return redis.call('ZRANGEBYSCORE', log, '(' .. (now - span), '+inf', 'WITHSCORES')
+end
+
+-- Ms until a sliding window has a slot: at most `limit` moments in any stretch of `span`, so
+-- the next one goes `span` after the limit-th newest (later ones in the log count too).
+local function slide_wait()
+  local e = logged()
+  local n = #e / 2
+  if n < limit then return 0 end
+  return math.max(0, tonumber(e[2 * (n - limit) + 2]) + span - now)
+end
+
+local function log_at(at)
+  redis.call('ZADD', log, at, redis.call('HINCRBY', key, 'seq', 1))
+end
+
+-- The provider counts `limit - left` calls in its sliding window and frees its next slot at
+-- `at`: calls of its count the log lacks, and logged ones it says leave later than the log
+-- thinks, are taken to leave spread from `at` to the latest a call made now can.
+local function slide_fill(at, left)
+  local e = logged()
+  local past, early = 0, {}
+  for i = 1, #e, 2 do
+    local m = tonumber(e[i + 1])
+    if m <= now then
+      past = past + 1
+      if left == 0 and m + span < at then table.insert(early, e[i]) end
+    end
+  end
+  local k = math.max(0, limit - left - past) + #early
+  if k == 0 then return end
+  for _, member in ipairs(early) do redis.call('ZREM', log, member) end
+  local last = math.max(at, now + span)
+  for i = 0, k - 1 do
+    local leaves = at
+    if k > 1 then leaves = at + math.floor(i * (last - at) / (k - 1)) end
+    log_at(leaves - span)
+  end
+end
+
 -- Ms until a rolling window admits a call and its tokens (0 or less: now).
 local function rolling_wait()
   local wait = 0
-  if limit > 0 then wait = tat - (limit - 1) * emission - now end
+  if limit > 0 and sliding then
+    wait = slide_wait()
+  elseif limit > 0 then
+    wait = tat - (limit - 1) * emission - now
+  end
   if tlimit > 0 and cost > 0 then
     wait = math.max(wait, ttat + math.min(cost, tlimit) * temission - win - now)
   end
@@ -170,15 +246,19 @@ local function rolling_wait()
 end
 
 local function keep(until_ms)
-  redis.call('PEXPIRE', key, math.max(until_ms - now, dend - now, win) + 60000)
+  local ttl = math.max(until_ms - now, dend - now, win) + 60000
+  redis.call('PEXPIRE', key, ttl)
+  if logs then redis.call('PEXPIRE', log, ttl) end
 end
 
--- Count the call (and its tokens) in the day, and in fixed window x or the rolling windows.
-local function count(x)
+-- Count the call (and its tokens) in the day, in the log at the moment the call is made (`wait`
+-- ms from now), and in fixed window x or the rolling windows.
+local function count(x, wait)
   redis.call('HINCRBY', key, 'dn', 1)
   if cost > 0 then redis.call('HINCRBY', key, 'dt', cost) end
+  if logs and limit > 0 then log_at(now + (wait or 0)) end
   if rolling then
-    if limit > 0 then
+    if limit > 0 and not sliding then
       tat = math.ceil(tat + emission)
       redis.call('HSET', key, 'tat', tat)
     end
@@ -202,7 +282,12 @@ if op == 'usage' then
   local resets = 0
   local tokens = 0
   if rolling then
-    if limit > 0 then used = math.min(limit, math.ceil((tat - now) / emission)) end
+    if limit > 0 and sliding then
+      used = redis.call('ZCOUNT', log, '(' .. (now - span), now)
+      reserved = redis.call('ZCOUNT', log, '(' .. now, '+inf')
+    elseif limit > 0 then
+      used = math.min(limit, math.ceil((tat - now) / emission))
+    end
     if tlimit > 0 then tokens = math.min(tlimit, math.ceil((ttat - now) / temission)) end
     resets = math.max(0, math.ceil(rolling_wait()))
   elseif windowed then
@@ -219,7 +304,7 @@ if op == 'usage' then
   local phased = 0
   if num('ph') > 0 then phased = 1 end
   return {used, resets, day_used, reserved, num('miss'), tokens, day_tokens,
-    num('sl'), num('dlim'), num('stl'), working, num('lt'), phased, num('fx')}
+    num('sl'), num('dlim'), num('stl'), working, num('lt'), phased, num('fx'), num('sx')}
 end
 
 -- The quota endpoint's count of the day (ARGV[11], refusals included, lagging a little: it
@@ -277,12 +362,21 @@ end
 -- empty), else for one spacing; a fixed window is full. ARGV[13] = 1 lowers the working limit.
 if op == 'missed' then
   local hint = tonumber(ARGV[12])
-  if limit > 0 and rolling then
+  if logs then
+    -- A sliding window does not count the call it refused.
+    local last = redis.call('ZREVRANGEBYSCORE', log, now, '-inf', 'LIMIT', 0, 1)
+    if #last > 0 then redis.call('ZREM', log, last[1]) end
+  end
+  if limit > 0 and sliding then
+    -- It is full until the hint.
+    if hint <= 0 then hint = math.ceil(win / limit) end
+    slide_fill(now + hint, 0)
+  elseif limit > 0 and rolling then
     local next_at = now + emission
     if hint > 0 then next_at = now + hint end
     tat = math.max(tat, math.ceil(next_at + (limit - 1) * emission))
     redis.call('HSET', key, 'tat', tat)
-  elseif limit > 0 and used_in(w) < limit then
+  elseif limit > 0 and used_in(w) < limit and current(hint) then
     redis.call('HSET', key, 'c:' .. w, limit)
   end
   if ARGV[13] == '1' and limit > 0 then
@@ -303,7 +397,23 @@ if op == 'learn' then
   if s_win > 0 then redis.call('HSET', key, 'sl', s_win) end
   if s_tok > 0 then redis.call('HSET', key, 'stl', s_tok) end
   if s_day > 0 then redis.call('HSET', key, 'dlim', s_day) end
-  if ARGV[20] == '1' and rolling and not pin then redis.call('HSET', key, 'fx', 1) end
+  -- A moment the window ends: a fixed window's steps by a whole window (or more), a sliding
+  -- one's by the gap between its oldest calls as each ages out.
+  if ARGV[20] == '1' and not pin then
+    local lr = num('lr')
+    -- (Steps within the guard are the same moment: they add up until one is not.)
+    local step = now + ends - lr
+    if ends > 0 and (lr == 0 or step > guard) then
+      -- (Only a declared window's length is known well enough to tell a step short.)
+      if lr > 0 and step < win - guard and configured[1] > 0 then
+        redis.call('HSET', key, 'sx', 1)
+        redis.call('HDEL', key, 'fx')
+      end
+      redis.call('HSET', key, 'lr', now + ends)
+    end
+    -- A bucket states no moment: a pool declared rolling is paced by windows until they slide.
+    if declared_rolling and num('sx') == 0 then redis.call('HSET', key, 'fx', 1) end
+  end
   settle()
   spacing()
   -- The provider's window ends `ends` from now: realign the fixed windows to it, each count
@@ -340,10 +450,17 @@ if op == 'learn' then
   -- What is left: the provider counts calls freeway did not (other clients of the key).
   if r_win >= 0 and limit > 0 then
     local used = math.max(0, limit - r_win)
-    if rolling then
+    if sliding then
+      slide_fill(now + ends, r_win)
+    elseif rolling and r_win == 0 and ends > 0 and ARGV[20] == '1' then
+      -- A full window with a stated end (of a kind not learned yet) has its next slot there,
+      -- sooner or later than a bucket's: a call in flight now is refused or counted after it.
+      tat = math.ceil(now + ends + (limit - 1) * emission)
+      redis.call('HSET', key, 'tat', tat)
+    elseif rolling then
       tat = math.max(tat, math.ceil(now + used * emission))
       redis.call('HSET', key, 'tat', tat)
-    elseif windowed and used_in(w) < used then
+    elseif windowed and used_in(w) < used and current(ends) then
       redis.call('HSET', key, 'c:' .. w, used)
     end
   end
@@ -352,7 +469,7 @@ if op == 'learn' then
     if rolling then
       local ttat0 = math.max(num('ttat'), now)
       redis.call('HSET', key, 'ttat', math.max(ttat0, math.ceil(now + used * win / tlimit)))
-    elseif windowed and tokens_in(w) < used then
+    elseif windowed and tokens_in(w) < used and current(ends) then
       redis.call('HSET', key, 'k:' .. w, used)
     end
   end
@@ -377,7 +494,13 @@ end
 -- and from the day it falls in, so the slot goes to another run.
 if op == 'release' then
   local at = now + tonumber(ARGV[12])
-  if rolling then
+  if logs and limit > 0 then
+    local near = redis.call('ZRANGEBYSCORE', log, at - guard, at + guard)
+    if #near > 0 then redis.call('ZREM', log, near[1]) end
+  end
+  if sliding then
+    -- Only the log counts it.
+  elseif rolling then
     if limit > 0 and tat > now then
       redis.call('HSET', key, 'tat', math.max(now, math.floor(tat - emission)))
     end
@@ -413,7 +536,7 @@ end
 if op == 'reserve' then
   if rolling then
     local wait = math.max(0, math.ceil(rolling_wait()))
-    count(w)
+    count(w, wait)
     return {1, wait, wait + win}
   end
   if not windowed then
@@ -422,9 +545,9 @@ if op == 'reserve' then
   end
   local x = free_from(w)
   if x == w and tail then x = free_from(w + 1) end
-  count(x)
   local wait = 0
   if x > w then wait = start(x) + guard - now end
+  count(x, wait)
   return {1, wait, start(x + 1) - now}
 end
 

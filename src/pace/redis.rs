@@ -45,6 +45,11 @@ impl RedisPacer {
         format!("{}:{{{pool}}}:pace", self.ns)
     }
 
+    /// The sorted set of a sliding window's call moments for `pool` (same slot as its hash).
+    pub fn log_key(&self, pool: &str) -> String {
+        format!("{}:{{{pool}}}:pace-log", self.ns)
+    }
+
     /// The hash of what the provider last said about `pool`.
     pub fn seen_key(&self, pool: &str) -> String {
         format!("{}:{{{pool}}}:seen", self.ns)
@@ -74,6 +79,7 @@ impl RedisPacer {
         let mut conn = self.conn.clone();
         let reply: Vec<i64> = PACE
             .key(self.key(pool))
+            .key(self.log_key(pool))
             .arg(op)
             .arg(limits.per_window.unwrap_or(0))
             .arg(limits.window_ms.max(1))
@@ -209,7 +215,7 @@ impl Pacer for RedisPacer {
             left(stated.tokens_remaining),
             to_i64(stated.window_ends_in_ms.unwrap_or(0)),
             i64::from(stated.day_spent),
-            i64::from(stated.fixed_window),
+            i64::from(stated.ends_at_moment),
         ];
         self.call_with("learn", pool, limits, day_end_ms, 0, &extra)
             .await?;
@@ -287,6 +293,7 @@ impl Pacer for RedisPacer {
                 at_ms: (at(11) > 0).then_some(at(11)),
                 phase_from_provider: at(12) == 1,
                 fixed_by_provider: at(13) == 1,
+                sliding_by_provider: at(14) == 1,
             },
         })
     }

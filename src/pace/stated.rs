@@ -52,10 +52,10 @@ pub struct Stated {
     pub window_ends_in_ms: Option<u64>,
     /// The provider refused for the day: the day is spent, whatever was counted.
     pub day_spent: bool,
-    /// The provider said its window ends at a moment (an epoch-ms reset): the window is fixed,
-    /// whatever kind the pool declares. A duration or a retry hint says no such thing (a rolling
-    /// bucket has them too).
-    pub fixed_window: bool,
+    /// The provider said where its window ends as a moment (an epoch-ms reset), as fixed and
+    /// sliding windows do; how those moments move tells which (docs/design.md §4.4, *Kind*). A
+    /// duration or a retry hint says no such thing (a rolling bucket has them too).
+    pub ends_at_moment: bool,
 }
 
 impl Stated {
@@ -139,7 +139,7 @@ fn account_headers(headers: &Headers, answer: Answer, window_ms: u64, now_ms: u6
             per_window: limit,
             window_remaining: remaining,
             window_ends_in_ms: ends,
-            fixed_window: ends.is_some(),
+            ends_at_moment: ends.is_some(),
             ..Stated::default()
         }
     }
@@ -212,7 +212,7 @@ mod tests {
                 per_window: Some(20),
                 window_remaining: Some(3),
                 window_ends_in_ms: Some(8_000),
-                fixed_window: true,
+                ends_at_moment: true,
                 ..Stated::default()
             }
         );

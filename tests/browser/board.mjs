@@ -342,6 +342,15 @@ try {
   const continuation = (await notice()).match(/run (\S+) carries on/)[1];
   await until('the continuation to succeed', async () => (await apiStatus(continuation)) === 'succeeded', 20000);
 
+  step('a spent day: the pools panel says the pool is closed until midnight');
+  // One free call a day from now on: the quota endpoint (or else the next free call's refusal)
+  // shows the day spent.
+  assert.equal((await http('POST', `${SIM}/_sim/config`, { token: null, body: { rpd: 1 } })).status, 200);
+  await enqueue('fran', 'fifth question');
+  await until('the spent day on the pool\'s card', async () =>
+    /The day is spent: closed until midnight/.test(await poolCard.textContent()), 2.5 * WINDOW_MS);
+  assert.match(await poolCard.textContent(), /closed until midnight [^(]+\(in \d+ (h|min|s)/, 'the moment and a countdown');
+
   step('badges keep 4.5:1, light and dark; the phone layout fits 390 px; screenshots');
   for (const scheme of ['light', 'dark']) {
     await page.emulateMedia({ colorScheme: scheme });

@@ -168,7 +168,8 @@ pub struct Args {
     /// scenario (the URL's user must be allowed to create databases), dropped at the end.
     #[arg(long, value_name = "URL")]
     pub postgres: Option<String>,
-    /// Keep each scenario's temp folder (the workers' logs and the store) and say where it is;
+    /// Keep each scenario's temp folder (the workers' logs, the store and the quota scenario's
+    /// simulator call log, `sim-calls.jsonl`) and say where it is;
     /// with `RUST_LOG=warn,freeway::store=trace` the logs show every batch the store commits.
     #[arg(long)]
     pub keep: bool,

@@ -127,6 +127,13 @@ async fn scenario(
     );
     report_runs(&jobs, &records);
     let (calls, key_reads) = (sim.handle().calls(), sim.handle().key_reads());
+    if args.keep {
+        let lines: Vec<String> = calls
+            .iter()
+            .filter_map(|c| serde_json::to_string(c).ok())
+            .collect();
+        std::fs::write(cluster.dir.join("sim-calls.jsonl"), lines.join("\n"))?;
+    }
     let arrivals: Vec<u64> = jobs.iter().map(|j| j.enqueued_ms).collect();
     report_calls(args, &calls, key_reads, &records, &arrivals, total_s);
     println!("  cpu              {}", after.cpu(&before, total_s));
