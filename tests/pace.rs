@@ -38,6 +38,14 @@ fn rolling(per_window: u32) -> Limits {
     }
 }
 
+/// `per_window` calls a fixed minute.
+fn minute(per_window: u32) -> Limits {
+    Limits {
+        window_ms: 60_000,
+        ..fixed(per_window)
+    }
+}
+
 /// A provider's word: its window ends at a moment `ends_ms` from now, `left` calls left in it.
 fn moment(ends_ms: u64, left: u32) -> Stated {
     Stated {
@@ -71,6 +79,13 @@ impl Fixture {
             pace: Arc::new(MemoryPacer::new(clock.clone())),
             clock: Some(clock),
         }
+    }
+
+    /// The in-process one, with its clock.
+    fn memory_clocked() -> (Fixture, Arc<InstantClock>) {
+        let f = Fixture::memory();
+        let clock = f.clock.clone().expect("an in-process clock");
+        (f, clock)
     }
 
     async fn redis() -> Fixture {
@@ -617,12 +632,8 @@ on_both!(
 /// window (and the guard): each slot comes back as the call that took it ages out.
 #[tokio::test]
 async fn a_sliding_window_admits_as_its_oldest_calls_age_out() {
-    let f = Fixture::memory();
-    let clock = f.clock.clone().unwrap();
-    let limits = Limits {
-        window_ms: 60_000,
-        ..fixed(3)
-    };
+    let (f, clock) = Fixture::memory_clocked();
+    let limits = minute(3);
     let end = day_end();
     let s = |ms| Duration::from_millis(ms);
     f.pace
@@ -725,12 +736,8 @@ async fn in_redis_a_sliding_window_hands_out_the_slots_its_calls_free() {
 /// one, whose calls the provider counts afresh.
 #[tokio::test]
 async fn a_full_window_ending_just_after_this_one_began_does_not_close_it() {
-    let f = Fixture::memory();
-    let clock = f.clock.clone().unwrap();
-    let limits = Limits {
-        window_ms: 60_000,
-        ..fixed(3)
-    };
+    let (f, clock) = Fixture::memory_clocked();
+    let limits = minute(3);
     let end = day_end();
     clock.advance(Duration::from_millis(
         60_000 - clock.now_ms() % 60_000 + 100,

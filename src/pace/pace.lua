@@ -197,10 +197,11 @@ end
 -- Ms until a sliding window has a slot: at most `limit` moments in any stretch of `span`, so
 -- the next one goes `span` after the limit-th newest (later ones in the log count too).
 local function slide_wait()
-  local e = logged()
-  local n = #e / 2
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - span)
+  local n = redis.call('ZCARD', log)
   if n < limit then return 0 end
-  return math.max(0, tonumber(e[2 * (n - limit) + 2]) + span - now)
+  local e = redis.call('ZRANGE', log, n - limit, n - limit, 'WITHSCORES')
+  return math.max(0, tonumber(e[2]) + span - now)
 end
 
 local function log_at(at)
