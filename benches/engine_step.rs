@@ -89,6 +89,10 @@ fn bench(c: &mut Criterion) {
         idempotency_key: None,
         max_tokens: None,
         wait_for_free_s: None,
+        tenant: None,
+        tier: None,
+        priority: None,
+        max_usd: None,
     };
     c.bench_function("engine: one-step run (fake provider, real Redis)", |b| {
         b.iter(|| {

@@ -3,7 +3,7 @@
 //! the same things with the same precise messages.
 
 use crate::budget::Kind;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, DEFAULT_TIER};
 use crate::chat::{ToolCall, ToolSpec};
 use crate::route::{Route, RouteError, RouteSpec};
 use serde::{Deserialize, Serialize};
@@ -30,6 +30,27 @@ pub enum OnRest {
     Queue,
 }
 
+/// Who gets a shared pool's slots first (docs/design.md §4.8): interactive runs, fairly between
+/// tenants, then batch runs. A batch run is one nobody watches: it waits for a free slot rather
+/// than be refused, so its `on_rest` defaults to `queue`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    #[default]
+    Interactive,
+    Batch,
+}
+
+impl Priority {
+    /// The text the API, the store and the logs use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Interactive => "interactive",
+            Priority::Batch => "batch",
+        }
+    }
+}
+
 /// The body of `POST /v1/runs` and of `worker run-one JOB.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,8 +69,10 @@ pub struct RunRequest {
     pub system: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_s: Option<u64>,
-    #[serde(default)]
-    pub on_rest: OnRest,
+    /// Absent: [`RunRequest::on_rest`] decides by the priority. Kept absent in the job, so a
+    /// retried or continued run decides the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_rest: Option<OnRest>,
     #[serde(default)]
     pub regenerate: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,6 +86,19 @@ pub struct RunRequest {
     /// rather wait a few seconds than pay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_free_s: Option<u32>,
+    /// Whose share of a shared pool the run takes (docs/design.md §4.8), asserted by the web
+    /// app's backend like `user_id`: an organisation. Absent: the user is the tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// A configured tier (`[tiers.NAME]`): the tenant's weight and spend cap. Absent: `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// Absent: interactive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// The most this run may spend on priced routes, in USD (docs/design.md §4.9).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_usd: Option<f64>,
 }
 
 /// Why a request or a job is not acceptable. The message names the field.
@@ -88,6 +124,30 @@ pub fn is_id(s: &str) -> bool {
 }
 
 impl RunRequest {
+    /// The tenant whose share the run takes: its `tenant`, else its user.
+    pub fn tenant_id(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(&self.user_id)
+    }
+
+    /// The tier the run is counted in: its `tier`, else [`DEFAULT_TIER`].
+    pub fn tier_name(&self) -> &str {
+        self.tier.as_deref().unwrap_or(DEFAULT_TIER)
+    }
+
+    pub fn priority(&self) -> Priority {
+        self.priority.unwrap_or_default()
+    }
+
+    /// What to do while every route rests: the request's `on_rest`, else `queue` for a batch run
+    /// (nobody waits on its answer, so waiting beats a refusal) and `refuse` for an
+    /// interactive one (its user would rather hear at once).
+    pub fn on_rest(&self) -> OnRest {
+        self.on_rest.unwrap_or(match self.priority() {
+            Priority::Batch => OnRest::Queue,
+            Priority::Interactive => OnRest::Refuse,
+        })
+    }
+
     /// Parse and validate a JSON body.
     pub fn from_json(bytes: &[u8], catalog: &Catalog) -> Result<RunRequest, InvalidRequest> {
         let req: RunRequest =
@@ -202,6 +262,26 @@ impl RunRequest {
                 "idempotency_key",
                 "must match [A-Za-z0-9_.:-]{1,128}",
             ));
+        }
+        if let Some(t) = &self.tenant
+            && !is_id(t)
+        {
+            return Err(invalid("tenant", "must match [A-Za-z0-9_.:-]{1,128}"));
+        }
+        if catalog.tier(self.tier_name()).is_none() {
+            return Err(invalid(
+                "tier",
+                format!(
+                    "unknown tier {:?}; configured: {}",
+                    self.tier_name(),
+                    catalog.tier_names()
+                ),
+            ));
+        }
+        if let Some(usd) = self.max_usd
+            && !(usd.is_finite() && usd > 0.0)
+        {
+            return Err(invalid("max_usd", "must be a number above 0"));
         }
         Ok(routes)
     }
@@ -363,7 +443,97 @@ mod tests {
     fn a_minimal_request_is_valid() {
         let r = RunRequest::from_json(&body(""), &Catalog::builtin()).unwrap();
         assert_eq!(r.kind, Kind::Chat);
-        assert_eq!(r.on_rest, OnRest::Refuse);
+        assert_eq!(r.on_rest(), OnRest::Refuse);
+        assert_eq!(
+            (r.tenant_id(), r.tier_name(), r.priority()),
+            ("u1", "default", Priority::Interactive)
+        );
+    }
+
+    fn tiered() -> Catalog {
+        Catalog::from_toml("[tiers.pro]\nweight = 4\n").unwrap()
+    }
+
+    #[test]
+    fn tenant_tier_priority_and_max_usd_are_checked() {
+        let r = RunRequest::from_json(
+            &body(r#","tenant":"org_7","tier":"pro","priority":"batch","max_usd":0.25"#),
+            &tiered(),
+        )
+        .unwrap();
+        assert_eq!(
+            (r.tenant_id(), r.tier_name(), r.priority(), r.max_usd),
+            ("org_7", "pro", Priority::Batch, Some(0.25))
+        );
+        let field = |extra: &str| {
+            RunRequest::from_json(&body(extra), &tiered())
+                .map(|_| ())
+                .unwrap_err()
+        };
+        assert_eq!(field(r#","tenant":"org 7""#).field, "tenant");
+        assert_eq!(field(r#","tenant":"""#).field, "tenant");
+        let e = field(r#","tier":"gold""#);
+        assert_eq!(e.field, "tier");
+        assert_eq!(
+            e.message,
+            r#"unknown tier "gold"; configured: default, pro"#
+        );
+        // A tier of another configuration is unknown here (a worker without it dead-letters).
+        let e = RunRequest::from_json(&body(r#","tier":"pro""#), &Catalog::builtin()).unwrap_err();
+        assert_eq!(e.message, r#"unknown tier "pro"; configured: default"#);
+        for bad in ["0", "-1", "0.0"] {
+            let e = field(&format!(r#","max_usd":{bad}"#));
+            assert_eq!(
+                (e.field.as_str(), e.message.as_str()),
+                ("max_usd", "must be a number above 0"),
+                "{bad}"
+            );
+        }
+        assert_eq!(field(r#","max_usd":"5""#).field, "body");
+        assert_eq!(field(r#","priority":"urgent""#).field, "body");
+        // JSON has no NaN or infinity; a Rust caller can still pass them.
+        let mut r = RunRequest::from_json(&body(""), &tiered()).unwrap();
+        for bad in [f64::NAN, f64::INFINITY] {
+            r.max_usd = Some(bad);
+            assert_eq!(r.validate(&tiered()).unwrap_err().field, "max_usd");
+        }
+    }
+
+    #[test]
+    fn a_batch_run_queues_while_routes_rest_unless_it_says_otherwise() {
+        let on_rest = |extra: &str| {
+            RunRequest::from_json(&body(extra), &Catalog::builtin())
+                .unwrap()
+                .on_rest()
+        };
+        assert_eq!(on_rest(r#","priority":"batch""#), OnRest::Queue);
+        assert_eq!(
+            on_rest(r#","priority":"batch","on_rest":"refuse""#),
+            OnRest::Refuse
+        );
+        assert_eq!(on_rest(r#","priority":"interactive""#), OnRest::Refuse);
+        assert_eq!(on_rest(r#","on_rest":"queue""#), OnRest::Queue);
+    }
+
+    #[test]
+    fn jobs_keep_reading_and_new_fields_stay_out_when_unset() {
+        // A job pushed before v3 always spelled on_rest out.
+        let old = br#"{"v":1,"run_id":"run_1","conversation_id":"conv_1","request":{"user_id":"u1","input":"hi","routes":[{"model":"a/b:free"}],"kind":"chat","on_rest":"refuse","regenerate":false},"enqueued_ms":1,"deadline_ms":2}"#;
+        let (job, _) = RunJob::from_json(old, &Catalog::builtin()).unwrap();
+        assert_eq!(job.request.on_rest(), OnRest::Refuse);
+        let request = RunRequest::from_json(&body(""), &Catalog::builtin()).unwrap();
+        let text = serde_json::to_string(&request).unwrap();
+        for absent in ["on_rest", "tenant", "tier", "priority", "max_usd"] {
+            assert!(!text.contains(absent), "{absent} in {text}");
+        }
+        let full = RunRequest::from_json(
+            &body(r#","tenant":"org","tier":"pro","priority":"batch","max_usd":2.5"#),
+            &tiered(),
+        )
+        .unwrap();
+        let back: RunRequest =
+            serde_json::from_str(&serde_json::to_string(&full).unwrap()).unwrap();
+        assert_eq!(back, full);
     }
 
     #[test]

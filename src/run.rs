@@ -4,7 +4,7 @@
 use crate::budget::{Counters, Kind};
 use crate::chat::{ToolCall, Usage};
 use crate::classify::Verdict;
-use crate::job::RunJob;
+use crate::job::{Priority, RunJob};
 use crate::route::RouteSpec;
 use serde::{Deserialize, Serialize};
 
@@ -165,6 +165,19 @@ pub struct RunRecord {
     pub created_ms: u64,
     pub updated_ms: u64,
     pub deadline_ms: u64,
+    /// (v3) Whose share the run takes ([`crate::job::RunRequest::tenant_id`]). A run stored
+    /// before tenants existed reads as its user's.
+    pub tenant: String,
+    /// (v3) The tier it counts in; `default` for a run stored before tiers existed.
+    pub tier: String,
+    #[serde(default)]
+    pub priority: Priority,
+    /// The run's own spending cap, USD.
+    #[serde(default)]
+    pub max_usd: Option<f64>,
+    /// What its attempts cost so far, USD: their sum (docs/design.md §4.9).
+    #[serde(default)]
+    pub cost_usd: f64,
 }
 
 impl RunRecord {
@@ -200,6 +213,11 @@ impl RunRecord {
             created_ms: now_ms,
             updated_ms: now_ms,
             deadline_ms: job.deadline_ms,
+            tenant: job.request.tenant_id().to_string(),
+            tier: job.request.tier_name().to_string(),
+            priority: job.request.priority(),
+            max_usd: job.request.max_usd,
+            cost_usd: 0.0,
         }
     }
 }

@@ -38,6 +38,10 @@ fn request(user: &str) -> RunRequest {
         idempotency_key: None,
         max_tokens: None,
         wait_for_free_s: None,
+        tenant: None,
+        tier: None,
+        priority: None,
+        max_usd: None,
     }
 }
 

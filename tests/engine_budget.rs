@@ -274,6 +274,10 @@ async fn check_case(
         idempotency_key: None,
         max_tokens: None,
         wait_for_free_s: None,
+        tenant: None,
+        tier: None,
+        priority: None,
+        max_usd: None,
     };
     let mut job = RunJob::new(request, freeway::clock::epoch_ms());
     if continuation {

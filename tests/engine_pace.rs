@@ -74,6 +74,10 @@ impl Setup {
             idempotency_key: None,
             max_tokens: None,
             wait_for_free_s: None,
+            tenant: None,
+            tier: None,
+            priority: None,
+            max_usd: None,
         };
         RunJob::new(request, self.h.clock.now_ms())
     }
@@ -331,6 +335,10 @@ async fn waiting_run(wait_for_free_s: Option<u32>) -> (Vec<(String, u16)>, bool)
         idempotency_key: None,
         max_tokens: None,
         wait_for_free_s: wait,
+        tenant: None,
+        tier: None,
+        priority: None,
+        max_usd: None,
     };
     let mut waited = false;
     for (user, wait) in [("u1", None), ("u2", None), ("u3", wait_for_free_s)] {

@@ -93,6 +93,10 @@ impl Setup {
             idempotency_key: None,
             max_tokens: None,
             wait_for_free_s: None,
+            tenant: None,
+            tier: None,
+            priority: None,
+            max_usd: None,
         };
         RunJob::new(request, freeway::clock::epoch_ms())
     }

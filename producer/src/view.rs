@@ -5,6 +5,7 @@
 
 use freeway::budget::Kind;
 use freeway::chat::{ToolCall, Usage};
+use freeway::job::Priority;
 use freeway::route::RouteSpec;
 use freeway::run::{ApprovalRecord, AttemptRecord, Code, RunStatus};
 use freeway::store::{Store, StoreError};
@@ -38,6 +39,14 @@ pub struct RunView {
     pub usage: Usage,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// Whose share of shared pools the run takes: its `tenant`, else its user.
+    pub tenant: String,
+    pub tier: String,
+    pub priority: Priority,
+    /// The run's own spending cap, USD; `null` when it set none.
+    pub max_usd: Option<f64>,
+    /// What its attempts cost, USD.
+    pub cost_usd: f64,
 }
 
 impl RunView {
@@ -71,6 +80,11 @@ impl RunView {
             deadline_ms: r.deadline_ms,
             usage: r.usage,
             summary: r.summary,
+            tenant: r.tenant,
+            tier: r.tier,
+            priority: r.priority,
+            max_usd: r.max_usd,
+            cost_usd: r.cost_usd,
         }))
     }
 }

@@ -11,6 +11,7 @@ use freeway::classify::{RestLength, RestScope};
 use freeway::events::{Event, EventSink, RedisEvents};
 use freeway::rest::{RedisRests, Rests};
 use freeway::run::{Code, RunStatus};
+use serde_json::json;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -113,6 +114,30 @@ async fn bad_input_and_bad_configuration_exit_2_in_one_line() {
         ])
         .await;
     assert_eq!(out.status.code(), Some(2));
+    for (flags, want) in [
+        (
+            &["--tier", "gold"][..],
+            "unknown tier \"gold\"; configured: default",
+        ),
+        (&["--tenant", "a b"][..], "tenant: must match"),
+        (&["--max-usd", "0"][..], "max_usd: must be a number above 0"),
+        // JSON would have read NaN as null: no cap at all.
+        (
+            &["--max-usd", "NaN"][..],
+            "max_usd: must be a number above 0",
+        ),
+        (
+            &["--max-usd", "inf"][..],
+            "max_usd: must be a number above 0",
+        ),
+    ] {
+        let mut args = vec!["enqueue", "--user", "u1", "--input", "hi", "--route", "m"];
+        args.extend_from_slice(flags);
+        let out = env.run(&args).await;
+        assert_eq!(out.status.code(), Some(2), "{flags:?}");
+        let err = one_clear_line(&out);
+        assert!(err.contains(want), "{flags:?}: {err}");
+    }
 
     let mut cmd = env.command(&["status", "run_x"]);
     cmd.env("FREEWAY_LOG_FORMAT", "xml");
@@ -152,6 +177,57 @@ async fn enqueue_prints_the_run_id_and_status_shows_the_run() {
     assert_eq!(run["run_id"], run_id.as_str());
     assert_eq!(run["status"], "queued");
     assert_eq!(run["routes"][1]["model"], "vendor/b:free");
+    assert_eq!(
+        [
+            &run["tenant"],
+            &run["tier"],
+            &run["priority"],
+            &run["max_usd"]
+        ],
+        [
+            &json!("u1"),
+            &json!("default"),
+            &json!("interactive"),
+            &json!(null)
+        ]
+    );
+
+    let out = env
+        .run(&[
+            "enqueue",
+            "--user",
+            "u1",
+            "--input",
+            "hi",
+            "--route",
+            "vendor/a",
+            "--tenant",
+            "org_acme",
+            "--tier",
+            "default",
+            "--priority",
+            "batch",
+            "--max-usd",
+            "0.5",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = env.run(&["status", stdout(&out).trim()]).await;
+    let run: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        [
+            &run["tenant"],
+            &run["tier"],
+            &run["priority"],
+            &run["max_usd"]
+        ],
+        [
+            &json!("org_acme"),
+            &json!("default"),
+            &json!("batch"),
+            &json!(0.5)
+        ]
+    );
 
     let out = env.run(&["status", "run_missing"]).await;
     assert_eq!(out.status.code(), Some(1));
@@ -187,6 +263,25 @@ async fn a_refused_enqueue_exits_75_and_prints_the_delay() {
         "{err}"
     );
     assert!(stdout(&out).is_empty());
+    // A batch run waits for the pool instead, unless it says refuse.
+    let batch = [
+        "enqueue",
+        "--user",
+        "u1",
+        "--input",
+        "hi",
+        "--route",
+        "vendor/m:free",
+        "--priority",
+        "batch",
+    ];
+    let out = env.run(&batch).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(stdout(&out).starts_with("run_"));
+    let out = env
+        .run(&[&batch[..], &["--on-rest", "refuse"]].concat())
+        .await;
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
 }
 
 /// `enqueue --wait` started: the process, its stdout after the run id, and the run id.

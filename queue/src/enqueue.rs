@@ -54,7 +54,8 @@ pub enum Outcome {
     Enqueued { run_id: String },
     /// The same user sent the same idempotency key before: that run, nothing enqueued again.
     Duplicate { run_id: String },
-    /// Every route is closed and the request said `on_rest: refuse`: nothing was written.
+    /// Every route is closed and the run's `on_rest` is `refuse` (said, or an interactive run's
+    /// default): nothing was written.
     Refused { code: Code, retry_after_s: u64 },
 }
 
@@ -186,8 +187,9 @@ impl Enqueuer {
     }
 
     /// Enqueue a run for `request`: validate (a conversation of another user is not found),
-    /// refuse while every route rests (`on_rest: refuse`), else record it (queued), publish
-    /// `queued` and push it.
+    /// refuse while every route rests ([`RunRequest::on_rest`] is `refuse`: by default an
+    /// interactive run's, never a batch run's), else record it (queued), publish `queued` and
+    /// push it.
     pub async fn enqueue(&self, request: RunRequest) -> Result<Outcome, EnqueueError> {
         self.enqueue_retrying(request, None).await
     }
@@ -221,7 +223,7 @@ impl Enqueuer {
             retry_of,
             ..RunJob::new(request, now)
         };
-        if job.request.on_rest == OnRest::Refuse {
+        if job.request.on_rest() == OnRest::Refuse {
             let closures = self.rests.closures(&routes).await?;
             let decided = preflight::decide(
                 &routes,

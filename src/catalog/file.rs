@@ -4,9 +4,13 @@
 //! the key and the problem (the binaries exit 2): a configuration that is half understood would
 //! rest or spend the wrong quota, which is worse than not starting. A provider or pool with a
 //! built-in name keeps every built-in value the file does not set, so `[pools.openrouter-free]`
-//! with only `rpd = 1000` is a complete file.
+//! with only `rpd = 1000` is a complete file; so does the built-in tier `default`. (v3) Tiers and
+//! prices carry money: a negative or non-finite cap or price is refused, never read as "none".
 
-use super::{Catalog, DEFAULT_CANARY_EVERY_S, Glob, OPENROUTER, Pool, PoolKeys, Provider, Window};
+use super::prices::{self, Price, PriceRule};
+use super::{
+    Catalog, DEFAULT_CANARY_EVERY_S, Glob, OPENROUTER, Pool, PoolKeys, Provider, Tier, Window,
+};
 use crate::config::ConfigError;
 use crate::dialect::Dialect;
 use serde::Deserialize;
@@ -21,6 +25,27 @@ struct File {
     providers: BTreeMap<String, ProviderEntry>,
     #[serde(default)]
     pools: BTreeMap<String, PoolEntry>,
+    #[serde(default)]
+    tiers: BTreeMap<String, TierEntry>,
+    /// `PROVIDER:GLOB` or `GLOB` → USD per million tokens.
+    #[serde(default)]
+    prices: BTreeMap<String, PriceEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TierEntry {
+    weight: Option<u32>,
+    spend_usd_per_day: Option<f64>,
+    day_reset: Option<String>,
+}
+
+/// Both figures are required: a price missing one would make that half of every call free.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceEntry {
+    input: f64,
+    output: f64,
 }
 
 #[derive(Deserialize)]
@@ -171,7 +196,73 @@ fn merge(catalog: &mut Catalog, text: &str) -> Result<(), String> {
         }
         catalog.pools.insert(name, pool);
     }
+    for (name, entry) in file.tiers {
+        let key = format!("tiers.{name}");
+        check_name(&key, &name)?;
+        let builtin = catalog.tiers.remove(&name).unwrap_or_default();
+        let tier = tier(&key, entry, builtin)?;
+        catalog.tiers.insert(name, tier);
+    }
+    for (text, entry) in file.prices {
+        // After the providers: whether `PROVIDER:` names one depends on the file's own.
+        let rule = price_rule(catalog, text, entry)?;
+        catalog.prices.push(rule);
+    }
+    prices::order(&mut catalog.prices);
     claimed_once(catalog)
+}
+
+/// A tier from its entry over `builtin` (the built-in `default`, or a new tier's defaults).
+fn tier(key: &str, e: TierEntry, builtin: Tier) -> Result<Tier, String> {
+    let weight = e.weight.unwrap_or(builtin.weight);
+    if weight == 0 {
+        return Err(format!("{key}.weight: must be at least 1"));
+    }
+    let spend_usd_per_day = match e.spend_usd_per_day {
+        Some(usd) => Some(usd_amount(usd).map_err(|m| format!("{key}.spend_usd_per_day: {m}"))?),
+        None => builtin.spend_usd_per_day,
+    };
+    let day_reset = match e.day_reset {
+        Some(zone) => zone
+            .parse::<chrono_tz::Tz>()
+            .map_err(|_| format!("{key}.day_reset: unknown time zone {zone:?}"))?,
+        None => builtin.day_reset,
+    };
+    Ok(Tier {
+        weight,
+        spend_usd_per_day,
+        day_reset,
+    })
+}
+
+/// `[prices]`'s `text = { input, output }`: `PROVIDER:` counts only when it names a configured
+/// provider (as on the command lines), so `vendor/model:free` stays a model glob.
+fn price_rule(catalog: &Catalog, text: String, e: PriceEntry) -> Result<PriceRule, String> {
+    let key = format!("prices.{text:?}");
+    let (provider, glob) = match text.split_once(':') {
+        Some((p, glob)) if catalog.providers.contains_key(p) => (Some(p.to_string()), glob),
+        _ => (None, text.as_str()),
+    };
+    let models = Glob::parse(glob).map_err(|m| format!("{key}: bad glob {glob:?}: {m}"))?;
+    let price = Price {
+        input: usd_amount(e.input).map_err(|m| format!("{key}.input: {m}"))?,
+        output: usd_amount(e.output).map_err(|m| format!("{key}.output: {m}"))?,
+    };
+    Ok(PriceRule {
+        key: text,
+        provider,
+        models,
+        price,
+    })
+}
+
+/// An amount of USD: TOML also spells `nan` and `inf`, which no cap or price can mean.
+fn usd_amount(v: f64) -> Result<f64, String> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("must be a finite number of at least 0, got {v}"))
+    }
 }
 
 fn pool(key: &str, name: String, e: PoolEntry, builtin: Option<Pool>) -> Result<Pool, String> {
@@ -400,12 +491,105 @@ window = "rolling"
                 "canary_every",
             ),
             ("not toml at all", "line 1"),
+            (
+                "[tiers.pro]\nweight = 0\n",
+                "tiers.pro.weight: must be at least 1",
+            ),
+            ("[tiers.pro]\nweight = -2\n", "line 2"),
+            (
+                "[tiers.pro]\nspend_usd_per_day = \"lots\"\n",
+                "invalid type: string",
+            ),
+            (
+                "[tiers.default]\nspend_usd_per_day = -1.0\n",
+                "tiers.default.spend_usd_per_day: must be a finite number",
+            ),
+            (
+                "[tiers.pro]\nspend_usd_per_day = nan\n",
+                "tiers.pro.spend_usd_per_day",
+            ),
+            ("[tiers.pro]\ncap = 3\n", "unknown field `cap`"),
+            (
+                "[tiers.pro]\nday_reset = \"Mars/Olympus\"\n",
+                "tiers.pro.day_reset: unknown time zone",
+            ),
+            ("[tiers.PRO]\n", "tiers.PRO: a name is"),
+            (
+                "[prices]\n\"x/y\" = { input = -0.5, output = 1 }\n",
+                "prices.\"x/y\".input: must be a finite number",
+            ),
+            (
+                "[prices]\n\"x/y\" = { input = 1, output = inf }\n",
+                "prices.\"x/y\".output",
+            ),
+            (
+                "[prices]\n\"x/y\" = { input = \"cheap\", output = 1 }\n",
+                "invalid type: string",
+            ),
+            (
+                "[prices]\n\"x/y\" = { input = 1 }\n",
+                "missing field `output`",
+            ),
+            (
+                "[prices]\n\"x/y\" = { input = 1, output = 1, cached = 0 }\n",
+                "unknown field `cached`",
+            ),
+            (
+                "[prices]\n\"openrouter:\" = { input = 1, output = 1 }\n",
+                "prices.\"openrouter:\": bad glob",
+            ),
         ];
         for (text, want) in cases {
             let e = merged(text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
             assert!(!e.contains('\n'), "one line: {e}");
         }
+    }
+
+    #[test]
+    fn tiers_merge_over_the_builtin_default_key_by_key() {
+        let c = merged(
+            "[tiers.default]\nspend_usd_per_day = 0.5\n\
+             [tiers.pro]\nweight = 4\nday_reset = \"America/New_York\"\n",
+        )
+        .unwrap();
+        let default = c.tier("default").unwrap();
+        assert_eq!(
+            (default.weight, default.spend_usd_per_day, default.day_reset),
+            (1, Some(0.5), chrono_tz::UTC)
+        );
+        let pro = c.tier("pro").unwrap();
+        assert_eq!(
+            (pro.weight, pro.spend_usd_per_day, pro.day_reset),
+            (4, None, chrono_tz::America::New_York)
+        );
+        assert_eq!(c.tier_names(), "default, pro");
+        assert_eq!(Catalog::builtin().tier_names(), "default");
+        assert!(c.tier("gold").is_none());
+    }
+
+    #[test]
+    fn a_price_key_names_a_provider_only_when_one_is_configured() {
+        let c = merged(&format!(
+            "{GROQ}\n[prices]\n\"groq:*\" = {{ input = 0.5, output = 0.8 }}\n\
+             \"vendor/m:free\" = {{ input = 9, output = 9 }}\n\
+             \"openai/*\" = {{ input = 2.5, output = 10 }}\n\
+             \"openai/gpt-4o-mini\" = {{ input = 0.15, output = 0.6 }}\n"
+        ))
+        .unwrap();
+        let price = |p: &str, m: &str| c.price(p, m).map(|p| (p.input, p.output));
+        assert_eq!(price("groq", "llama-3.3-70b-versatile"), Some((0.5, 0.8)));
+        assert_eq!(price("groq", "openai/gpt-4o-mini"), Some((0.5, 0.8)));
+        assert_eq!(price("openrouter", "openai/gpt-4o-mini"), Some((0.15, 0.6)));
+        assert_eq!(price("openrouter", "openai/gpt-4o"), Some((2.5, 10.0)));
+        // `vendor` is no provider: the whole key is a model glob, on any provider.
+        assert_eq!(price("openrouter", "vendor/m:free"), Some((9.0, 9.0)));
+        assert_eq!(price("openrouter", "meta/llama"), None);
+        let rule = &c.prices()[0];
+        assert_eq!(
+            (rule.key.as_str(), rule.provider.as_deref()),
+            ("groq:*", Some("groq"))
+        );
     }
 
     #[test]
@@ -427,6 +611,11 @@ window = "rolling"
         assert_eq!(
             c.pools.get("openrouter-free").and_then(|p| p.rpd),
             Some(1000)
+        );
+        assert_eq!(c.tier("pro").map(|t| t.weight), Some(4));
+        assert!(
+            c.price("deepinfra", "meta-llama/Llama-3.3-70B-Instruct")
+                .is_some()
         );
     }
 

@@ -5,14 +5,17 @@
 //! day; Groq limits each model on each key; Gemini's day ends at midnight Pacific. A [`Catalog`]
 //! holds those shapes, from the built-in defaults merged with `FREEWAY_CONFIG` ([`file`]), and
 //! answers the two questions everything else asks: which provider does a route call, and which
-//! pool instance (if any) does it spend.
+//! pool instance (if any) does it spend. (v3) It also holds the tiers tenants are weighed and
+//! capped by (§4.8, §4.9) and the prices of routes whose provider does not report a cost.
 
 mod file;
 mod glob;
+mod prices;
 
 pub(crate) use file::http_url;
 pub use file::load;
 pub use glob::Glob;
+pub use prices::{Price, PriceRule};
 
 use crate::dialect::{DayClock, Dialect};
 use crate::pace::Limits;
@@ -29,6 +32,8 @@ pub const OPENROUTER_FREE_POOL: &str = "openrouter-free";
 pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
 /// How often a provider's canary runs unless its pools say otherwise: once a week.
 pub const DEFAULT_CANARY_EVERY_S: u64 = 7 * 24 * 3600;
+/// The built-in tier, and the one a run names when it names none.
+pub const DEFAULT_TIER: &str = "default";
 
 /// An OpenAI-compatible API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -118,11 +123,42 @@ fn zone_name<S: Serializer>(zone: &Option<Tz>, s: S) -> Result<S::Ok, S::Error> 
     }
 }
 
-/// The providers and pools in force.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What a tenant's runs are weighed and capped by (`[tiers.NAME]`, docs/design.md §4.8, §4.9).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tier {
+    /// The tenant's share of a shared pool's slots while several tenants wait, relative to the
+    /// others' (at least 1).
+    pub weight: u32,
+    /// What one tenant of the tier may spend a day on priced routes, in USD; `None`: no cap.
+    pub spend_usd_per_day: Option<f64>,
+    /// The zone whose midnight starts a new spending day.
+    #[serde(serialize_with = "tier_zone")]
+    pub day_reset: Tz,
+}
+
+impl Default for Tier {
+    /// The built-in `default` tier: weight 1, no cap, UTC days.
+    fn default() -> Tier {
+        Tier {
+            weight: 1,
+            spend_usd_per_day: None,
+            day_reset: chrono_tz::UTC,
+        }
+    }
+}
+
+fn tier_zone<S: Serializer>(zone: &Tz, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(zone.name())
+}
+
+/// The providers, pools, tiers and prices in force.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Catalog {
     providers: BTreeMap<String, Provider>,
     pools: BTreeMap<String, Pool>,
+    tiers: BTreeMap<String, Tier>,
+    /// Most specific first, as [`Catalog::price`] tries them.
+    prices: Vec<PriceRule>,
 }
 
 /// What a route spends, as resolution finds it.
@@ -174,6 +210,8 @@ impl Catalog {
         Catalog {
             providers: BTreeMap::from([(openrouter.name.clone(), openrouter)]),
             pools: BTreeMap::from([(free.name.clone(), free)]),
+            tiers: BTreeMap::from([(DEFAULT_TIER.to_string(), Tier::default())]),
+            prices: Vec::new(),
         }
     }
 
@@ -187,6 +225,33 @@ impl Catalog {
 
     pub fn pools(&self) -> impl Iterator<Item = &Pool> {
         self.pools.values()
+    }
+
+    /// The tier called `name`; `None` when none is configured.
+    pub fn tier(&self, name: &str) -> Option<&Tier> {
+        self.tiers.get(name)
+    }
+
+    /// Every tier with its name, by name.
+    pub fn tiers(&self) -> impl Iterator<Item = (&str, &Tier)> {
+        self.tiers.iter().map(|(name, tier)| (name.as_str(), tier))
+    }
+
+    /// The configured tier names, for error messages: `default, pro`.
+    pub fn tier_names(&self) -> String {
+        self.tiers.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
+    /// The configured price of `model` on `provider`, by the most specific `[prices]` key that
+    /// matches (see [`prices`]); `None` when no key does. It does not know pools: a route of a
+    /// free pool costs nothing, whatever a bare glob here would say, and callers skip those.
+    pub fn price(&self, provider: &str, model: &str) -> Option<Price> {
+        prices::lookup(&self.prices, provider, model)
+    }
+
+    /// The `[prices]` entries, most specific first.
+    pub fn prices(&self) -> &[PriceRule] {
+        &self.prices
     }
 
     /// The configured provider names, for error messages.

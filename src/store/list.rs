@@ -13,6 +13,8 @@ pub const MAX_PAGE: u32 = 200;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunFilter {
     pub user_id: Option<String>,
+    /// The tenant whose share the run takes (its user's, when it named none).
+    pub tenant: Option<String>,
     pub status: Option<RunStatus>,
     /// A model one of the run's routes names.
     pub model: Option<String>,
@@ -49,6 +51,7 @@ impl RunFilter {
     pub fn matches(&self, run: &RunRecord) -> bool {
         let q = self.q.as_deref().map(str::to_lowercase);
         self.user_id.as_ref().is_none_or(|u| *u == run.user_id)
+            && self.tenant.as_ref().is_none_or(|t| *t == run.tenant)
             && self.status.is_none_or(|s| s == run.status)
             && self.code.is_none_or(|c| Some(c) == run.code)
             && self

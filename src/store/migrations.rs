@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "unused_run_indexes",
         include_str!("../../migrations/0008_unused_run_indexes.sql"),
     ),
+    (
+        9,
+        "tenants",
+        include_str!("../../migrations/0009_tenants.sql"),
+    ),
 ];
 
 pub(super) fn migrator() -> Migrator {
@@ -72,7 +77,7 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    const PINNED: [(i64, u64); 8] = [
+    const PINNED: [(i64, u64); 9] = [
         (1, 0xe69cb70d1b7d5fbf),
         (2, 0x8a2f765eeb19a40e),
         (3, 0xd7ae84a71a3089de),
@@ -81,6 +86,7 @@ mod tests {
         (7, 0xb7dca67c62254b70),
         (6, 0x9def6c565ac5b24e),
         (8, 0x75e6eae18d9b0785),
+        (9, 0x95e7dce655e6adf2),
     ];
 
     /// FNV-1a: a fingerprint of a migration's text, enough to notice an edit.

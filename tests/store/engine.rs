@@ -172,6 +172,10 @@ pub(crate) fn job(
         idempotency_key: None,
         max_tokens: None,
         wait_for_free_s: None,
+        tenant: None,
+        tier: None,
+        priority: None,
+        max_usd: None,
     };
     let job = RunJob::new(request, epoch_ms());
     let routes = job.check(&Catalog::builtin()).expect("a valid job");

@@ -197,6 +197,11 @@ fn record(run_id: &str, conversation_id: &str) -> RunRecord {
         created_ms: now,
         updated_ms: now,
         deadline_ms: now + 600_000,
+        tenant: "u1".into(),
+        tier: "default".into(),
+        priority: Default::default(),
+        max_usd: None,
+        cost_usd: 0.0,
     }
 }
 

@@ -9,6 +9,7 @@ use freeway::clock::epoch_ms;
 use freeway::route::RouteSpec;
 use freeway::run::{ApprovalRecord, AttemptRecord, Code, Decided, Decision, RunState, RunStatus};
 use freeway::store::{Attached, RunFilter, RunPage, Store};
+use sqlx::Connection;
 
 #[tokio::test]
 async fn create_run_is_insert_if_absent_and_keeps_the_stored_progress() {
@@ -448,4 +449,84 @@ async fn check_recent_runs_and_counts(s: &dyn Store, label: &str) {
 #[tokio::test]
 async fn runs_are_listed_newest_first_filtered_paged_and_counted_by_status() {
     on_every_store("recent", check_recent_runs_and_counts).await;
+}
+
+/// (v3) A run's tenant, tier, priority and cap are stored as the enqueue resolved them; its cost
+/// follows each save. A row from before tenants (NULLs) reads as its user's, in `default`.
+#[tokio::test]
+async fn tenant_tier_priority_cap_and_cost_round_trip() {
+    for db in fresh("tenants").await {
+        let s = &db.store;
+        let mut run = record(&unique("run"), &unique("conv"));
+        run.tenant = "org_acme".into();
+        run.tier = "pro".into();
+        run.priority = freeway::job::Priority::Batch;
+        run.max_usd = Some(0.25);
+        s.create_run(&run).await.unwrap();
+        assert_eq!(
+            s.run(&run.run_id).await.unwrap().as_ref(),
+            Some(&run),
+            "{}",
+            db.label
+        );
+        run.cost_usd = 0.000_123_456_789;
+        s.save_run(&run).await.unwrap();
+        let stored = s.run(&run.run_id).await.unwrap().expect("stored");
+        assert_eq!(
+            stored.cost_usd, 0.000_123_456_789,
+            "{}: 8-byte floats",
+            db.label
+        );
+
+        let legacy = record(&unique("run"), &unique("conv"));
+        s.create_run(&legacy).await.unwrap();
+        let nulls = "UPDATE runs SET tenant = NULL, tier = NULL, priority = NULL WHERE run_id = $1";
+        match db.label {
+            "postgres" => {
+                let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+                sqlx::query(nulls)
+                    .bind(&legacy.run_id)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            _ => {
+                let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+                sqlx::query(nulls)
+                    .bind(&legacy.run_id)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+        let read = s.run(&legacy.run_id).await.unwrap().expect("stored");
+        assert_eq!(
+            (read.tenant.as_str(), read.tier.as_str(), read.priority),
+            ("u1", "default", freeway::job::Priority::Interactive),
+            "{}",
+            db.label
+        );
+
+        let of_tenant = |t: &str| RunFilter {
+            tenant: Some(t.into()),
+            ..RunFilter::default()
+        };
+        let ids = |page: RunPage| page.runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
+        let page = s.list_runs(&of_tenant("org_acme"), None, 10).await.unwrap();
+        assert_eq!(ids(page), [run.run_id.as_str()], "{}", db.label);
+        let page = s.list_runs(&of_tenant("u1"), None, 10).await.unwrap();
+        assert_eq!(
+            ids(page),
+            [legacy.run_id.as_str()],
+            "{}: its user's",
+            db.label
+        );
+        assert_eq!(
+            s.count_runs(&of_tenant("org_acme")).await.unwrap(),
+            [(RunStatus::Queued, 1)],
+            "{}",
+            db.label
+        );
+        db.finish().await;
+    }
 }

@@ -114,12 +114,76 @@ fn config_check_prints_the_effective_providers_and_pools_and_no_key() {
 }
 
 #[test]
+fn config_check_prints_tiers_and_prices_as_understood() {
+    let text = format!(
+        "{GROQ}\n[tiers.default]\nspend_usd_per_day = 0.5\n[tiers.pro]\nweight = 4\n\
+         day_reset = \"Europe/Paris\"\n[prices]\n\"groq:*\" = {{ input = 0.59, output = 0.79 }}\n\
+         \"openai/gpt-4o-mini\" = {{ input = 0.15, output = 0.6 }}\n"
+    );
+    let out = check(&text, &[("GEMINI_API_KEY", "AIza-secret-gemini")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(
+        v["tiers"],
+        serde_json::json!([
+            { "name": "default", "weight": 1, "spend_usd_per_day": 0.5, "day_reset": "UTC" },
+            { "name": "pro", "weight": 4, "spend_usd_per_day": null, "day_reset": "Europe/Paris" },
+        ])
+    );
+    // In the order they are tried: the provider's own key first.
+    assert_eq!(
+        v["prices"],
+        serde_json::json!([
+            { "key": "groq:*", "provider": "groq", "models": "*", "input": 0.59, "output": 0.79 },
+            { "key": "openai/gpt-4o-mini", "provider": null, "models": "openai/gpt-4o-mini",
+              "input": 0.15, "output": 0.6 },
+        ])
+    );
+}
+
+#[test]
+fn bad_tiers_and_prices_are_refused() {
+    assert_refused(
+        &check(
+            "[prices]\n\"openai/*\" = { input = -0.15, output = 0.6 }\n",
+            &[],
+        ),
+        "prices.\"openai/*\".input: must be a finite number of at least 0",
+    );
+    assert_refused(
+        &check("[tiers.pro]\nspend_usd_per_day = \"five\"\n", &[]),
+        "invalid type: string \"five\"",
+    );
+    assert_refused(
+        &check("[tiers.pro]\nweight = 0\n", &[]),
+        "tiers.pro.weight: must be at least 1",
+    );
+    assert_refused(
+        &check("[tiers.default]\nspend_usd_per_day = -inf\n", &[]),
+        "tiers.default.spend_usd_per_day",
+    );
+    assert_refused(
+        &check("[tiers.pro]\nweigth = 2\n", &[]),
+        "unknown field `weigth`",
+    );
+}
+
+#[test]
 fn without_a_file_the_builtin_catalog_is_in_force() {
     let out = support::run_worker(&["config", "check"], &[], b"");
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["providers"].as_array().map(Vec::len), Some(1));
     assert_eq!(v["pools"][0]["name"], "openrouter-free");
+    assert_eq!(
+        v["tiers"],
+        serde_json::json!([{ "name": "default", "weight": 1, "spend_usd_per_day": null, "day_reset": "UTC" }])
+    );
+    assert_eq!(v["prices"], serde_json::json!([]));
 }
 
 #[test]

@@ -370,7 +370,7 @@ async fn thousands_of_snoozed_runs_waking_at_once_do_not_stall_the_queue() {
     let jobs: Vec<_> = (0..3_000)
         .map(|i| {
             let mut req = request(&format!("u{}", i % 40), "hi", &[PAID]);
-            req.on_rest = freeway::job::OnRest::Queue;
+            req.on_rest = Some(freeway::job::OnRest::Queue);
             freeway::job::RunJob::new(req, freeway::clock::epoch_ms())
         })
         .collect();

@@ -45,7 +45,7 @@ pub enum ApiError {
     /// A body that is not JSON (see [`super::json_only`]).
     #[error("{0}")]
     UnsupportedMediaType(String),
-    /// Every route rests and the request said `on_rest: refuse`.
+    /// Every route rests and the run's `on_rest` is `refuse`.
     #[error("{}", refused_message(*code, *retry_after_s))]
     Refused { code: Code, retry_after_s: u64 },
     /// The server lacks a setting the request needs (`FREEWAY_SECRET_KEY`).

@@ -21,6 +21,7 @@ const MAX_TEXT: usize = 200;
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     user_id: Option<String>,
+    tenant: Option<String>,
     status: Option<RunStatus>,
     /// A model one of the run's routes names.
     route: Option<String>,
@@ -35,6 +36,9 @@ pub struct ListQuery {
 struct RunLine {
     run_id: String,
     user_id: String,
+    tenant: String,
+    tier: String,
+    priority: freeway::job::Priority,
     kind: freeway::budget::Kind,
     status: RunStatus,
     code: Option<Code>,
@@ -47,6 +51,8 @@ struct RunLine {
     created_ms: u64,
     updated_ms: u64,
     deadline_ms: u64,
+    max_usd: Option<f64>,
+    cost_usd: f64,
 }
 
 impl From<RunRecord> for RunLine {
@@ -64,6 +70,9 @@ impl From<RunRecord> for RunLine {
                 .collect(),
             run_id: r.run_id,
             user_id: r.user_id,
+            tenant: r.tenant,
+            tier: r.tier,
+            priority: r.priority,
             kind: r.kind,
             status: r.status,
             code: r.code,
@@ -72,6 +81,8 @@ impl From<RunRecord> for RunLine {
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
             deadline_ms: r.deadline_ms,
+            max_usd: r.max_usd,
+            cost_usd: r.cost_usd,
         }
     }
 }
@@ -89,9 +100,12 @@ pub struct RunList {
 fn filter_of(query: ListQuery) -> Result<(RunFilter, Option<RunCursor>, u32), ApiError> {
     let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
     let bad = |m: &str| Err(ApiError::InvalidRequest(m.to_string()));
-    let user_id = given(query.user_id);
+    let (user_id, tenant) = (given(query.user_id), given(query.tenant));
     if user_id.as_deref().is_some_and(|u| !is_id(u)) {
         return bad("user_id must match [A-Za-z0-9_.:-]{1,128}");
+    }
+    if tenant.as_deref().is_some_and(|t| !is_id(t)) {
+        return bad("tenant must match [A-Za-z0-9_.:-]{1,128}");
     }
     let (model, q) = (given(query.route), given(query.q));
     if [&model, &q]
@@ -113,6 +127,7 @@ fn filter_of(query: ListQuery) -> Result<(RunFilter, Option<RunCursor>, u32), Ap
     }
     let filter = RunFilter {
         user_id,
+        tenant,
         status: query.status,
         model,
         code: query.code,
@@ -121,7 +136,7 @@ fn filter_of(query: ListQuery) -> Result<(RunFilter, Option<RunCursor>, u32), Ap
     Ok((filter, cursor, limit))
 }
 
-/// `GET /v1/runs?status=&user_id=&route=&code=&q=&cursor=&limit=`.
+/// `GET /v1/runs?status=&user_id=&tenant=&route=&code=&q=&cursor=&limit=`.
 pub async fn list(
     State(state): State<Arc<AppState>>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,

@@ -14,7 +14,7 @@ use queue::enqueue::Outcome;
 use std::sync::Arc;
 
 /// `202 {"run_id","status":"queued"}`, also for a repeated idempotency key; `429` while every
-/// route rests and the request said `on_rest: refuse`.
+/// route rests and the run's `on_rest` is `refuse` (an interactive run's default).
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Body(body): Body,

@@ -34,8 +34,22 @@ pub struct Args {
     #[arg(long, default_value = "chat", value_parser = ["chat", "research", "complete"])]
     kind: String,
     /// What to do when every route rests: refuse now, or queue and wait for a reopening.
-    #[arg(long, default_value = "refuse", value_parser = ["refuse", "queue"])]
-    on_rest: String,
+    /// Default: refuse, or queue for a batch run.
+    #[arg(long, value_parser = ["refuse", "queue"])]
+    on_rest: Option<String>,
+    /// The tenant (an organisation) whose share of shared pools the run takes; default: the
+    /// user.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// A configured tier (`[tiers.NAME]`); default: `default`.
+    #[arg(long)]
+    tier: Option<String>,
+    /// `interactive` (default) goes first; `batch` takes the slots interactive runs leave.
+    #[arg(long, value_parser = ["interactive", "batch"])]
+    priority: Option<String>,
+    /// The most the run may spend on priced routes, in USD.
+    #[arg(long, value_name = "USD")]
+    max_usd: Option<f64>,
     /// Continue this conversation (a new one by default).
     #[arg(long)]
     conversation: Option<String>,
@@ -60,8 +74,17 @@ impl Args {
             "input": self.input,
             "routes": routes,
             "on_rest": self.on_rest,
+            "tenant": self.tenant,
+            "tier": self.tier,
+            "priority": self.priority,
         });
-        RunRequest::from_json(body.to_string().as_bytes(), catalog).map_err(|e| e.to_string())
+        let mut request = RunRequest::from_json(body.to_string().as_bytes(), catalog)
+            .map_err(|e| e.to_string())?;
+        // Set apart and checked again: `--max-usd` reads `nan` and `inf`, which JSON would
+        // have turned into null, an absent cap.
+        request.max_usd = self.max_usd;
+        request.validate(catalog).map_err(|e| e.to_string())?;
+        Ok(request)
     }
 }
 

@@ -86,6 +86,145 @@ async fn invalid_requests_are_400_naming_the_field() {
     assert_eq!(s.stored_runs().await, 0);
 }
 
+/// The built-in catalog with a `pro` tier.
+fn tiered() -> freeway::catalog::Catalog {
+    freeway::catalog::Catalog::from_toml("[tiers.pro]\nweight = 4\n").expect("a valid file")
+}
+
+#[tokio::test]
+async fn bad_tenants_tiers_and_caps_are_400_naming_the_field() {
+    let s = Server::with_catalog(tiered()).await;
+    let with = |extra: Value| {
+        let mut body = run_body("u1", "vendor/m");
+        for (k, v) in extra.as_object().expect("an object") {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let cases = [
+        (
+            json!({ "tier": "gold" }),
+            "tier: unknown tier \"gold\"; configured: default, pro",
+        ),
+        (json!({ "tenant": "acme corp" }), "tenant: must match"),
+        (json!({ "tenant": "" }), "tenant: must match"),
+        (json!({ "max_usd": 0 }), "max_usd: must be a number above 0"),
+        (
+            json!({ "max_usd": -0.5 }),
+            "max_usd: must be a number above 0",
+        ),
+        (
+            json!({ "max_usd": "0.5" }),
+            "body: invalid type: string \"0.5\"",
+        ),
+        (
+            json!({ "priority": "urgent" }),
+            "body: unknown variant `urgent`",
+        ),
+    ];
+    for (extra, want) in cases {
+        let (status, err) = s.post_run(&with(extra.clone())).await;
+        assert_eq!(status, 400, "{extra}: {err}");
+        assert_eq!(code(&err), "invalid_request");
+        let message = err["error"]["message"].as_str().expect("a message");
+        assert!(message.starts_with(want), "{extra}: {message}");
+    }
+    assert_eq!(s.stored_runs().await, 0);
+    let (status, body) = s
+        .post_run(&with(json!({ "tier": "pro", "max_usd": 1.5 })))
+        .await;
+    assert_eq!(status, 202, "{body}");
+}
+
+#[tokio::test]
+async fn tenant_tier_priority_and_cap_round_trip_through_the_store() {
+    let s = Server::with_catalog(tiered()).await;
+    let mut body = run_body("u1", "vendor/m");
+    body["tenant"] = json!("org_acme");
+    body["tier"] = json!("pro");
+    body["priority"] = json!("batch");
+    body["max_usd"] = json!(0.75);
+    let (status, posted) = s.post_run(&body).await;
+    assert_eq!(status, 202, "{posted}");
+    let run_id = posted["run_id"].as_str().expect("a run id").to_string();
+    let (_, plain) = s.post_run(&run_body("u2", "vendor/m")).await;
+    let plain_id = plain["run_id"].as_str().expect("a run id").to_string();
+
+    let (status, run) = s.get_json(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(
+        [
+            &run["tenant"],
+            &run["tier"],
+            &run["priority"],
+            &run["max_usd"],
+            &run["cost_usd"]
+        ],
+        [
+            &json!("org_acme"),
+            &json!("pro"),
+            &json!("batch"),
+            &json!(0.75),
+            &json!(0.0)
+        ]
+    );
+    // A run that named none is its user's, in the default tier, interactive, uncapped.
+    let (_, run) = s.get_json(&format!("/v1/runs/{plain_id}")).await;
+    assert_eq!(
+        [
+            &run["tenant"],
+            &run["tier"],
+            &run["priority"],
+            &run["max_usd"],
+            &run["cost_usd"]
+        ],
+        [
+            &json!("u2"),
+            &json!("default"),
+            &json!("interactive"),
+            &Value::Null,
+            &json!(0.0)
+        ]
+    );
+
+    let (status, list) = s.get_json("/v1/runs?tenant=org_acme").await;
+    assert_eq!(status, 200, "{list}");
+    let runs = list["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 1, "{list}");
+    assert_eq!(runs[0]["run_id"], run_id.as_str());
+    assert_eq!(
+        [
+            &runs[0]["tenant"],
+            &runs[0]["tier"],
+            &runs[0]["priority"],
+            &runs[0]["max_usd"]
+        ],
+        [
+            &json!("org_acme"),
+            &json!("pro"),
+            &json!("batch"),
+            &json!(0.75)
+        ]
+    );
+    assert_eq!(list["counts"]["queued"], 1);
+    let (_, list) = s.get_json("/v1/runs?tenant=u2").await;
+    assert_eq!(list["runs"][0]["run_id"], plain_id.as_str(), "{list}");
+    assert_eq!(list["runs"].as_array().map(Vec::len), Some(1));
+    let (status, err) = s.get_json("/v1/runs?tenant=a%20b").await;
+    assert_eq!(status, 400, "{err}");
+
+    // The job a retry or the reconciler reads back carries them too.
+    let job = s.enqueuer.job(&run_id).await.expect("read").expect("kept");
+    assert_eq!(
+        (
+            job.request.tenant_id(),
+            job.request.tier_name(),
+            job.request.max_usd
+        ),
+        ("org_acme", "pro", Some(0.75))
+    );
+}
+
 #[tokio::test]
 async fn a_resting_pool_refuses_with_retry_after_and_writes_nothing() {
     let s = Server::open().await;
@@ -127,6 +266,20 @@ async fn a_resting_pool_refuses_with_retry_after_and_writes_nothing() {
         1
     );
     assert_eq!(s.stored_runs().await, 1);
+
+    // A batch run that says nothing of on_rest waits too; one that says refuse is refused.
+    let mut batch = run_body("u1", "vendor/m:free");
+    batch["priority"] = json!("batch");
+    let (status, body) = s.post_run(&batch).await;
+    assert_eq!(status, 202, "{body}");
+    let run_id = body["run_id"].as_str().expect("a run id");
+    let job = s.enqueuer.job(run_id).await.expect("read").expect("kept");
+    assert_eq!(job.request.on_rest, None, "the job keeps it unsaid");
+    batch["on_rest"] = json!("refuse");
+    let (status, err) = s.post_run(&batch).await;
+    assert_eq!(status, 429, "{err}");
+    assert_eq!(code(&err), "account_resting");
+    assert_eq!(s.stored_runs().await, 2);
 }
 
 #[tokio::test]

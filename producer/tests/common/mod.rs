@@ -76,6 +76,22 @@ impl Server {
         secret_key: Option<SecretKey>,
         max_streams: usize,
     ) -> Server {
+        let catalog = freeway::catalog::Catalog::builtin();
+        Server::start_with(tokens, secret_key, max_streams, catalog).await
+    }
+
+    /// Without tokens, validating runs against `catalog` (its tiers, providers and pools).
+    pub async fn with_catalog(catalog: freeway::catalog::Catalog) -> Server {
+        let streams = freeway::config::DEFAULT_MAX_STREAMS;
+        Server::start_with(Tokens::default(), None, streams, catalog).await
+    }
+
+    async fn start_with(
+        tokens: Tokens,
+        secret_key: Option<SecretKey>,
+        max_streams: usize,
+        catalog: freeway::catalog::Catalog,
+    ) -> Server {
         freeway::provider::install_crypto();
         let ns = unique("ptest");
         let dir = temp_dir("db");
@@ -83,7 +99,8 @@ impl Server {
         let db_url = format!("sqlite://{}", db_path.display());
         let store = SqlStore::open(&db_url).await.expect("store opens");
         let conn = redis().await;
-        let enqueuer = Enqueuer::new(conn.clone(), &ns, Arc::new(store.clone()));
+        let enqueuer = Enqueuer::new(conn.clone(), &ns, Arc::new(store.clone()))
+            .with_catalog(Arc::new(catalog));
         let (shutdown_tx, shutdown) = watch::channel(false);
         let state = Arc::new(AppState {
             enqueuer: enqueuer.clone(),

@@ -33,6 +33,11 @@ fn conditions(backend: Backend, filter: &RunFilter, after: Option<&RunCursor>) -
         let p = param(Bind::Text(user.clone()), &mut binds);
         clauses.push(format!("user_id = {p}"));
     }
+    if let Some(tenant) = &filter.tenant {
+        // A run stored before tenants has none: it is its user's, as the record reads it.
+        let p = param(Bind::Text(tenant.clone()), &mut binds);
+        clauses.push(format!("COALESCE(tenant, user_id) = {p}"));
+    }
     if let Some(status) = filter.status {
         let p = param(Bind::Text(status.as_str().into()), &mut binds);
         clauses.push(format!("status = {p}"));

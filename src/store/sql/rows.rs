@@ -5,6 +5,7 @@
 use super::writer::{AttemptRow, DecisionRow, MessageRow};
 use super::{db_error, now_ms};
 use crate::budget::Counters;
+use crate::catalog::DEFAULT_TIER;
 use crate::chat::{Message, ToolCall, Usage};
 use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunState};
 use crate::store::StoreError;
@@ -20,6 +21,8 @@ pub(crate) trait Columns {
     fn opt_text(&self, col: &str) -> Result<Option<String>, StoreError>;
     fn int(&self, col: &str) -> Result<i64, StoreError>;
     fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError>;
+    fn float(&self, col: &str) -> Result<f64, StoreError>;
+    fn opt_float(&self, col: &str) -> Result<Option<f64>, StoreError>;
 }
 
 macro_rules! columns_for {
@@ -35,6 +38,12 @@ macro_rules! columns_for {
                 self.try_get(col).map_err(db_error)
             }
             fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError> {
+                self.try_get(col).map_err(db_error)
+            }
+            fn float(&self, col: &str) -> Result<f64, StoreError> {
+                self.try_get(col).map_err(db_error)
+            }
+            fn opt_float(&self, col: &str) -> Result<Option<f64>, StoreError> {
                 self.try_get(col).map_err(db_error)
             }
         }
@@ -96,7 +105,8 @@ macro_rules! run_columns {
         "run_id, user_id, conversation_id, kind, routes, parent_run_id, idempotency_key, status, code, \
          calls, step1_attempts, retried, steps, route_index, input_applied, ambiguous_stop, emitted, \
          snoozes, output, incomplete, prompt_tokens, completion_tokens, total_tokens, pending_tool_call, \
-         summary, deadline_ms, created_ms, updated_ms, retry_of"
+         summary, deadline_ms, created_ms, updated_ms, retry_of, tenant, tier, priority, max_usd, \
+         cost_usd"
     };
 }
 
@@ -131,9 +141,15 @@ pub(crate) struct RunRow {
     pub(super) created_ms: i64,
     pub(super) updated_ms: i64,
     pub(super) retry_of: Option<String>,
+    /// NULL only in rows from before tenants (migration 9).
+    pub(super) tenant: Option<String>,
+    pub(super) tier: Option<String>,
+    pub(super) priority: Option<String>,
+    pub(super) max_usd: Option<f64>,
+    pub(super) cost_usd: f64,
 }
 
-/// Bind a [`RunRow`] to 29 parameters, in the order of `run_columns!`.
+/// Bind a [`RunRow`] to 34 parameters, in the order of `run_columns!`.
 macro_rules! bind_run {
     ($query:expr, $r:expr) => {
         $query
@@ -166,6 +182,11 @@ macro_rules! bind_run {
             .bind($r.created_ms)
             .bind($r.updated_ms)
             .bind(&$r.retry_of)
+            .bind(&$r.tenant)
+            .bind(&$r.tier)
+            .bind(&$r.priority)
+            .bind($r.max_usd)
+            .bind($r.cost_usd)
     };
 }
 
@@ -209,6 +230,11 @@ impl RunRow {
             created_ms: to_i64(r.created_ms, "created_ms")?,
             updated_ms: to_i64(r.updated_ms, "updated_ms")?,
             retry_of: r.retry_of.clone(),
+            tenant: Some(r.tenant.clone()),
+            tier: Some(r.tier.clone()),
+            priority: Some(r.priority.as_str().to_string()),
+            max_usd: r.max_usd,
+            cost_usd: r.cost_usd,
         })
     }
 
@@ -243,6 +269,11 @@ impl RunRow {
             created_ms: row.int("created_ms")?,
             updated_ms: row.int("updated_ms")?,
             retry_of: row.opt_text("retry_of")?,
+            tenant: row.opt_text("tenant")?,
+            tier: row.opt_text("tier")?,
+            priority: row.opt_text("priority")?,
+            max_usd: row.opt_float("max_usd")?,
+            cost_usd: row.float("cost_usd")?,
         })
     }
 
@@ -286,6 +317,15 @@ impl RunRow {
             created_ms: from_i64(self.created_ms, "created_ms")?,
             updated_ms: from_i64(self.updated_ms, "updated_ms")?,
             deadline_ms: from_i64(self.deadline_ms, "deadline_ms")?,
+            tenant: self.tenant.unwrap_or_else(|| self.user_id.clone()),
+            tier: self.tier.unwrap_or_else(|| DEFAULT_TIER.to_string()),
+            priority: self
+                .priority
+                .map(|p| enum_from(p, "priority"))
+                .transpose()?
+                .unwrap_or_default(),
+            max_usd: self.max_usd,
+            cost_usd: self.cost_usd,
             run_id: self.run_id,
             user_id: self.user_id,
             conversation_id: self.conversation_id,

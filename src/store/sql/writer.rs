@@ -227,7 +227,7 @@ async fn commit_batch(db: &Db, statements: &Statements, batch: &mut Vec<Queued>)
 }
 
 /// Columns of `runs` in a row of values, and of the other tables' multi-row inserts.
-const RUN_COLUMNS: usize = 29;
+const RUN_COLUMNS: usize = 34;
 const ENSURE_COLUMNS: usize = 5;
 const RESERVE_COLUMNS: usize = 4;
 const MESSAGE_COLUMNS: usize = 11;
@@ -243,7 +243,7 @@ const SAVE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO UPDATE SET status = exclu
      incomplete = excluded.incomplete, prompt_tokens = excluded.prompt_tokens, \
      completion_tokens = excluded.completion_tokens, total_tokens = excluded.total_tokens, \
      pending_tool_call = excluded.pending_tool_call, summary = excluded.summary, \
-     updated_ms = excluded.updated_ms";
+     cost_usd = excluded.cost_usd, updated_ms = excluded.updated_ms";
 const PROBE: &str = "INSERT INTO store_probe (id, t_ms) VALUES (1, $1) \
      ON CONFLICT (id) DO UPDATE SET t_ms = excluded.t_ms";
 const INSERT_JOBS: &str = "INSERT INTO run_jobs (run_id, job) VALUES ";

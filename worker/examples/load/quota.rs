@@ -432,10 +432,14 @@ fn request(user: u64, deadline_s: u64, chain: Chain) -> RunRequest {
         tools: vec![],
         system: None,
         deadline_s: Some(deadline_s),
-        on_rest,
+        on_rest: Some(on_rest),
         regenerate: false,
         idempotency_key: None,
         max_tokens: None,
         wait_for_free_s: None,
+        tenant: None,
+        tier: None,
+        priority: None,
+        max_usd: None,
     }
 }

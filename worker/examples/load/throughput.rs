@@ -381,5 +381,9 @@ pub fn request(i: u64) -> RunRequest {
         idempotency_key: None,
         max_tokens: None,
         wait_for_free_s: None,
+        tenant: None,
+        tier: None,
+        priority: None,
+        max_usd: None,
     }
 }

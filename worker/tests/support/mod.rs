@@ -364,6 +364,10 @@ pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
         idempotency_key: None,
         max_tokens: None,
         wait_for_free_s: None,
+        tenant: None,
+        tier: None,
+        priority: None,
+        max_usd: None,
     }
 }
 
