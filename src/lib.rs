@@ -34,5 +34,6 @@ pub mod rest;
 pub mod route;
 pub mod run;
 pub mod signed;
+pub mod spend;
 pub mod store;
 pub mod tools;

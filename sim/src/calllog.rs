@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Provider;
 
 /// One chat request as the simulator served it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallRecord {
     /// Sim time of arrival, epoch milliseconds.
     pub t_ms: u64,
@@ -28,6 +28,12 @@ pub struct CallRecord {
     /// The answer's token cap the request set (`max_tokens`, or `max_completion_tokens`).
     #[serde(default)]
     pub max_tokens: Option<u64>,
+    /// What OpenRouter charged for the answer, in USD (its `usage.cost`, whether or not the
+    /// answer showed it): 0 for a free model. `None` when nothing was charged (a refusal, an
+    /// error, an answer broken by a fault) or the provider states no cost (Groq, Gemini,
+    /// generic). Sums of it are what a fleet really spent.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -40,6 +46,7 @@ struct Entry {
     variant: &'static str,
     stream: bool,
     max_tokens: Option<u64>,
+    cost_usd: Option<f64>,
 }
 
 /// One request as the server hands it to the log.
@@ -51,6 +58,7 @@ pub(crate) struct Logged<'a> {
     pub variant: &'static str,
     pub stream: bool,
     pub max_tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -83,6 +91,7 @@ impl CallLog {
             variant: call.variant,
             stream: call.stream,
             max_tokens: call.max_tokens,
+            cost_usd: call.cost_usd,
         });
     }
 
@@ -100,6 +109,7 @@ impl CallLog {
                 variant: e.variant.to_owned(),
                 stream: e.stream,
                 max_tokens: e.max_tokens,
+                cost_usd: e.cost_usd,
             })
             .collect()
     }
@@ -125,6 +135,7 @@ mod tests {
                 variant: "ok",
                 stream: false,
                 max_tokens: None,
+                cost_usd: None,
             };
             log.push(t, call);
         }

@@ -160,6 +160,36 @@ impl FromStr for WindowKind {
     }
 }
 
+/// When an OpenRouter answer's `usage` carries `cost` and `cost_details`.
+///
+/// OpenRouter's Usage Accounting put them there for a request that asked with
+/// `"usage": {"include": true}`; its docs now call that parameter deprecated and say every answer
+/// carries them (docs/providers.md §1.4). freeway asks, so the simulator plays the stricter
+/// generation by default: a client that forgets to ask gets no cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageCost {
+    /// Only for a request with `"usage": {"include": true}`.
+    #[default]
+    Asked,
+    /// On every answer, asked or not.
+    Always,
+}
+
+impl FromStr for UsageCost {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "asked" => Ok(UsageCost::Asked),
+            "always" => Ok(UsageCost::Always),
+            other => Err(format!(
+                "unknown usage cost `{other}` (expected asked or always)"
+            )),
+        }
+    }
+}
+
 /// Daily free-model limit of an account that bought at least 10 credits (docs/providers.md §3.1).
 pub const HIGH_BALANCE_RPD: u32 = 1000;
 
@@ -201,6 +231,8 @@ pub struct SimConfig {
     pub generic_rpm: u32,
     /// `: OPENROUTER PROCESSING` comments sent before the first streamed chunk.
     pub keepalive_comments: u32,
+    /// When OpenRouter answers show what they cost.
+    pub usage_cost: UsageCost,
     /// Capacity of the call log ring buffer; the oldest records are dropped beyond it.
     pub log_cap: usize,
 }
@@ -225,6 +257,7 @@ impl Default for SimConfig {
             gemini_rpd: 250,
             generic_rpm: 0,
             keepalive_comments: 2,
+            usage_cost: UsageCost::Asked,
             log_cap: 1_000_000,
         }
     }
@@ -271,6 +304,7 @@ pub struct ConfigPatch {
     pub shape: Option<Shape>,
     pub high_balance: Option<bool>,
     pub keepalive_comments: Option<u32>,
+    pub usage_cost: Option<UsageCost>,
     pub groq_rpm: Option<u32>,
     pub groq_rpd: Option<u32>,
     pub gemini_rpm: Option<u32>,
@@ -314,6 +348,9 @@ impl ConfigPatch {
         }
         if let Some(v) = self.keepalive_comments {
             next.keepalive_comments = v;
+        }
+        if let Some(v) = self.usage_cost {
+            next.usage_cost = v;
         }
         if let Some(v) = self.groq_rpm {
             next.groq_rpm = v;

@@ -1,9 +1,10 @@
-//! The `/_sim/…` control API: faults, call log, reset, clock and live settings.
+//! The `/_sim/…` control API: faults, call log, reset, clock, live settings and prices.
 //!
 //! Tests and the demo drive the simulator over HTTP when it runs as a separate process; the
 //! in-process [`crate::SimHandle`] offers the same operations. Every malformed control request
 //! gets a 400 `{"error":{"code":"invalid_request","message":…}}` naming what is wrong.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -19,6 +20,7 @@ use serde_json::json;
 
 use crate::config::ConfigPatch;
 use crate::faults::FaultSpec;
+use crate::price::Price;
 use crate::state::Shared;
 
 pub(crate) fn routes() -> Router<Arc<Shared>> {
@@ -31,6 +33,7 @@ pub(crate) fn routes() -> Router<Arc<Shared>> {
         .route("/_sim/reset", post(reset))
         .route("/_sim/clock", get(clock).post(advance_clock))
         .route("/_sim/config", get(config).post(patch_config))
+        .route("/_sim/prices", get(prices).post(set_prices))
 }
 
 fn invalid(message: impl Into<String>) -> Response {
@@ -122,6 +125,23 @@ async fn patch_config(State(sim): State<Arc<Shared>>, body: Bytes) -> Response {
     };
     match sim.patch_config(&patch) {
         Ok(config) => Json(config).into_response(),
+        Err(message) => invalid(message),
+    }
+}
+
+async fn prices(State(sim): State<Arc<Shared>>) -> Response {
+    Json(sim.prices()).into_response()
+}
+
+/// `{"MODEL": {"input": USD, "output": USD}, …}` per million tokens, `*` the default; all or
+/// none are set.
+async fn set_prices(State(sim): State<Arc<Shared>>, body: Bytes) -> Response {
+    let prices: BTreeMap<String, Price> = match parse(&body) {
+        Ok(p) => p,
+        Err(message) => return invalid(message),
+    };
+    match sim.set_prices(prices.iter().map(|(m, p)| (m.as_str(), *p))) {
+        Ok(all) => Json(all).into_response(),
         Err(message) => invalid(message),
     }
 }

@@ -129,6 +129,15 @@ impl FaultKind {
         }
     }
 
+    /// Whether a request that suffers this fault still gets its whole answer (late, or laid
+    /// out differently): the answer is charged as if no fault had struck.
+    pub fn answers_whole(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Timeout | FaultKind::Stall | FaultKind::UsageLayoutB
+        )
+    }
+
     /// The optional fields this kind reads; any other field in a spec is a mistake.
     fn fields(self) -> &'static [Field] {
         use FaultKind::*;

@@ -41,6 +41,7 @@ mod faults;
 mod freeway_config;
 mod ids;
 mod model;
+mod price;
 mod server;
 mod state;
 mod stream;
@@ -48,9 +49,11 @@ mod wire;
 
 pub use calllog::CallRecord;
 pub use config::{
-    ConfigPatch, HIGH_BALANCE_RPD, Mode, Provider, Shape, SimConfig, WindowAlign, WindowKind,
+    ConfigPatch, HIGH_BALANCE_RPD, Mode, Provider, Shape, SimConfig, UsageCost, WindowAlign,
+    WindowKind,
 };
 pub use faults::{ErrorCode, FaultKind, FaultSpec, MAX_DELAY_MS, MAX_HUGE_BODY, MidstreamLayout};
+pub use price::{DEFAULT_PRICE, DEFAULT_PRICE_KEY, ModelPrice, Price};
 pub use server::{PATHS, SimHandle, start};
 
 /// The directives, quota rules, control API and fault kinds, as printed by `sim --help`.

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use clap::error::ErrorKind;
-use sim::{Mode, Shape, SimConfig, WindowAlign, WindowKind};
+use sim::{Mode, ModelPrice, Shape, SimConfig, UsageCost, WindowAlign, WindowKind};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -103,6 +103,24 @@ struct Cli {
         value_name = "N"
     )]
     keepalive_comments: u32,
+    /// When OpenRouter answers carry usage.cost: asked (with "usage": {"include": true}) or
+    /// always
+    #[arg(
+        long,
+        env = "SIM_USAGE_COST",
+        default_value = "asked",
+        value_name = "asked|always"
+    )]
+    usage_cost: UsageCost,
+    /// A paid model's price in USD per million input and output tokens (repeatable; * sets
+    /// the default, 0.1/0.4)
+    #[arg(
+        long = "price",
+        env = "SIM_PRICES",
+        value_delimiter = ',',
+        value_name = "MODEL=IN/OUT"
+    )]
+    prices: Vec<ModelPrice>,
     /// Write a FREEWAY_CONFIG naming this simulator's providers to FILE once it listens
     #[arg(long, value_name = "FILE")]
     freeway_config: Option<std::path::PathBuf>,
@@ -136,6 +154,7 @@ impl Cli {
             gemini_rpd: self.gemini_rpd,
             generic_rpm: self.generic_rpm,
             keepalive_comments: self.keepalive_comments,
+            usage_cost: self.usage_cost,
             log_cap: self.log_cap,
         }
     }
@@ -182,12 +201,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(cli.addr, config, cli.freeway_config))
+    runtime.block_on(run(cli.addr, config, &cli.prices, cli.freeway_config))
 }
 
 async fn run(
     addr: SocketAddr,
     config: SimConfig,
+    prices: &[ModelPrice],
     freeway_config: Option<std::path::PathBuf>,
 ) -> ExitCode {
     let handle = match sim::start(config, addr).await {
@@ -197,6 +217,12 @@ async fn run(
             return ExitCode::FAILURE;
         }
     };
+    // Each price was checked as the flag was parsed; the set can only be refused as a whole
+    // for a reason the parse already rules out, which is still reported, not ignored.
+    if let Err(message) = handle.set_prices(prices) {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
     if let Some(path) = freeway_config
         && let Err(e) = std::fs::write(&path, handle.freeway_config())
     {

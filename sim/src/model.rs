@@ -24,6 +24,10 @@ pub(crate) struct ChatRequest {
     pub max_tokens: Option<u64>,
     #[serde(default)]
     pub max_completion_tokens: Option<u64>,
+    /// OpenRouter's Usage Accounting switch, `{"include": true}`; read leniently (any other
+    /// value asks for nothing) since the real service ignores it now.
+    #[serde(default)]
+    pub usage: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +87,8 @@ pub(crate) struct Request {
     pub model: String,
     pub stream: bool,
     pub max_tokens: Option<u64>,
+    /// The request asked for usage accounting (`"usage": {"include": true}`).
+    pub usage_include: bool,
     messages: Vec<Message>,
     tools: Vec<Tool>,
 }
@@ -104,6 +110,12 @@ pub(crate) fn parse(body: &[u8]) -> Result<Request, String> {
         model,
         stream: req.stream.unwrap_or(false),
         max_tokens: req.max_tokens.or(req.max_completion_tokens),
+        usage_include: req
+            .usage
+            .as_ref()
+            .and_then(|u| u.get("include"))
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false),
         messages,
         tools: req.tools.unwrap_or_default(),
     })

@@ -1,5 +1,6 @@
 //! The HTTP server: routes, the chat and key handlers, and starting/stopping the simulator.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,13 +17,13 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::account::is_free_model;
 use crate::calllog::CallRecord;
-use crate::config::{ConfigPatch, Provider, SimConfig};
+use crate::config::{ConfigPatch, Provider, SimConfig, UsageCost};
 use crate::control;
 use crate::faults::{DEFAULT_HUGE_BODY, FaultKind, FaultSpec, MidstreamLayout};
 use crate::ids;
 use crate::model::{self, CallStyle, Reply, Request, SERVING_PROVIDER, Turn};
+use crate::price::{ModelPrice, Price};
 use crate::state::{Admission, Shared, Stated, Verdict};
 use crate::stream::{self, End, Plan, SseOptions};
 use crate::wire::{self, Envelope, FaultCtx, Usage, X_GENERATION_ID};
@@ -116,8 +117,7 @@ async fn chat(
         return wire::gemini_missing_signature(&name, position);
     }
     let turn = model::respond(&req, style);
-    let tokens = turn.prompt_tokens + turn.completion_tokens;
-    let adm = sim.admit(provider, key, &req, tokens);
+    let adm = sim.admit(provider, key, &req, &turn);
     match adm.verdict {
         Verdict::FreeTier(refusal) => {
             wire::free_tier_429(refusal, adm.config.shape, key).into_response()
@@ -179,10 +179,11 @@ async fn serve(
         model: model::served_model(&req.model),
         provider: SERVING_PROVIDER,
     };
+    let shown = req.usage_include || cfg.usage_cost == UsageCost::Always;
     let usage = Usage::new(
         turn.prompt_tokens,
         turn.completion_tokens,
-        is_free_model(&req.model),
+        adm.cost.filter(|_| shown),
     );
     let (content_type, plan) = match (kind, fault) {
         (Some(FaultKind::WrongContentType), _) => {
@@ -353,6 +354,13 @@ impl SimHandle {
     /// Changes live settings (as `POST /_sim/config`) and returns the settings now in force.
     pub fn patch_config(&self, patch: &ConfigPatch) -> Result<SimConfig, String> {
         self.shared.patch_config(patch)
+    }
+
+    /// Sets what paid models cost (as `POST /_sim/prices`; `*` is the default price), all or
+    /// none, and returns every price now in force. A `:free` model cannot be priced.
+    pub fn set_prices(&self, prices: &[ModelPrice]) -> Result<BTreeMap<String, Price>, String> {
+        self.shared
+            .set_prices(prices.iter().map(|p| (p.model.as_str(), p.price)))
     }
 
     /// Moves the sim clock forward (as `POST /_sim/clock`) and returns the new sim time in ms.

@@ -5,6 +5,7 @@
 //! is logged as refused and consumes no fault, a fault is consumed by exactly one request.
 //! Nothing awaits while the lock is held.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -17,10 +18,12 @@ use crate::calllog::{CallLog, CallRecord, Logged};
 use crate::clock::Clock;
 use crate::config::{ConfigPatch, Provider, SimConfig};
 use crate::faults::{FaultQueue, FaultSpec, PendingFault};
-use crate::model::Request;
+use crate::model::{Request, Turn};
+use crate::price::{Cost, Price, Prices};
 
 struct State {
     config: SimConfig,
+    prices: Prices,
     clock: Clock,
     accounts: Accounts,
     faults: FaultQueue,
@@ -64,6 +67,8 @@ pub(crate) struct Admission {
     pub now_ms: u64,
     /// Settings in force when the request arrived.
     pub config: SimConfig,
+    /// What the answer costs, when its provider states costs (OpenRouter's `usage.cost`).
+    pub cost: Option<Cost>,
     /// What the answer's headers say of the limits, if the provider says anything.
     pub stated: Option<Stated>,
     pub verdict: Verdict,
@@ -74,6 +79,7 @@ impl Shared {
         Shared {
             state: Mutex::new(State {
                 config,
+                prices: Prices::default(),
                 clock: Clock::default(),
                 accounts: Accounts::default(),
                 faults: FaultQueue::default(),
@@ -109,15 +115,16 @@ impl Shared {
     }
 
     /// Counts a valid chat request to `provider` (`None`: the unprefixed paths, which play the
-    /// configured mode) and decides how to answer it.
+    /// configured mode) and decides how to answer it with `turn`.
     pub(crate) fn admit(
         &self,
         provider: Option<Provider>,
         key: &str,
         req: &Request,
-        tokens: u64,
+        turn: &Turn,
     ) -> Admission {
         let model = req.model.as_str();
+        let tokens = turn.prompt_tokens + turn.completion_tokens;
         let mut guard = self.lock();
         let st = &mut *guard;
         let now_ms = st.clock.now_ms();
@@ -181,6 +188,16 @@ impl Shared {
             Verdict::Serve(None) => (200, "ok"),
             Verdict::Serve(Some(f)) => (f.kind.status(), f.kind.name()),
         };
+        // Only OpenRouter states what an answer cost; the others are priced by their clients.
+        let cost = (provider == Provider::OpenRouter).then(|| {
+            st.prices
+                .cost(model, turn.prompt_tokens, turn.completion_tokens)
+        });
+        let charged = match &verdict {
+            Verdict::Serve(None) => cost,
+            Verdict::Serve(Some(f)) if f.kind.answers_whole() => cost,
+            _ => None,
+        };
         let call = Logged {
             model,
             key,
@@ -189,11 +206,13 @@ impl Shared {
             variant,
             stream: req.stream,
             max_tokens: req.max_tokens,
+            cost_usd: charged.map(Cost::total),
         };
         st.log.push(now_ms, call);
         Admission {
             now_ms,
             config,
+            cost,
             stated,
             verdict,
         }
@@ -218,6 +237,7 @@ impl Shared {
             variant,
             stream: false,
             max_tokens: None,
+            cost_usd: None,
         };
         st.log.push(now_ms, call);
     }
@@ -271,6 +291,26 @@ impl Shared {
 
     pub(crate) fn config(&self) -> SimConfig {
         self.lock().config
+    }
+
+    /// Every price in force, the default under `*`.
+    pub(crate) fn prices(&self) -> BTreeMap<String, Price> {
+        self.lock().prices.list()
+    }
+
+    /// Sets the prices of `models` (all or none: the first invalid one leaves every price as
+    /// it was); returns the prices now in force.
+    pub(crate) fn set_prices<'a>(
+        &self,
+        models: impl IntoIterator<Item = (&'a str, Price)>,
+    ) -> Result<BTreeMap<String, Price>, String> {
+        let mut st = self.lock();
+        let mut next = st.prices.clone();
+        for (model, price) in models {
+            next.set(model, price)?;
+        }
+        st.prices = next;
+        Ok(st.prices.list())
     }
 
     pub(crate) fn patch_config(&self, patch: &ConfigPatch) -> Result<SimConfig, String> {

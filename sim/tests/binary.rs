@@ -31,6 +31,9 @@ fn help_exits_zero_and_documents_flags_and_directives() {
         "[[tools:N]]",
         "[[answer:TEXT]]",
         "usage_layout_b",
+        "--price <MODEL=IN/OUT>",
+        "--usage-cost",
+        "\"usage\": {\"include\": true}",
     ] {
         assert!(help.contains(needle), "--help lacks {needle}");
     }
@@ -39,7 +42,7 @@ fn help_exits_zero_and_documents_flags_and_directives() {
 #[test]
 fn bad_settings_are_one_line_on_stderr_and_exit_2() {
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 5] = [
+    let cases: [Case; 8] = [
         (&["--rpm", "abc"], &[], "--rpm"),
         (&["--shape", "2024"], &[], "unknown shape `2024`"),
         (&["--mode", "anthropic"], &[], "unknown mode"),
@@ -49,6 +52,9 @@ fn bad_settings_are_one_line_on_stderr_and_exit_2() {
             "window_s must be between 1 and 86400",
         ),
         (&[], &[("SIM_RPD", "-3")], "--rpd"),
+        (&["--price", "a/b:free=1/2"], &[], "is a free model"),
+        (&["--price", "a/b=1"], &[], "IN/OUT"),
+        (&["--usage-cost", "never"], &[], "unknown usage cost"),
     ];
     for (args, env, expected) in cases {
         let out = run(args, env);
@@ -63,7 +69,15 @@ fn bad_settings_are_one_line_on_stderr_and_exit_2() {
 #[tokio::test]
 async fn the_binary_announces_its_address_serves_and_stops_on_sigterm() {
     let mut child = tokio::process::Command::new(BIN)
-        .args(["--addr", "127.0.0.1:0", "--rpm", "7"])
+        .args([
+            "--addr",
+            "127.0.0.1:0",
+            "--rpm",
+            "7",
+            "--price",
+            "a/paid=1.5/6",
+        ])
+        .env("SIM_PRICES", "ignored/by-the-flag=9/9")
         .env("SIM_MODE", "openrouter")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -94,6 +108,17 @@ async fn the_binary_announces_its_address_serves_and_stops_on_sigterm() {
         .expect("config request");
     let v = common::parse(&res.text().await.expect("body"));
     assert_eq!(v["rpm"], serde_json::json!(7), "flags reach the server");
+    let res = client
+        .get(format!("{base}/_sim/prices"))
+        .send()
+        .await
+        .expect("prices request");
+    let v = common::parse(&res.text().await.expect("body"));
+    assert_eq!(
+        v,
+        serde_json::json!({"*": {"input": 0.1, "output": 0.4}, "a/paid": {"input": 1.5, "output": 6.0}}),
+        "--price reaches the server"
+    );
 
     let pid = child.id().expect("pid").to_string();
     let killed = Command::new("kill")

@@ -23,7 +23,7 @@ async fn a_completion_has_the_documented_shape() {
         &client,
         &sim,
         KEY,
-        &body(FREE, "hello  there [[tools:0]]", false),
+        &asking_cost(body(FREE, "hello  there [[tools:0]]", false)),
     )
     .await;
     assert_eq!(status, 200);
@@ -65,7 +65,7 @@ async fn a_completion_has_the_documented_shape() {
         ":free models cost exactly 0: {text}"
     );
 
-    let (_, _, paid) = chat(&client, &sim, KEY, &body(PAID, "hello", false)).await;
+    let (_, _, paid) = chat(&client, &sim, KEY, &asking_cost(body(PAID, "hello", false))).await;
     assert!(
         parse(&paid)["usage"]["cost"]
             .as_f64()

@@ -80,7 +80,7 @@ async fn quotas_and_shape_change_at_runtime() {
         json!({"rpm": 20, "rpd": 50, "window_s": 60, "window_align": "epoch", "window_kind": "fixed",
                "state_limits": false, "latency_ms": 0, "token_rate": 0, "shape": "2026",
                "high_balance": false, "mode": "openrouter", "groq_rpm": 30, "groq_rpd": 1000, "gemini_rpm": 10,
-               "gemini_rpd": 250, "generic_rpm": 0, "keepalive_comments": 2, "log_cap": 1_000_000})
+               "gemini_rpd": 250, "generic_rpm": 0, "keepalive_comments": 2, "usage_cost": "asked", "log_cap": 1_000_000})
     );
 
     let (status, v) = control(

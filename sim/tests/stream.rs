@@ -35,7 +35,12 @@ async fn a_text_stream_has_comments_chunks_usage_chunk_and_done() {
     })
     .await;
     let client = client();
-    let text = stream_text(&client, &sim, &body(FREE, "the quick brown fox", true)).await;
+    let text = stream_text(
+        &client,
+        &sim,
+        &asking_cost(body(FREE, "the quick brown fox", true)),
+    )
+    .await;
     let events = sse_events(&text);
 
     assert_eq!(

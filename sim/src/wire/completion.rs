@@ -2,7 +2,7 @@
 //! carries, streamed or not (docs/providers.md §1.2, §1.4).
 //!
 //! `usage` is the one part a client bills by, so `cost` is written the way the captures write
-//! it (`0` for `:free`, never `0.0`). Padding lives here too: a body of an exact size tests
+//! it (`0` for `:free`, never `0.0`), and only where OpenRouter shows it (see [`Usage`]). Padding lives here too: a body of an exact size tests
 //! client body limits with JSON that still parses.
 
 use serde::{Serialize, Serializer};
@@ -10,22 +10,24 @@ use serde::{Serialize, Serializer};
 use super::error::ErrorObj;
 use super::{Envelope, to_json};
 use crate::model::{CallStyle, Reply, ToolCall};
-
-/// Paid-model prices in credits per token; any positive value shows that `cost` is non-zero
-/// for paid models while `:free` reports 0.
-const PROMPT_PRICE: f64 = 1e-7;
-const COMPLETION_PRICE: f64 = 4e-7;
+use crate::price::Cost;
 
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Usage {
     prompt_tokens: u64,
     completion_tokens: u64,
     total_tokens: u64,
-    #[serde(serialize_with = "credits")]
-    cost: f64,
+    /// What the answer cost in credits (USD). OpenRouter's Usage Accounting
+    /// (openrouter.ai/docs/use-cases/usage-accounting; OpenRouterTeam/docs
+    /// `cookbook/administration/usage-accounting.mdx`) returns it in `usage` for a request with
+    /// `"usage": {"include": true}`, in the non-streamed body and in the last chunk of a stream;
+    /// the docs now say every answer carries it. Absent when not shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<Credits>,
     is_byok: bool,
     prompt_tokens_details: PromptTokensDetails,
-    cost_details: CostDetails,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost_details: Option<CostDetails>,
     completion_tokens_details: CompletionTokensDetails,
 }
 
@@ -38,12 +40,9 @@ struct PromptTokensDetails {
 
 #[derive(Clone, Debug, Serialize)]
 struct CostDetails {
-    #[serde(serialize_with = "credits")]
-    upstream_inference_cost: f64,
-    #[serde(serialize_with = "credits")]
-    upstream_inference_prompt_cost: f64,
-    #[serde(serialize_with = "credits")]
-    upstream_inference_completions_cost: f64,
+    upstream_inference_cost: Credits,
+    upstream_inference_prompt_cost: Credits,
+    upstream_inference_completions_cost: Credits,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -51,41 +50,40 @@ struct CompletionTokensDetails {
     reasoning_tokens: u64,
 }
 
-/// Writes a zero cost as `0`, as the captures of `:free` calls show, not `0.0`.
-fn credits<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-    if *v == 0.0 {
-        s.serialize_u64(0)
-    } else {
-        s.serialize_f64(*v)
+/// An amount of credits (USD), written `0` when zero, as the captures of `:free` calls show,
+/// not `0.0`.
+#[derive(Clone, Copy, Debug)]
+struct Credits(f64);
+
+impl Serialize for Credits {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.0 == 0.0 {
+            s.serialize_u64(0)
+        } else {
+            s.serialize_f64(self.0)
+        }
     }
 }
 
 impl Usage {
-    pub(crate) fn new(prompt_tokens: u64, completion_tokens: u64, free: bool) -> Usage {
-        let (prompt_cost, completion_cost) = if free {
-            (0.0, 0.0)
-        } else {
-            (
-                prompt_tokens as f64 * PROMPT_PRICE,
-                completion_tokens as f64 * COMPLETION_PRICE,
-            )
-        };
+    /// The usage of an answer; `cost` is what it cost, when the answer shows it.
+    pub(crate) fn new(prompt_tokens: u64, completion_tokens: u64, cost: Option<Cost>) -> Usage {
         Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
-            cost: prompt_cost + completion_cost,
+            cost: cost.map(|c| Credits(c.total())),
             is_byok: false,
             prompt_tokens_details: PromptTokensDetails {
                 cached_tokens: 0,
                 cache_write_tokens: 0,
                 audio_tokens: 0,
             },
-            cost_details: CostDetails {
-                upstream_inference_cost: prompt_cost + completion_cost,
-                upstream_inference_prompt_cost: prompt_cost,
-                upstream_inference_completions_cost: completion_cost,
-            },
+            cost_details: cost.map(|c| CostDetails {
+                upstream_inference_cost: Credits(c.total()),
+                upstream_inference_prompt_cost: Credits(c.prompt),
+                upstream_inference_completions_cost: Credits(c.completion),
+            }),
             completion_tokens_details: CompletionTokensDetails {
                 reasoning_tokens: 0,
             },

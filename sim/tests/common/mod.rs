@@ -46,6 +46,13 @@ pub fn body(model: &str, text: &str, stream: bool) -> Value {
     json!({"model": model, "messages": user(text), "stream": stream})
 }
 
+/// `body` asking for OpenRouter's usage accounting (`"usage": {"include": true}`): the answer's
+/// usage shows its cost.
+pub fn asking_cost(mut body: Value) -> Value {
+    body["usage"] = json!({"include": true});
+    body
+}
+
 pub async fn post(
     client: &reqwest::Client,
     url: &str,
