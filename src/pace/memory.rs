@@ -1,8 +1,9 @@
 //! The limiter in one process: [`MemoryPacer`], the rules of `pace.lua` on a [`Clock`].
 
+use super::fair::FairQueue;
 use super::{
-    DaySync, Learned, Limits, Pacer, PoolSeen, PoolUse, Reservation, Seen, Slot, Stated,
-    WINDOW_GUARD_MS, rolling_emission_ms,
+    DaySync, Dispatched, Joined, Learned, Limits, Pacer, PoolSeen, PoolUse, Reservation, Seen,
+    Share, Slot, Stated, WINDOW_GUARD_MS, Waiter, rolling_emission_ms,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::fleet::FleetError;
@@ -43,6 +44,8 @@ struct State {
     /// A sliding window's log: the moments its calls are made (reserved ones included), sorted.
     log: Vec<u64>,
     misses: u32,
+    /// The runs waiting their turn, and the slots granted to some of them.
+    fair: FairQueue,
 }
 
 impl State {
@@ -323,6 +326,91 @@ impl View<'_> {
         }
     }
 
+    /// Count a call now, that [`View::wait`] has room for (a call at a fixed window's very
+    /// end is counted in the next window too; the day counts it once).
+    fn admit_now(&mut self) {
+        let w = self.window();
+        let tail = self.tail();
+        self.count(w, 0);
+        if tail {
+            let tokens = if self.limits.tokens_per_window.is_some() {
+                self.cost
+            } else {
+                0
+            };
+            let next = self.st.counts.entry(w + 1).or_default();
+            next.0 += 1;
+            next.1 += tokens;
+            *self.st.tails.entry(w + 1).or_default() += 1;
+        }
+    }
+
+    /// Until when (epoch ms) a slot counted now may be used.
+    fn valid_until(&self) -> u64 {
+        if self.windowed() {
+            self.start(self.window() + 1)
+        } else {
+            self.now + self.win()
+        }
+    }
+
+    /// Grant the room there is now to the runs next in line, at most `max` (as `pace.lua`'s
+    /// `dispatch`).
+    fn dispatch(&mut self, max: u32) {
+        self.st.fair.expire(self.now);
+        let mut n = 0;
+        while n < max && self.st.fair.waiting() > 0 && !(self.windowed() && self.tail()) {
+            let Some((run, tokens)) = self.st.fair.head(self.now) else {
+                break;
+            };
+            self.cost = u64::from(tokens);
+            if self.day_full() || self.wait() > 0 {
+                break;
+            }
+            let tenant = self.st.fair.tenant_of(&run).unwrap_or_default().to_string();
+            self.st.fair.pop(&run);
+            self.admit_now();
+            let (until, w) = (self.valid_until(), self.window());
+            self.st.fair.grant(run, &tenant, until, w);
+            n += 1;
+        }
+    }
+
+    /// Ms a waiter with `ahead` runs before it may expect to wait for its slot.
+    fn fair_wait(&self, ahead: u64) -> u64 {
+        let per = u64::from(self.limits.per_window.unwrap_or(0).max(1));
+        let win = self.win();
+        if self.limits.rolling {
+            return self.wait().max(1) + (ahead * win).div_ceil(per);
+        }
+        let w = self.window();
+        let left = per.saturating_sub(u64::from(self.used_in(w).0));
+        if ahead < left && !self.tail() {
+            return 250;
+        }
+        self.start(w + 1) + WINDOW_GUARD_MS - self.now + (ahead.saturating_sub(left) / per) * win
+    }
+
+    /// `who`'s granted slot, as (valid ms from now): taken when `take`.
+    fn granted(&mut self, who: Option<&Waiter<'_>>, take: bool) -> Option<u64> {
+        let who = who?;
+        self.st.fair.expire(self.now);
+        let until = self.st.fair.grant_until(who.run_id)?;
+        if take {
+            self.st.fair.take_grant(who.run_id);
+        }
+        Some(until - self.now)
+    }
+
+    /// While others wait their turn, `who` waits too: about this long.
+    fn turn(&self, who: Option<&Waiter<'_>>) -> Option<Slot> {
+        let who = who?;
+        if self.st.fair.waiting() == 0 {
+            return None;
+        }
+        Some(Slot::In(self.fair_wait(self.st.fair.ahead(who)).max(1)))
+    }
+
     /// What the provider stated, as `pace.lua`'s `learn` takes it in (the limits themselves
     /// are already in force).
     fn take_in(&mut self, stated: &Stated) {
@@ -486,46 +574,133 @@ impl MemoryPacer {
 
 #[async_trait]
 impl Pacer for MemoryPacer {
-    async fn peek(
+    async fn peek_as(
         &self,
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
         tokens: u32,
-    ) -> Result<Slot, FleetError> {
-        Ok(self.with(pool, limits, day_end_ms, tokens, |v| v.slot(day_end_ms)))
-    }
-
-    async fn admit(
-        &self,
-        pool: &str,
-        limits: &Limits,
-        day_end_ms: u64,
-        tokens: u32,
+        who: Option<&Waiter<'_>>,
     ) -> Result<Slot, FleetError> {
         Ok(self.with(pool, limits, day_end_ms, tokens, |v| {
-            match v.slot(day_end_ms) {
-                Slot::Now => {
-                    let w = v.window();
-                    let tail = v.tail();
-                    v.count(w, 0);
-                    if tail {
-                        // Counted in the next window too; the day counts the call once.
-                        let tokens = if v.limits.tokens_per_window.is_some() {
-                            v.cost
-                        } else {
-                            0
-                        };
-                        let next = v.st.counts.entry(w + 1).or_default();
-                        next.0 += 1;
-                        next.1 += tokens;
-                        *v.st.tails.entry(w + 1).or_default() += 1;
-                    }
-                    Slot::Now
-                }
-                later => later,
+            if v.granted(who, false).is_some() {
+                return Slot::Now;
+            }
+            if v.day_full() {
+                return v.slot(day_end_ms);
+            }
+            v.turn(who).unwrap_or_else(|| v.slot(day_end_ms))
+        }))
+    }
+
+    async fn admit_as(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        who: Option<&Waiter<'_>>,
+    ) -> Result<Slot, FleetError> {
+        Ok(self.with(pool, limits, day_end_ms, tokens, |v| {
+            if v.granted(who, true).is_some() {
+                return Slot::Now;
+            }
+            if v.day_full() {
+                return v.slot(day_end_ms);
+            }
+            if let Some(turn) = v.turn(who) {
+                return turn;
+            }
+            let slot = v.slot(day_end_ms);
+            if slot == Slot::Now {
+                v.admit_now();
+            }
+            slot
+        }))
+    }
+
+    async fn join(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        who: &Waiter<'_>,
+    ) -> Result<Joined, FleetError> {
+        Ok(self.with(pool, limits, day_end_ms, tokens, |v| {
+            if let Some(valid_ms) = v.granted(Some(who), false) {
+                return Joined::Granted { valid_ms };
+            }
+            if v.day_full() {
+                return Joined::Queued {
+                    wait_ms: day_end_ms.saturating_sub(v.now).max(1),
+                };
+            }
+            let mine = v.cost;
+            v.st.fair
+                .enter(who, u32::try_from(mine).unwrap_or(u32::MAX));
+            v.dispatch(64);
+            v.cost = mine;
+            if let Some(valid_ms) = v.granted(Some(who), false) {
+                v.st.fair.untell(who.run_id);
+                return Joined::Granted { valid_ms };
+            }
+            Joined::Queued {
+                wait_ms: v.fair_wait(v.st.fair.ahead(who)).max(1),
             }
         }))
+    }
+
+    async fn dispatch(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        max: u32,
+    ) -> Result<Dispatched, FleetError> {
+        Ok(self.with(pool, limits, day_end_ms, 0, |v| {
+            if !v.day_full() {
+                v.dispatch(max);
+            }
+            Dispatched {
+                granted: v.st.fair.tell(),
+                waiting: v.st.fair.waiting() as u64,
+            }
+        }))
+    }
+
+    async fn leave(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        run_id: &str,
+    ) -> Result<(), FleetError> {
+        let granted = self.with(pool, limits, day_end_ms, tokens, |v| {
+            v.st.fair.remove(run_id);
+            v.st.fair.forget(run_id, v.now)
+        });
+        if granted {
+            self.release(pool, limits, day_end_ms, tokens, 0).await?;
+        }
+        Ok(())
+    }
+
+    async fn waiting_pools(&self) -> Result<Vec<String>, FleetError> {
+        let pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waiting: Vec<String> = pools
+            .iter()
+            .filter(|(_, st)| st.fair.waiting() > 0 || st.fair.has_untold())
+            .map(|(pool, _)| pool.clone())
+            .collect();
+        waiting.sort();
+        Ok(waiting)
+    }
+
+    async fn quiet(&self, _pool: &str, _quiet_ms: u64) -> Result<(), FleetError> {
+        // Pools are listed by what they hold, not by a list to keep.
+        Ok(())
     }
 
     async fn reserve(
@@ -536,7 +711,8 @@ impl Pacer for MemoryPacer {
         tokens: u32,
     ) -> Result<Option<Reservation>, FleetError> {
         Ok(self.with(pool, limits, day_end_ms, tokens, |v| {
-            if v.day_full() {
+            // A reservation ahead of runs waiting their turn would pass them.
+            if v.day_full() || v.st.fair.waiting() > 0 {
                 return None;
             }
             let (win, w) = (v.win(), v.window());
@@ -814,6 +990,15 @@ impl Pacer for MemoryPacer {
                     fixed_by_provider: v.st.learned_fixed,
                     sliding_by_provider: v.st.learned_sliding,
                 },
+                waiting: u32::try_from(v.st.fair.waiting()).unwrap_or(u32::MAX),
+                tenants_waiting: u32::try_from(v.st.fair.tenants_waiting()).unwrap_or(u32::MAX),
+                shares: v
+                    .st
+                    .fair
+                    .shares(v.window())
+                    .into_iter()
+                    .map(|(tenant, slots)| Share { tenant, slots })
+                    .collect(),
                 ..PoolUse::default()
             };
             if v.limits.rolling {

@@ -19,15 +19,20 @@
 //! ([`Stated`]: its limits, where its window ends, what is left) is learned per pool instance,
 //! in the same hash, and wins from the next admit on unless the pool pins its limits.
 //!
+//! Once runs wait for a pool, its slots go to them through a queue that shares them fairly
+//! between tenants by their weights, interactive runs first ([`Waiter`], `fair.rs`).
+//!
 //! [`RedisPacer`] is the fleet's (one Lua script on Redis `TIME`, keys hash-tagged by pool
 //! instance); [`MemoryPacer`] keeps the same rules in one process. `tests/pace.rs` runs one
 //! suite on both.
 
+mod fair;
 mod memory;
 mod redis;
 mod stated;
 
 pub use self::redis::RedisPacer;
+pub use fair::{Joined, Lane, Waiter};
 pub use memory::MemoryPacer;
 pub use stated::{Answer, MAX_STATED, Stated};
 
@@ -71,6 +76,15 @@ impl Limits {
     pub fn counts_tokens(&self) -> bool {
         self.tokens_per_window.is_some() || self.tokens_per_day.is_some()
     }
+}
+
+/// What [`Pacer::dispatch`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dispatched {
+    /// Runs granted a slot that nobody had told: to be woken now.
+    pub granted: Vec<String>,
+    /// Runs still waiting their turn.
+    pub waiting: u64,
 }
 
 /// When a pool has room for a call.
@@ -118,6 +132,19 @@ pub struct PoolUse {
     pub day_tokens: u64,
     /// What the provider stated, and the limit in force after pacing misses.
     pub learned: Learned,
+    /// Runs waiting their turn for a slot (docs/design.md §4.8).
+    pub waiting: u32,
+    /// Tenants with runs waiting.
+    pub tenants_waiting: u32,
+    /// Each tenant's slots this window, granted through the queue.
+    pub shares: Vec<Share>,
+}
+
+/// A tenant's slots of a pool's window, granted to its waiting runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Share {
+    pub tenant: String,
+    pub slots: u32,
 }
 
 /// What a pool instance learned from its provider (docs/design.md §4.4).
@@ -185,6 +212,10 @@ pub enum Seen {
 /// day clock's next midnight): the day counter starts again when it changes. `tokens` is what a
 /// call is expected to spend (see [`estimate_tokens`]); it counts only in a pool whose limits
 /// count tokens, and the call's answer corrects it ([`Pacer::spent`]).
+///
+/// A run asks as a [`Waiter`] (`who`): it takes the slot its pool's queue granted it, and while
+/// other runs wait their turn it takes no other. Asking as nobody (`None`: a continuation, a
+/// canary, an operator's view) ignores the queue.
 #[async_trait]
 pub trait Pacer: Send + Sync {
     /// Whether the pool has room for a call now, counting nothing.
@@ -194,7 +225,9 @@ pub trait Pacer: Send + Sync {
         limits: &Limits,
         day_end_ms: u64,
         tokens: u32,
-    ) -> Result<Slot, FleetError>;
+    ) -> Result<Slot, FleetError> {
+        self.peek_as(pool, limits, day_end_ms, tokens, None).await
+    }
     /// Count a call now if the window and the day have room; else say when the next slot is.
     async fn admit(
         &self,
@@ -202,9 +235,68 @@ pub trait Pacer: Send + Sync {
         limits: &Limits,
         day_end_ms: u64,
         tokens: u32,
+    ) -> Result<Slot, FleetError> {
+        self.admit_as(pool, limits, day_end_ms, tokens, None).await
+    }
+    /// [`Pacer::peek`] for `who`: open when its slot was granted, closed (until about its turn)
+    /// while others wait.
+    async fn peek_as(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        who: Option<&Waiter<'_>>,
     ) -> Result<Slot, FleetError>;
+    /// [`Pacer::admit`] for `who`: it takes the slot granted to it (counted already), and no
+    /// other while others wait.
+    async fn admit_as(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        who: Option<&Waiter<'_>>,
+    ) -> Result<Slot, FleetError>;
+    /// `who` waits its turn in the pool's queue (a run already in it keeps its place): granted
+    /// a slot now when it is next in line and there is room, else queued; the pool's room goes
+    /// to the runs next in line.
+    async fn join(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        who: &Waiter<'_>,
+    ) -> Result<Joined, FleetError>;
+    /// Grant the room there is now to the runs next in line (at most `max`), and say which runs
+    /// were granted a slot since the last call (here or by a [`Pacer::join`]): they are to be
+    /// woken. The replicas' housekeeping calls it for every pool in [`Pacer::waiting_pools`].
+    async fn dispatch(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        max: u32,
+    ) -> Result<Dispatched, FleetError>;
+    /// `run_id` will not use its place in the pool's queue, nor the slot granted to it (given
+    /// back, for a call of `tokens`).
+    async fn leave(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        run_id: &str,
+    ) -> Result<(), FleetError>;
+    /// The pools whose queues may have runs waiting or granted runs to wake.
+    async fn waiting_pools(&self) -> Result<Vec<String>, FleetError>;
+    /// `pool` has nobody waiting (as its last [`Pacer::dispatch`] said): it leaves the list of
+    /// waiting pools unless a run joined it in the last `quiet_ms`.
+    async fn quiet(&self, pool: &str, quiet_ms: u64) -> Result<(), FleetError>;
     /// Count a call in the first window with room, for a run that will wait for it; `None` when
-    /// the day is spent (its slots come back with the next day, which only the day rest knows).
+    /// the day is spent (its slots come back with the next day, which only the day rest knows),
+    /// or when runs wait their turn (a reservation would pass them).
     async fn reserve(
         &self,
         pool: &str,

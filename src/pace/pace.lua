@@ -256,7 +256,11 @@ end
 -- ms from now), and in fixed window x or the rolling windows.
 local function count(x, wait)
   redis.call('HINCRBY', key, 'dn', 1)
-  if cost > 0 then redis.call('HINCRBY', key, 'dt', cost) end
+  day_used = day_used + 1
+  if cost > 0 then
+    redis.call('HINCRBY', key, 'dt', cost)
+    day_tokens = day_tokens + cost
+  end
   if logs and limit > 0 then log_at(now + (wait or 0)) end
   if rolling then
     if limit > 0 and not sliding then
@@ -275,6 +279,195 @@ local function count(x, wait)
   else
     keep(now)
   end
+end
+
+
+-- Uncount a held slot whose call is (or was) made at `at`, from its window and its day.
+local function release_at(at)
+  if logs and limit > 0 then
+    local near = redis.call('ZRANGEBYSCORE', log, at - guard, at + guard)
+    if #near > 0 then redis.call('ZREM', log, near[1]) end
+  end
+  if sliding then
+    -- Only the log counts it.
+  elseif rolling then
+    if limit > 0 and tat > now then
+      redis.call('HSET', key, 'tat', math.max(now, math.floor(tat - emission)))
+    end
+    if tlimit > 0 and cost > 0 then
+      local ttat0 = num('ttat')
+      if ttat0 > now then
+        redis.call('HSET', key, 'ttat', math.max(now, math.floor(ttat0 - cost * win / tlimit)))
+      end
+    end
+  elseif windowed then
+    local x = math.floor((at - ph) / win)
+    if x >= w and used_in(x) > 0 then
+      redis.call('HINCRBY', key, 'c:' .. x, -1)
+      if tlimit > 0 and cost > 0 then
+        redis.call('HSET', key, 'k:' .. x, math.max(0, tokens_in(x) - cost))
+      end
+    end
+  end
+  -- A slot of a later day was counted in none yet (a held slot outlives no day: it is valid for
+  -- one window).
+  if day_used > 0 and (dend == 0 or at < dend) then
+    redis.call('HINCRBY', key, 'dn', -1)
+    if cost > 0 then redis.call('HSET', key, 'dt', math.max(0, day_tokens - cost)) end
+  end
+end
+
+-- Fair share (docs/design.md §4.8, src/pace/fair.rs keeps the same rules in one process). Once
+-- runs wait for the pool, its slots go through its queue only, by WF2Q+ over tenants, lane 0
+-- (interactive) before lane 1 (batch). KEYS[3] is a hash:
+--   v<l> / wb<l>          lane l's virtual time, and the weights of its tenants with runs waiting
+--   f<l>:<t> n<l>:<t> w<l>:<t>   tenant t's last finish tag (kept while it is away), runs
+--                         waiting, weight
+--   e:<run>               a waiting run: lane|tenant|from|by|tokens|deadline (from: eligible
+--                         once the virtual time reaches it; by: its deadline, in virtual time)
+--   q                     runs waiting, both lanes
+-- KEYS[4..7] lane 0's eligible (by deadline) and pending (by from) runs, then lane 1's; KEYS[8]
+-- the granted runs (by the end of their slot); KEYS[9] the granted runs nobody told yet (a
+-- list); KEYS[10] each tenant's slots this window ('w': which window). Tags are written with
+-- 17 digits: Lua's own conversion keeps 14, and the order must be the one fair.rs computes.
+local fair, grants, untold, shares = KEYS[3], KEYS[8], KEYS[9], KEYS[10]
+local elig = {KEYS[4], KEYS[6]}
+local pend = {KEYS[5], KEYS[7]}
+local margin = 1 / 38
+
+local function tag(x)
+  return string.format('%.17g', x)
+end
+
+local function fget(f)
+  return redis.call('HGET', fair, f)
+end
+
+local function fnum(f)
+  return tonumber(fget(f) or '0')
+end
+
+local function waiting()
+  return fnum('q')
+end
+
+local function entry(run)
+  local e = fget('e:' .. run)
+  if not e then return nil end
+  local l, t, a, b, k, d = string.match(e, '^(%d)|([^|]+)|([^|]+)|([^|]+)|(%d+)|(%d+)$')
+  return {lane = tonumber(l), tenant = t, from = tonumber(a), by = tonumber(b),
+    tokens = tonumber(k), deadline = tonumber(d)}
+end
+
+local function keep_fair()
+  local ttl = math.max(win, 60000) * 2 + 3600000
+  for i = 3, 10 do redis.call('PEXPIRE', KEYS[i], ttl) end
+end
+
+-- Add a run to its lane; one already waiting keeps its place.
+local function enter(run, tenant, weight, lane, tokens, deadline)
+  if fget('e:' .. run) then return end
+  local l = lane + 1
+  weight = math.max(1, weight)
+  local v = fnum('v' .. lane)
+  -- A tenant waiting already chains its runs, owed or ahead; one that comes back starts now,
+  -- or where its last run ended if that is later.
+  local s = fnum('f' .. lane .. ':' .. tenant)
+  if not fget('n' .. lane .. ':' .. tenant) then s = math.max(v, s) end
+  local f = s + 1 / weight
+  redis.call('HSET', fair, 'f' .. lane .. ':' .. tenant, tag(f))
+  if redis.call('HINCRBY', fair, 'n' .. lane .. ':' .. tenant, 1) == 1 then
+    redis.call('HSET', fair, 'w' .. lane .. ':' .. tenant, weight)
+    redis.call('HSET', fair, 'wb' .. lane, tag(fnum('wb' .. lane) + weight))
+    redis.call('HINCRBY', fair, 'tn', 1)
+  end
+  redis.call('HINCRBY', fair, 'q', 1)
+  local from, by = s + margin * (1 / weight), s + (1 - margin) * (1 / weight)
+  redis.call('HSET', fair, 'e:' .. run,
+    lane .. '|' .. tenant .. '|' .. tag(from) .. '|' .. tag(by) .. '|' .. tokens .. '|' .. deadline)
+  if from <= v then
+    redis.call('ZADD', elig[l], tag(by), run)
+  else
+    redis.call('ZADD', pend[l], tag(from), run)
+  end
+  keep_fair()
+end
+
+-- Take a run out of its lane; returns its entry, or nil when it was not waiting.
+local function remove(run)
+  local e = entry(run)
+  if not e then return nil end
+  local lane, t = e.lane, e.tenant
+  redis.call('HDEL', fair, 'e:' .. run)
+  redis.call('ZREM', elig[lane + 1], run)
+  redis.call('ZREM', pend[lane + 1], run)
+  redis.call('HINCRBY', fair, 'q', -1)
+  if redis.call('HINCRBY', fair, 'n' .. lane .. ':' .. t, -1) <= 0 then
+    local w = fnum('w' .. lane .. ':' .. t)
+    redis.call('HSET', fair, 'wb' .. lane, tag(fnum('wb' .. lane) - w))
+    redis.call('HINCRBY', fair, 'tn', -1)
+    redis.call('HDEL', fair, 'n' .. lane .. ':' .. t, 'w' .. lane .. ':' .. t)
+  end
+  return e
+end
+
+-- Lane l's virtual time once the next slot is served: each waiting tenant's share of a slot is
+-- its weight over the weights waiting.
+local function next_v(lane)
+  local v, wb = fnum('v' .. lane), fnum('wb' .. lane)
+  if wb > 0 then return v + 1 / wb end
+  return v
+end
+
+-- The run next in line and its entry, left in line; runs past their deadline that come up
+-- are dropped on the way.
+local function head()
+  while true do
+    local lane = nil
+    for l = 1, 0, -1 do
+      if redis.call('ZCARD', elig[l + 1]) > 0 or redis.call('ZCARD', pend[l + 1]) > 0 then
+        lane = l
+      end
+    end
+    if lane == nil then return nil end
+    local E, P = elig[lane + 1], pend[lane + 1]
+    for _, run in ipairs(redis.call('ZRANGEBYSCORE', P, '-inf', tag(next_v(lane)))) do
+      local e = entry(run)
+      redis.call('ZREM', P, run)
+      if e then redis.call('ZADD', E, tag(e.by), run) end
+    end
+    -- (Nobody eligible, after tenants left owed: the earliest start goes, as no slot is left
+    -- unused.)
+    local run = redis.call('ZRANGE', E, 0, 0)[1] or redis.call('ZRANGE', P, 0, 0)[1]
+    local e = entry(run)
+    if e.deadline > now then return run, e end
+    remove(run)
+  end
+end
+
+-- The run next in line takes its slot: virtual time moves on by the slot.
+local function pop(run, e)
+  redis.call('HSET', fair, 'v' .. e.lane, tag(next_v(e.lane)))
+  remove(run)
+end
+
+-- Runs ahead of a waiter (one waiting, or one that would join), roughly: in its lane, those
+-- with a smaller tag; in an earlier lane, all.
+local function ahead(run, tenant, weight, lane)
+  local f
+  local e = entry(run)
+  if e then
+    f = e.by
+  else
+    f = math.max(fnum('v' .. lane), fnum('f' .. lane .. ':' .. tenant))
+      + (1 - margin) * (1 / math.max(1, weight))
+  end
+  local n = redis.call('ZCOUNT', elig[lane + 1], '-inf', '(' .. tag(f))
+    + redis.call('ZCOUNT', pend[lane + 1], '-inf', '(' .. tag(f))
+  if lane == 1 then
+    n = n + redis.call('ZCARD', elig[1]) + redis.call('ZCARD', pend[1])
+  end
+  return n
 end
 
 if op == 'usage' then
@@ -305,7 +498,8 @@ if op == 'usage' then
   local phased = 0
   if num('ph') > 0 then phased = 1 end
   return {used, resets, day_used, reserved, num('miss'), tokens, day_tokens,
-    num('sl'), num('dlim'), num('stl'), working, num('lt'), phased, num('fx'), num('sx')}
+    num('sl'), num('dlim'), num('stl'), working, num('lt'), phased, num('fx'), num('sx'),
+    waiting(), fnum('tn')}
 end
 
 -- The quota endpoint's count of the day (ARGV[11], refusals included, lagging a little: it
@@ -494,39 +688,127 @@ end
 -- A held slot its run will not use (its moment ARGV[12] ms from now): uncounted from its window
 -- and from the day it falls in, so the slot goes to another run.
 if op == 'release' then
-  local at = now + tonumber(ARGV[12])
-  if logs and limit > 0 then
-    local near = redis.call('ZRANGEBYSCORE', log, at - guard, at + guard)
-    if #near > 0 then redis.call('ZREM', log, near[1]) end
-  end
-  if sliding then
-    -- Only the log counts it.
-  elseif rolling then
-    if limit > 0 and tat > now then
-      redis.call('HSET', key, 'tat', math.max(now, math.floor(tat - emission)))
-    end
-    if tlimit > 0 and cost > 0 then
-      local ttat0 = num('ttat')
-      if ttat0 > now then
-        redis.call('HSET', key, 'ttat', math.max(now, math.floor(ttat0 - cost * win / tlimit)))
-      end
-    end
-  elseif windowed then
-    local x = math.floor((at - ph) / win)
-    if x >= w and used_in(x) > 0 then
-      redis.call('HINCRBY', key, 'c:' .. x, -1)
-      if tlimit > 0 and cost > 0 then
-        redis.call('HSET', key, 'k:' .. x, math.max(0, tokens_in(x) - cost))
-      end
-    end
-  end
-  -- A slot of a later day was counted in none yet (a held slot outlives no day: it is valid for
-  -- one window).
-  if day_used > 0 and (dend == 0 or at < dend) then
-    redis.call('HINCRBY', key, 'dn', -1)
-    if cost > 0 then redis.call('HSET', key, 'dt', math.max(0, day_tokens - cost)) end
-  end
+  release_at(now + tonumber(ARGV[12]))
   return {1}
+end
+
+-- Ms until this call has room (0: now).
+local function wait_now()
+  if rolling then return math.max(0, math.ceil(rolling_wait())) end
+  if windowed and (not room(w) or (tail and not room(w + 1))) then
+    return start(free_from(w + 1)) + guard - now
+  end
+  return 0
+end
+
+-- Count a call now, that wait_now() has room for.
+local function admit_now()
+  count(w)
+  if tail then
+    -- Counted in the next window too; the day counts the call once.
+    redis.call('HINCRBY', key, 'c:' .. (w + 1), 1)
+    redis.call('HINCRBY', key, 't:' .. (w + 1), 1)
+    if tlimit > 0 and cost > 0 then redis.call('HINCRBY', key, 'k:' .. (w + 1), cost) end
+    keep(start(w + 2))
+  end
+end
+
+local function full_day()
+  return (dlimit > 0 and day_used >= dlimit)
+    or (tdlimit > 0 and cost > 0 and day_tokens > 0 and day_tokens + cost > tdlimit)
+end
+
+-- Until when (epoch ms) a slot counted now may be used.
+local function valid_until()
+  if windowed then return start(w + 1) end
+  return now + win
+end
+
+-- Grant the room there is now to the runs next in line, at most `max`: each slot is counted
+-- for its run and kept for it until it comes (or its slot ends).
+local function dispatch(max)
+  local n = 0
+  redis.call('ZREMRANGEBYSCORE', grants, '-inf', now)
+  while n < max and waiting() > 0 and not (windowed and tail) do
+    local run, e = head()
+    if not run then break end
+    cost = e.tokens
+    if full_day() or wait_now() > 0 then break end
+    pop(run, e)
+    admit_now()
+    redis.call('ZADD', grants, valid_until(), run)
+    redis.call('RPUSH', untold, run)
+    if redis.call('HGET', shares, 'w') ~= tostring(w) then
+      redis.call('DEL', shares)
+      redis.call('HSET', shares, 'w', w)
+    end
+    redis.call('HINCRBY', shares, e.tenant, 1)
+    n = n + 1
+  end
+  keep_fair()
+  return n
+end
+
+-- Ms a waiter with `n` runs ahead of it may expect to wait for its slot.
+local function fair_wait(n)
+  local per = math.max(limit, 1)
+  if rolling then
+    return math.max(wait_now(), 1) + math.ceil(n * win / per)
+  end
+  local left = math.max(0, per - used_in(w))
+  if n < left and not tail then return 250 end
+  return start(w + 1) + guard - now + math.floor(math.max(0, n - left) / per) * win
+end
+
+-- The runs still waiting, then those granted a slot nobody has told yet.
+if op == 'dispatch' then
+  if not day_full then dispatch(tonumber(ARGV[12])) end
+  local told = redis.call('LRANGE', untold, 0, -1)
+  redis.call('DEL', untold)
+  table.insert(told, 1, tostring(waiting()))
+  return told
+end
+
+-- A run that will not use its place, or its granted slot (ARGV[12]).
+if op == 'leave' then
+  local run = ARGV[12]
+  local g = redis.call('ZSCORE', grants, run)
+  if g then
+    redis.call('ZREM', grants, run)
+    redis.call('LREM', untold, 0, run)
+    if tonumber(g) > now then release_at(now) end
+  end
+  remove(run)
+  return {1}
+end
+
+-- Each tenant's slots this window: a flat list of tenant, slots.
+if op == 'shares' then
+  local out = {}
+  if redis.call('HGET', shares, 'w') == tostring(w) then
+    local all = redis.call('HGETALL', shares)
+    for i = 1, #all, 2 do
+      if all[i] ~= 'w' then
+        table.insert(out, all[i])
+        table.insert(out, all[i + 1])
+      end
+    end
+  end
+  return out
+end
+
+-- A run asking for itself (ARGV[12..16]: run, tenant, weight, lane, deadline) takes the slot
+-- granted to it; while others wait, it takes no other (a continuation asks as nobody).
+local who = nil
+if ARGV[12] ~= nil and ARGV[12] ~= '' and (op == 'peek' or op == 'admit' or op == 'join') then
+  who = {run = ARGV[12], tenant = ARGV[13], weight = tonumber(ARGV[14]),
+    lane = tonumber(ARGV[15]), deadline = tonumber(ARGV[16])}
+  redis.call('ZREMRANGEBYSCORE', grants, '-inf', now)
+  local g = redis.call('ZSCORE', grants, who.run)
+  if g then
+    if op == 'admit' then redis.call('ZREM', grants, who.run) end
+    return {1, 0, tonumber(g) - now}
+  end
 end
 
 if day_full then
@@ -534,7 +816,28 @@ if day_full then
   return {0, math.max(dend - now, 1)}
 end
 
+-- Join the pool's queue: granted a slot now when it is first in line and there is room, else
+-- told roughly how long its turn takes.
+if op == 'join' then
+  enter(who.run, who.tenant, who.weight, who.lane, cost, who.deadline)
+  local mine = cost
+  dispatch(64)
+  cost = mine
+  local g = redis.call('ZSCORE', grants, who.run)
+  if g then
+    redis.call('LREM', untold, 0, who.run)
+    return {1, 0, tonumber(g) - now}
+  end
+  return {0, math.max(1, fair_wait(ahead(who.run, who.tenant, who.weight, who.lane)))}
+end
+
+if who and waiting() > 0 then
+  return {0, math.max(1, fair_wait(ahead(who.run, who.tenant, who.weight, who.lane)))}
+end
+
 if op == 'reserve' then
+  -- A reservation ahead of runs waiting their turn would pass them.
+  if waiting() > 0 then return {0, 0, 0} end
   if rolling then
     local wait = math.max(0, math.ceil(rolling_wait()))
     count(w, wait)
@@ -553,21 +856,7 @@ if op == 'reserve' then
 end
 
 -- peek or admit
-local wait = 0
-if rolling then
-  wait = math.max(0, math.ceil(rolling_wait()))
-elseif windowed and (not room(w) or (tail and not room(w + 1))) then
-  wait = start(free_from(w + 1)) + guard - now
-end
+local wait = wait_now()
 if wait > 0 then return {0, wait} end
-if op == 'admit' then
-  count(w)
-  if tail then
-    -- Counted in the next window too; the day counts the call once.
-    redis.call('HINCRBY', key, 'c:' .. (w + 1), 1)
-    redis.call('HINCRBY', key, 't:' .. (w + 1), 1)
-    if tlimit > 0 and cost > 0 then redis.call('HINCRBY', key, 'k:' .. (w + 1), cost) end
-    keep(start(w + 2))
-  end
-end
+if op == 'admit' then admit_now() end
 return {1, 0}

@@ -3,11 +3,12 @@
 //! One hash per pool instance, `ns:{pool}:pace` (the pool's hash tag, as its rests), changed only
 //! by one Lua script (`pace.lua`) that reads Redis `TIME`, so replicas' clocks never matter and
 //! concurrent callers are serialised by Redis: ten replicas asking at once get exactly the
-//! window's room.
+//! window's room. A pool's fair-share queue (`fair.rs`) lives beside it under the same tag, so
+//! the script hands slots to waiting runs in the same step that counts them.
 
 use super::{
-    DaySync, Headroom, Learned, Limits, Pacer, PoolSeen, PoolUse, Refusal, Reservation,
-    SEEN_TTL_MS, Seen, Slot, Stated, WINDOW_GUARD_MS,
+    DaySync, Dispatched, Headroom, Joined, Learned, Limits, Pacer, PoolSeen, PoolUse, Refusal,
+    Reservation, SEEN_TTL_MS, Seen, Share, Slot, Stated, WINDOW_GUARD_MS, Waiter,
 };
 use crate::fleet::FleetError;
 use async_trait::async_trait;
@@ -16,6 +17,26 @@ use redis::aio::ConnectionManager;
 use std::sync::LazyLock;
 
 static PACE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("pace.lua")));
+
+/// A pool leaves the list of pools with runs waiting, unless a run joined it lately.
+static QUIET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "local s = redis.call('ZSCORE', KEYS[1], ARGV[1]) \
+         if s and tonumber(s) < tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end",
+    )
+});
+
+/// The fair-share keys of a pool, after its hash and its log (see `pace.lua`).
+const FAIR_KEYS: [&str; 8] = [
+    "fair",
+    "fair-e0",
+    "fair-p0",
+    "fair-e1",
+    "fair-p1",
+    "fair-g",
+    "fair-told",
+    "fair-s",
+];
 
 /// The day's counts back to zero, on a hash that exists (an HSET on one that expired would make
 /// one without its TTL); the windows keep theirs.
@@ -55,6 +76,41 @@ impl RedisPacer {
         format!("{}:{{{pool}}}:seen", self.ns)
     }
 
+    /// The sorted set of pools whose queues have runs waiting, by when one last joined.
+    fn waiting_key(&self) -> String {
+        format!("{}:fair-pools", self.ns)
+    }
+
+    /// The script for `op` on `pool`, with its keys and common arguments; an op's own arguments
+    /// follow.
+    fn invocation(
+        &self,
+        op: &str,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+    ) -> redis::ScriptInvocation<'static> {
+        let mut invocation = PACE.prepare_invoke();
+        invocation.key(self.key(pool)).key(self.log_key(pool));
+        for suffix in FAIR_KEYS {
+            invocation.key(format!("{}:{{{pool}}}:{suffix}", self.ns));
+        }
+        invocation
+            .arg(op)
+            .arg(limits.per_window.unwrap_or(0))
+            .arg(limits.window_ms.max(1))
+            .arg(u8::from(limits.rolling))
+            .arg(limits.per_day.unwrap_or(0))
+            .arg(day_end_ms)
+            .arg(WINDOW_GUARD_MS)
+            .arg(limits.tokens_per_window.unwrap_or(0))
+            .arg(limits.tokens_per_day.unwrap_or(0))
+            .arg(if limits.counts_tokens() { tokens } else { 0 })
+            .arg(u8::from(limits.pin));
+        invocation
+    }
+
     async fn call(
         &self,
         op: &str,
@@ -76,25 +132,50 @@ impl RedisPacer {
         tokens: u32,
         more: &[i64],
     ) -> Result<Vec<u64>, FleetError> {
-        let mut conn = self.conn.clone();
-        let reply: Vec<i64> = PACE
-            .key(self.key(pool))
-            .key(self.log_key(pool))
-            .arg(op)
-            .arg(limits.per_window.unwrap_or(0))
-            .arg(limits.window_ms.max(1))
-            .arg(u8::from(limits.rolling))
-            .arg(limits.per_day.unwrap_or(0))
-            .arg(day_end_ms)
-            .arg(WINDOW_GUARD_MS)
-            .arg(limits.tokens_per_window.unwrap_or(0))
-            .arg(limits.tokens_per_day.unwrap_or(0))
-            .arg(if limits.counts_tokens() { tokens } else { 0 })
-            .arg(u8::from(limits.pin))
-            .arg(more)
-            .invoke_async(&mut conn)
-            .await?;
+        let mut invocation = self.invocation(op, pool, limits, day_end_ms, tokens);
+        invocation.arg(more);
+        let reply: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(reply.into_iter().map(|v| v.max(0) as u64).collect())
+    }
+
+    /// `op` asked by `who` (or by nobody).
+    async fn call_as(
+        &self,
+        op: &str,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        who: Option<&Waiter<'_>>,
+    ) -> Result<Vec<u64>, FleetError> {
+        let mut invocation = self.invocation(op, pool, limits, day_end_ms, tokens);
+        if let Some(who) = who {
+            invocation
+                .arg(who.run_id)
+                .arg(who.tenant)
+                .arg(who.weight.max(1))
+                .arg(who.lane.index())
+                .arg(who.deadline_ms);
+        }
+        let reply: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        Ok(reply.into_iter().map(|v| v.max(0) as u64).collect())
+    }
+
+    /// Each tenant's slots of `pool`'s window.
+    async fn shares(&self, pool: &str, limits: &Limits) -> Result<Vec<Share>, FleetError> {
+        let reply: Vec<String> = self
+            .invocation("shares", pool, limits, 0, 0)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let mut shares: Vec<Share> = reply
+            .chunks_exact(2)
+            .map(|pair| Share {
+                tenant: pair[0].clone(),
+                slots: pair[1].parse().unwrap_or(0),
+            })
+            .collect();
+        shares.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        Ok(shares)
     }
 }
 
@@ -117,28 +198,113 @@ fn slot(reply: &[u64]) -> Slot {
 
 #[async_trait]
 impl Pacer for RedisPacer {
-    async fn peek(
+    async fn peek_as(
         &self,
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
         tokens: u32,
+        who: Option<&Waiter<'_>>,
     ) -> Result<Slot, FleetError> {
-        Ok(slot(
-            &self.call("peek", pool, limits, day_end_ms, tokens).await?,
-        ))
+        let reply = self
+            .call_as("peek", pool, limits, day_end_ms, tokens, who)
+            .await?;
+        Ok(slot(&reply))
     }
 
-    async fn admit(
+    async fn admit_as(
         &self,
         pool: &str,
         limits: &Limits,
         day_end_ms: u64,
         tokens: u32,
+        who: Option<&Waiter<'_>>,
     ) -> Result<Slot, FleetError> {
-        Ok(slot(
-            &self.call("admit", pool, limits, day_end_ms, tokens).await?,
-        ))
+        let reply = self
+            .call_as("admit", pool, limits, day_end_ms, tokens, who)
+            .await?;
+        Ok(slot(&reply))
+    }
+
+    async fn join(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        who: &Waiter<'_>,
+    ) -> Result<Joined, FleetError> {
+        let reply = self
+            .call_as("join", pool, limits, day_end_ms, tokens, Some(who))
+            .await?;
+        let mut conn = self.conn.clone();
+        let now = crate::clock::epoch_ms();
+        let _: () = redis::cmd("ZADD")
+            .arg(self.waiting_key())
+            .arg(now)
+            .arg(pool)
+            .query_async(&mut conn)
+            .await?;
+        Ok(match reply[..] {
+            [1, _, valid_ms, ..] => Joined::Granted { valid_ms },
+            [_, wait_ms, ..] => Joined::Queued { wait_ms },
+            _ => Joined::Queued { wait_ms: 1 },
+        })
+    }
+
+    async fn dispatch(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        max: u32,
+    ) -> Result<Dispatched, FleetError> {
+        let mut invocation = self.invocation("dispatch", pool, limits, day_end_ms, 0);
+        invocation.arg(max);
+        let mut reply: Vec<String> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        if reply.is_empty() {
+            return Ok(Dispatched::default());
+        }
+        let waiting = reply.remove(0).parse().unwrap_or(0);
+        Ok(Dispatched {
+            granted: reply,
+            waiting,
+        })
+    }
+
+    async fn leave(
+        &self,
+        pool: &str,
+        limits: &Limits,
+        day_end_ms: u64,
+        tokens: u32,
+        run_id: &str,
+    ) -> Result<(), FleetError> {
+        let mut invocation = self.invocation("leave", pool, limits, day_end_ms, tokens);
+        invocation.arg(run_id);
+        let _: Vec<i64> = invocation.invoke_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    async fn waiting_pools(&self) -> Result<Vec<String>, FleetError> {
+        let mut conn = self.conn.clone();
+        Ok(redis::cmd("ZRANGE")
+            .arg(self.waiting_key())
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await?)
+    }
+
+    async fn quiet(&self, pool: &str, quiet_ms: u64) -> Result<(), FleetError> {
+        let before = crate::clock::epoch_ms().saturating_sub(quiet_ms);
+        let _: () = QUIET
+            .key(self.waiting_key())
+            .arg(pool)
+            .arg(before)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     async fn reserve(
@@ -295,6 +461,9 @@ impl Pacer for RedisPacer {
                 fixed_by_provider: at(13) == 1,
                 sliding_by_provider: at(14) == 1,
             },
+            waiting: at(15) as u32,
+            tenants_waiting: at(16) as u32,
+            shares: self.shares(pool, limits).await?,
         })
     }
 
