@@ -333,12 +333,22 @@ pub struct HeldSlot {
     /// Epoch ms from which, and until which, the slot may be used.
     pub from_ms: u64,
     pub until_ms: u64,
+    /// A place in the pool's queue of waiting runs (docs/design.md §4.8) rather than a slot:
+    /// the slot is granted to the run in Redis when its turn comes (from `from_ms`, roughly),
+    /// and the run asks for it by its id. Given back, the place is left.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
 }
 
 impl HeldSlot {
-    /// Whether the slot is `pool`'s and may be used at `now_ms`.
+    /// Whether the slot is `pool`'s, counted, and may be used at `now_ms`.
     pub fn usable(&self, pool: &str, now_ms: u64) -> bool {
-        self.pool == pool && (self.from_ms..self.until_ms).contains(&now_ms)
+        !self.queued && self.pool == pool && (self.from_ms..self.until_ms).contains(&now_ms)
+    }
+
+    /// Whether this is a place in `pool`'s queue.
+    pub fn queued_in(&self, pool: &str) -> bool {
+        self.queued && self.pool == pool
     }
 }
 

@@ -136,7 +136,7 @@ async fn a_full_pool_closes_its_routes_without_a_call_and_runs_move_on() {
 }
 
 #[tokio::test]
-async fn waiting_runs_hold_slots_of_later_windows_and_wake_at_them() {
+async fn waiting_runs_take_their_place_in_the_pools_queue_and_are_handed_slots_in_turn() {
     let s = setup(20).await;
     for n in 0..20 {
         assert!(succeeded(
@@ -146,38 +146,70 @@ async fn waiting_runs_hold_slots_of_later_windows_and_wake_at_them() {
     let window_end = s.h.clock.now_ms() / MINUTE * MINUTE + MINUTE;
     let mut parked = Vec::new();
     for n in 0..25 {
-        let mut job = s.job(&format!("w{n}"), &[FREE_A, FREE_B]);
+        let mut job = s.job(&format!("w{n:02}"), &[FREE_A, FREE_B]);
         let Outcome::Snoozed { until_ms, slot, .. } = s.execute(&job).await else {
             panic!("a run without an open route waits")
         };
-        let slot = slot.expect("it holds a slot");
-        assert_eq!(slot.pool, OPENROUTER_FREE_POOL);
-        assert!(slot.from_ms <= until_ms && until_ms <= slot.from_ms + 250);
-        job.slot = Some(slot);
-        parked.push((job, until_ms));
+        let place = slot.expect("it has a place in the pool's queue");
+        assert!(place.queued && place.pool == OPENROUTER_FREE_POOL);
+        // It wakes at about its turn, should nobody wake it then: 20 a window, in order.
+        let window = (until_ms - window_end) / MINUTE;
+        assert_eq!(window, u64::from(n >= 20), "w{n} wakes at {until_ms}");
+        job.slot = Some(place);
+        parked.push(job);
     }
-    let windows: Vec<u64> = parked
-        .iter()
-        .map(|(job, _)| (job.slot.as_ref().unwrap().from_ms - window_end) / MINUTE)
-        .collect();
-    assert_eq!(
-        windows,
-        [vec![0; 20], vec![1; 5]].concat(),
-        "20 a window, in order"
-    );
-    let first = parked[0].0.slot.as_ref().unwrap();
-    assert_eq!(first.from_ms, window_end + WINDOW_GUARD_MS);
     assert_eq!(s.calls().len(), 20, "waiting took no call");
+    assert_eq!(
+        s.h.engine.dispatch_turns().await.unwrap(),
+        Vec::<String>::new()
+    );
 
-    // The next minute: the 20 holders call, each once, and a newcomer finds no room.
+    // The next minute: its 20 slots are handed out to the first 20 in line, who call once
+    // each; a newcomer waits behind the five still in line.
     s.advance(window_end + WINDOW_GUARD_MS + 250 - s.h.clock.now_ms());
-    for (job, _) in &parked[..20] {
+    let granted = s.h.engine.dispatch_turns().await.unwrap();
+    let first: Vec<String> = parked[..20].iter().map(|j| j.run_id.clone()).collect();
+    assert_eq!(granted, first, "slots go to the runs in line, in order");
+    for job in &parked[..20] {
         assert!(succeeded(&s.execute(job).await));
     }
     let newcomer = s.execute(&s.job("late", &[FREE_A])).await;
     assert!(matches!(newcomer, Outcome::Snoozed { .. }), "{newcomer:?}");
     assert_eq!(s.calls().len(), 40);
     assert!(s.calls().iter().all(|(_, status)| *status == 200));
+}
+
+/// One tenant's batch fills the line; another tenant's run that comes later is handed the next
+/// slot, not the batch's 41st: slots go to waiting tenants by weight, not first come first
+/// served (docs/design.md §4.8).
+#[tokio::test]
+async fn a_tenant_that_comes_later_is_not_served_after_anothers_whole_batch() {
+    let s = setup(20).await;
+    let mut batch = Vec::new();
+    for _ in 0..60 {
+        let mut job = s.job("a", &[FREE_A]);
+        job.request.tenant = Some("acme".into());
+        job.request.priority = Some(freeway::job::Priority::Batch);
+        if let Outcome::Snoozed { slot, .. } = s.execute(&job).await {
+            job.slot = slot;
+            batch.push(job);
+        }
+    }
+    assert_eq!(batch.len(), 40, "20 ran in this minute, 40 wait");
+    let mut other = s.job("b", &[FREE_A]);
+    other.request.tenant = Some("globex".into());
+    let Outcome::Snoozed { slot, .. } = s.execute(&other).await else {
+        panic!("the pool is full")
+    };
+    other.slot = slot;
+    s.advance(MINUTE);
+    let granted = s.h.engine.dispatch_turns().await.unwrap();
+    assert_eq!(granted.len(), 20);
+    assert_eq!(
+        granted[0], other.run_id,
+        "the interactive run of the other tenant goes first"
+    );
+    assert!(succeeded(&s.execute(&other).await));
 }
 
 #[tokio::test]
@@ -483,11 +515,12 @@ async fn a_pool_counting_tokens_admits_by_the_answers_usage_not_the_estimate() {
     assert!(s.calls().iter().all(|(_, status)| *status == 200));
 }
 
-/// A run that holds a slot of a later window and is woken before it (an operator's "run now",
-/// a redelivery) while the pool has room calls in a slot of its own: the held one goes back, so
-/// the window and the day count the run once.
+/// A run that waits its turn and is woken before it (an operator's "run now", a redelivery)
+/// keeps one place in the pool's queue; when its turn comes without anybody handing out the
+/// window (no replica's housekeeping ran), it takes its slot itself, and the window and the day
+/// count it once.
 #[tokio::test]
-async fn a_held_slot_its_run_does_not_use_is_given_back() {
+async fn a_run_woken_again_keeps_one_place_and_its_slot_is_counted_once() {
     let s = setup(20).await;
     for n in 0..20 {
         assert!(succeeded(
@@ -505,33 +538,30 @@ async fn a_held_slot_its_run_does_not_use_is_given_back() {
         let day_end = route.day.day_end_ms(s.h.clock.now_ms());
         s.h.pace.usage(OPENROUTER_FREE_POOL, &limits, day_end)
     };
-    assert_eq!(
-        (
-            usage().await.unwrap().reserved,
-            usage().await.unwrap().day_used
-        ),
-        (1, 21)
-    );
-    // Woken again while the window is still full: it holds one slot, not two.
+    let waiting = usage().await.unwrap();
+    assert_eq!((waiting.waiting, waiting.day_used), (1, 20));
+    // Woken again while the window is still full: it has one place, not two.
     let Outcome::Snoozed { slot, .. } = s.execute(&job).await else {
         panic!("still no room")
     };
     job.slot = slot;
-    assert_eq!(
-        (
-            usage().await.unwrap().reserved,
-            usage().await.unwrap().day_used
-        ),
-        (1, 21),
-        "the first slot went back when the second was taken"
-    );
-    // The next window begins; the run is woken before its slot's moment and finds room.
+    assert_eq!(usage().await.unwrap().waiting, 1);
+    // The next window begins; the run wakes on its own and finds its turn.
     let window_end = s.h.clock.now_ms() / MINUTE * MINUTE + MINUTE;
     s.advance(window_end + 100 - s.h.clock.now_ms());
-    assert!(succeeded(&s.execute(&job).await));
+    let outcome = s.execute(&job).await;
+    let outcome = match outcome {
+        // Granted as it asked: it comes back for its slot.
+        Outcome::Snoozed { slot, .. } => {
+            job.slot = slot;
+            s.execute(&job).await
+        }
+        outcome => outcome,
+    };
+    assert!(succeeded(&outcome), "{outcome:?}");
     let after = usage().await.unwrap();
     assert_eq!(
-        (after.window_used, after.reserved, after.day_used),
+        (after.window_used, after.waiting, after.day_used),
         (1, 0, 21),
         "the run's call is counted once in the window and the day"
     );

@@ -65,7 +65,7 @@ impl Enqueuer {
         if let Some(job) = self.queue.forget(run_id).await?
             && let Some(held) = &job.slot
         {
-            // The slot it waited for goes to another run.
+            // The slot it waited for (or its place in the pool's queue) goes to another run.
             let routes: Vec<Route> = job
                 .request
                 .routes
@@ -73,8 +73,8 @@ impl Enqueuer {
                 .filter_map(|spec| Route::resolve(spec, self.catalog()).ok())
                 .collect();
             let now = freeway::clock::epoch_ms();
-            freeway::engine::give_back(&self.pacer(), &routes, held, job.first_call_tokens(), now)
-                .await?;
+            let tokens = job.first_call_tokens();
+            freeway::engine::give_back(&self.pacer(), &routes, held, run_id, tokens, now).await?;
         }
         let cancelled = Event::Cancelled {
             by: Some(by.to_string()),
@@ -154,7 +154,8 @@ impl Enqueuer {
             .collect();
         let now = freeway::clock::epoch_ms();
         let mut closures = self.rests().closures(&routes).await?;
-        freeway::engine::close_full_pools(&self.pacer(), &routes, &mut closures, 0, now, None)
+        let pace = self.pacer();
+        freeway::engine::close_full_pools(&pace, &routes, &mut closures, 0, now, None, None)
             .await?;
         let waiting = Waiting::Allowed { jitter_ms: 0 };
         Ok(

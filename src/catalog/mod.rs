@@ -283,6 +283,15 @@ impl Catalog {
         })
     }
 
+    /// The limits and day clock of a pool instance (`{pool}` or `{pool}@{connection}`, as
+    /// [`Catalog::place`] names them), for work on a pool that no route is at hand for (the
+    /// replicas' handing out of slots to waiting runs); `None` for an instance of no pool.
+    pub fn instance(&self, instance: &str) -> Option<(Limits, DayClock)> {
+        let name = instance.split_once('@').map_or(instance, |(name, _)| name);
+        let pool = self.pools.get(name)?;
+        Some((pool.limits(), self.day_clock(pool)))
+    }
+
     /// When `pool`'s spent day comes back: its `day_reset`, else its provider's dialect's day.
     pub fn day_clock(&self, pool: &Pool) -> DayClock {
         match pool.day_reset {

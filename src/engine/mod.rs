@@ -14,6 +14,7 @@ mod walk;
 pub use pace::{close_full_pools, give_back};
 
 use crate::budget::Budget;
+use crate::catalog::Catalog;
 use crate::chat::{Approval, Message, Role, ToolCall, text_len};
 use crate::classify::Verdict;
 use crate::clock::{Clock, SystemClock};
@@ -109,6 +110,8 @@ pub struct Engine {
     learning: bool,
     /// This replica's name, for the `started` event and lease owners.
     worker: String,
+    /// The tiers (a tenant's weight in a shared pool) and prices in force.
+    catalog: Arc<Catalog>,
 }
 
 impl Engine {
@@ -131,7 +134,14 @@ impl Engine {
             summary: false,
             learning: true,
             worker: "worker".to_string(),
+            catalog: Arc::new(Catalog::builtin()),
         }
+    }
+
+    /// The configuration's tiers and prices (the built-in ones until set).
+    pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> Engine {
+        self.catalog = catalog;
+        self
     }
 
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Engine {

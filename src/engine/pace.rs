@@ -1,15 +1,15 @@
-//! The engine's side of pacing (docs/design.md §4.2, §4.4): a pool with no slot closes its
+//! The engine's side of pacing (docs/design.md §4.2, §4.4, §4.8): a pool with no slot closes its
 //! routes without a call, a call on a paced route takes a slot first, a run that must wait for
-//! a slot holds one of a later window and wakes at it (and gives it back when it goes
-//! elsewhere), what the provider states in an answer is learned, and a refusal despite the slot
-//! is a pacing miss.
+//! a slot takes its place in the pool's queue, where slots go to tenants by weight, and is
+//! woken when one is granted to it (it leaves the queue when it goes elsewhere), what the
+//! provider states in an answer is learned, and a refusal despite the slot is a pacing miss.
 
 use super::{Engine, EngineError, Run};
 use crate::classify::{Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::fleet::FleetError;
-use crate::job::HeldSlot;
-use crate::pace::{Answer, Pacer, Slot, Stated, WINDOW_GUARD_MS};
+use crate::job::{HeldSlot, Priority};
+use crate::pace::{Answer, Joined, Lane, Pacer, Slot, Stated, WINDOW_GUARD_MS, Waiter};
 use crate::preflight::Preflight;
 use crate::provider::{CallError, Completion};
 use crate::rest::{Closure, RestKind};
@@ -27,6 +27,13 @@ pub(crate) enum Taken {
     Full(Closure),
 }
 
+/// The most slots one pool's queue hands out in one round of [`Engine::dispatch_turns`].
+const DISPATCH_MAX: u32 = 256;
+
+/// A pool whose queue is empty leaves the list of pools with runs waiting after this long
+/// without a run joining it.
+const QUIET_MS: u64 = 60_000;
+
 /// How far this process's clock may be from the limiter's when it guesses that a slot was
 /// taken near a window's end.
 const LIMITER_SKEW_MS: u64 = 1_000;
@@ -36,8 +43,59 @@ const LIMITER_SKEW_MS: u64 = 1_000;
 const SLOT_JITTER_MS: (u64, u64) = (0, 250);
 
 impl Engine {
-    /// Close each open route of `routes` whose pool has no slot now; a slot this run holds
-    /// keeps its pool open.
+    /// Hand out the room of every pool with runs waiting their turn (docs/design.md §4.8) and
+    /// return the runs granted a slot since the last round, to be woken. Every replica may run
+    /// it at once: the limiter grants each slot once and names each run once.
+    pub async fn dispatch_turns(&self) -> Result<Vec<String>, EngineError> {
+        let mut granted = Vec::new();
+        for pool in self.fleet.pace.waiting_pools().await? {
+            let Some((limits, day)) = self.catalog.instance(&pool) else {
+                // A pool the configuration no longer has: nobody can be handed its slots.
+                self.fleet.pace.quiet(&pool, 0).await?;
+                continue;
+            };
+            let day_end = day.day_end_ms(self.clock.now_ms());
+            let round = self
+                .fleet
+                .pace
+                .dispatch(&pool, &limits, day_end, DISPATCH_MAX)
+                .await?;
+            if round.waiting == 0 {
+                self.fleet.pace.quiet(&pool, QUIET_MS).await?;
+            }
+            if !round.granted.is_empty() {
+                tracing::debug!(pool = %pool, granted = round.granted.len(), waiting = round.waiting, "handed out slots to runs waiting their turn");
+            }
+            granted.extend(round.granted);
+        }
+        Ok(granted)
+    }
+
+    /// The run as a pool's queue sees it: its tenant, its tier's weight, its lane. A
+    /// continuation tries once and is never paced out: it asks as nobody.
+    pub(crate) fn waiter<'r>(&self, run: &'r Run<'_>) -> Option<Waiter<'r>> {
+        if run.job.is_continuation() {
+            return None;
+        }
+        let request = &run.job.request;
+        let weight = self
+            .catalog
+            .tier(request.tier_name())
+            .map_or(1, |t| t.weight);
+        Some(Waiter {
+            run_id: &run.job.run_id,
+            tenant: request.tenant_id(),
+            weight,
+            lane: match request.priority() {
+                Priority::Interactive => Lane::Interactive,
+                Priority::Batch => Lane::Batch,
+            },
+            deadline_ms: run.job.deadline_ms,
+        })
+    }
+
+    /// Close each open route of `routes` whose pool has no slot for this run now; a slot this
+    /// run holds keeps its pool open.
     pub(crate) async fn pace_closures(
         &self,
         run: &Run<'_>,
@@ -47,12 +105,15 @@ impl Engine {
         let now = self.clock.now_ms();
         let held = run.slot.as_ref().filter(|s| s.usable(&s.pool, now));
         let held = held.map(|s| s.pool.as_str());
-        close_full_pools(&*self.fleet.pace, routes, closures, run.tokens, now, held).await?;
+        let pace = &*self.fleet.pace;
+        let who = self.waiter(run);
+        close_full_pools(pace, routes, closures, run.tokens, now, held, who.as_ref()).await?;
         Ok(())
     }
 
-    /// Before a call on `route`: take a slot of its pool. A continuation tries once and is
-    /// never paced out: it is counted when there is room.
+    /// Before a call on `route`: take a slot of its pool (the one granted to the run, when it
+    /// waited its turn). A continuation tries once and is never paced out: it is counted when
+    /// there is room.
     pub(crate) async fn take_slot(
         &self,
         run: &mut Run<'_>,
@@ -66,19 +127,33 @@ impl Engine {
             return Ok(Taken::Held);
         }
         // A slot held elsewhere (a later pool's, or one not yet due) is not this call's: it goes
-        // back at once, before the window it was counted in comes.
-        self.release_slot(run).await?;
+        // back at once, before the window it was counted in comes. A place in this pool's queue
+        // stays: the slot granted to it is what the run asks for.
+        let queued_here = route
+            .pool
+            .as_deref()
+            .is_some_and(|pool| run.slot.as_ref().is_some_and(|s| s.queued_in(pool)));
+        if !queued_here {
+            self.release_slot(run).await?;
+        }
         let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
             return Ok(Taken::Unpaced);
         };
+        let who = self.waiter(run);
         let slot = self
             .fleet
             .pace
-            .admit(pool, limits, self.day_end(route), run.tokens)
+            .admit_as(pool, limits, self.day_end(route), run.tokens, who.as_ref())
             .await?;
         match full(pool, slot) {
-            Some(closure) if !run.job.is_continuation() => Ok(Taken::Full(closure)),
-            _ => Ok(Taken::Admitted { at_ms: now }),
+            Some(closure) if who.is_some() => Ok(Taken::Full(closure)),
+            _ => {
+                if queued_here {
+                    // Its turn came: the queue gave it the slot, and its place with it.
+                    run.slot = None;
+                }
+                Ok(Taken::Admitted { at_ms: now })
+            }
         }
     }
 
@@ -108,9 +183,11 @@ impl Engine {
         Ok(())
     }
 
-    /// A wait for a pool's next slot holds one: the run reserves the first slot with room and
-    /// wakes at it, instead of waking with every other waiting run at the window's start. Any
-    /// other decision is returned as it is.
+    /// A wait for a pool's next slot holds one: a full pool's queue gives the run its place
+    /// (or a slot at once) and wakes it when its turn comes; a paced pool's rest reserves the
+    /// first slot with room after it, when nobody waits their turn. Either way the run does
+    /// not wake with every other waiting run at the window's start. Any other decision is
+    /// returned as it is.
     pub(crate) async fn hold_slot(
         &self,
         run: &mut Run<'_>,
@@ -138,6 +215,49 @@ impl Engine {
             return Ok(Preflight::Wait { until_ms, reason });
         };
         let now = self.clock.now_ms();
+        if closure.kind == RestKind::Pace
+            && let Some(who) = self.waiter(run)
+        {
+            // A full pool: the run takes its place in the pool's queue, and is woken when its
+            // turn comes (or at about then, should nobody wake it).
+            let route = &routes[i];
+            let (Some(pool), Some(limits)) = (&route.pool, &route.pace) else {
+                return Ok(Preflight::Wait { until_ms, reason });
+            };
+            let joined = self
+                .fleet
+                .pace
+                .join(pool, limits, self.day_end(route), run.tokens, &who)
+                .await?;
+            let jitter = self.clock.jitter_ms(SLOT_JITTER_MS.0, SLOT_JITTER_MS.1);
+            let (wake_ms, valid_ms, reason) = match joined {
+                Joined::Granted { valid_ms } => {
+                    (now + jitter, valid_ms, format!("holding a slot of {pool}"))
+                }
+                Joined::Queued { wait_ms } => (
+                    now + wait_ms + jitter,
+                    wait_ms + limits.window_ms,
+                    format!("fair share: waiting its turn for a slot of {pool}"),
+                ),
+            };
+            if !run.slot.as_ref().is_some_and(|s| s.queued_in(pool)) {
+                self.release_slot(run).await?;
+            }
+            run.slot = Some(HeldSlot {
+                pool: pool.clone(),
+                from_ms: wake_ms,
+                until_ms: now + valid_ms,
+                queued: true,
+            });
+            if wake_ms >= run.job.deadline_ms {
+                self.release_slot(run).await?;
+                return Ok(Preflight::Wait { until_ms, reason });
+            }
+            return Ok(Preflight::Wait {
+                until_ms: wake_ms,
+                reason,
+            });
+        }
         let reopens_ms = now.saturating_add(closure.remaining_ms);
         let pool = routes[i].pool.as_deref();
         let already = run.slot.as_ref().filter(|s| {
@@ -237,7 +357,16 @@ impl Engine {
             return Ok(());
         };
         let now = self.clock.now_ms();
-        give_back(&*self.fleet.pace, run.routes, &held, run.tokens, now).await?;
+        let run_id = &run.job.run_id;
+        give_back(
+            &*self.fleet.pace,
+            run.routes,
+            &held,
+            run_id,
+            run.tokens,
+            now,
+        )
+        .await?;
         Ok(())
     }
 
@@ -261,6 +390,7 @@ impl Engine {
             pool: pool.clone(),
             from_ms: now + held.wait_ms,
             until_ms: now + held.valid_ms,
+            queued: false,
         }))
     }
 
@@ -389,8 +519,9 @@ impl Engine {
 }
 
 /// Close each open route of `routes` whose pool has no slot for a call of `tokens` now (until its
-/// next slot), but `held`'s, whose slot the caller holds. One question per pool, whatever the
-/// number of its routes. The engine's pre-flight and an operator's "run now" see the same.
+/// next slot), but `held`'s, whose slot the caller holds; asked for `who` (a run, whose turn a
+/// pool's queue may hold), or for nobody. One question per pool, whatever the number of its
+/// routes. The engine's pre-flight and an operator's "run now" see the same.
 pub async fn close_full_pools(
     pace: &dyn Pacer,
     routes: &[Route],
@@ -398,6 +529,7 @@ pub async fn close_full_pools(
     tokens: u32,
     now_ms: u64,
     held: Option<&str>,
+    who: Option<&Waiter<'_>>,
 ) -> Result<(), FleetError> {
     let mut asked: Vec<(&str, Option<Closure>)> = Vec::new();
     for (route, closure) in routes.iter().zip(closures.iter_mut()) {
@@ -411,7 +543,8 @@ pub async fn close_full_pools(
             Some((_, found)) => found.clone(),
             None => {
                 let day_end = route.day.day_end_ms(now_ms);
-                let found = full(pool, pace.peek(pool, limits, day_end, tokens).await?);
+                let slot = pace.peek_as(pool, limits, day_end, tokens, who).await?;
+                let found = full(pool, slot);
                 asked.push((pool, found.clone()));
                 found
             }
@@ -421,14 +554,15 @@ pub async fn close_full_pools(
     Ok(())
 }
 
-/// Give back `held`, a slot of the pool of one of `routes` that its run will not use (for a call
-/// of `tokens`), at `now_ms`: its window and its day count it no more, so it goes to another run
-/// instead of closing the pool a call early. The engine does it when a run moves on; the queue
-/// when a waiting run is cancelled.
+/// Give back `held`, a slot of the pool of one of `routes` (or a place in its queue) that run
+/// `run_id` will not use (for a call of `tokens`), at `now_ms`: its window and its day count it
+/// no more, so it goes to another run instead of closing the pool a call early. The engine does
+/// it when a run moves on; the queue when a waiting run is cancelled.
 pub async fn give_back(
     pace: &dyn Pacer,
     routes: &[Route],
     held: &HeldSlot,
+    run_id: &str,
     tokens: u32,
     now_ms: u64,
 ) -> Result<(), FleetError> {
@@ -438,9 +572,15 @@ pub async fn give_back(
     }) else {
         return Ok(());
     };
+    let day_end = route.day.day_end_ms(now_ms);
+    if held.queued {
+        pace.leave(&held.pool, limits, day_end, tokens, run_id)
+            .await?;
+        tracing::debug!(pool = %held.pool, "left the pool's queue");
+        return Ok(());
+    }
     let now = i64::try_from(now_ms).unwrap_or(i64::MAX);
     let at = i64::try_from(held.from_ms).unwrap_or(i64::MAX);
-    let day_end = route.day.day_end_ms(now_ms);
     pace.release(&held.pool, limits, day_end, tokens, at.saturating_sub(now))
         .await?;
     tracing::debug!(pool = %held.pool, "gave back a held slot its run will not use");

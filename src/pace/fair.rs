@@ -219,9 +219,15 @@ impl FairQueue {
                 window_of_turn(lane.v.max(last), who.weight.max(1)).1
             }
         };
-        // (Tags equal to its own count as behind it, as `ZCOUNT … (F` does in Redis.)
-        let mine = (key(by), String::new());
-        let before = lane.eligible.range(..&mine).count() + lane.pending.range(..&mine).count();
+        // In the eligible runs its rank, as `ZRANK` gives it (equal tags by id); a run not among
+        // them comes after every equal tag, as a newer id does. Pending runs, by their start.
+        let mine = (key(by), who.run_id.to_string());
+        let eligible = match lane.eligible.contains(&mine) {
+            true => lane.eligible.range(..&mine).count(),
+            false => lane.eligible.range(..(key(by) + 1, String::new())).count(),
+        };
+        let pending = lane.pending.range(..(key(by), String::new())).count();
+        let before = eligible + pending;
         let earlier: usize = self.lanes[..l]
             .iter()
             .map(|q| q.eligible.len() + q.pending.len())

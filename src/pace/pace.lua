@@ -462,8 +462,11 @@ local function ahead(run, tenant, weight, lane)
     f = math.max(fnum('v' .. lane), fnum('f' .. lane .. ':' .. tenant))
       + (1 - margin) * (1 / math.max(1, weight))
   end
-  local n = redis.call('ZCOUNT', elig[lane + 1], '-inf', '(' .. tag(f))
-    + redis.call('ZCOUNT', pend[lane + 1], '-inf', '(' .. tag(f))
+  -- In the eligible runs its rank (equal tags by id); a run not among them comes after every
+  -- equal tag, as a newer id does. Pending runs, by their start.
+  local n = redis.call('ZRANK', elig[lane + 1], run)
+  if not n then n = redis.call('ZCOUNT', elig[lane + 1], '-inf', tag(f)) end
+  n = n + redis.call('ZCOUNT', pend[lane + 1], '-inf', '(' .. tag(f))
   if lane == 1 then
     n = n + redis.call('ZCARD', elig[1]) + redis.call('ZCARD', pend[1])
   end

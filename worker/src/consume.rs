@@ -20,6 +20,9 @@ use tracing::{Instrument, debug, info, warn};
 
 /// How often a replica wakes snoozed runs and promotes due jobs.
 const TICK: Duration = Duration::from_millis(100);
+/// How long a run granted a slot is looked for among the parked runs: it may be on its way to
+/// its snooze when its turn comes.
+const WAKE_TRIES: Duration = Duration::from_secs(2);
 /// How often the records of deliveries retired long enough ago are deleted, and at most how
 /// many a round: a replica deletes up to 5,000 a second, twice what it finishes at 5,000 in
 /// flight, in rounds that hold Redis a few milliseconds.
@@ -292,10 +295,14 @@ async fn tick(app: Arc<App>) {
     let mut last_canaries = tokio::time::Instant::now()
         .checked_sub(canary_round)
         .unwrap_or_else(tokio::time::Instant::now);
+    // Runs granted a slot that were not parked yet when told (they were on their way to their
+    // snooze): told again each tick until their slot would be over.
+    let mut to_wake: Vec<(String, tokio::time::Instant)> = Vec::new();
     loop {
         tokio::time::sleep(TICK).await;
         app.engine.flush_metrics().await;
         let now = freeway::clock::epoch_ms();
+        wake_turns(&app, &mut to_wake, now).await;
         if let Err(e) = app.queue.wake_due(now, queue::schedule::CHUNK).await {
             warn!(error = %e, "waking snoozed runs failed");
         }
@@ -333,6 +340,33 @@ async fn tick(app: Arc<App>) {
             }
         }
     }
+}
+
+/// Hand out the slots of pools whose runs wait their turn, and wake the runs they went to
+/// (docs/design.md §4.8).
+async fn wake_turns(app: &App, to_wake: &mut Vec<(String, tokio::time::Instant)>, now: u64) {
+    match app.engine.dispatch_turns().await {
+        Ok(granted) => {
+            let until = tokio::time::Instant::now() + WAKE_TRIES;
+            to_wake.extend(granted.into_iter().map(|run| (run, until)));
+        }
+        Err(e) => warn!(error = %e, "handing out slots to waiting runs failed"),
+    }
+    let mut left = Vec::new();
+    for (run_id, until) in to_wake.drain(..) {
+        match app.queue.wake(&run_id, now).await {
+            Ok(true) => debug!(%run_id, "woke a run whose turn came"),
+            Ok(false) if tokio::time::Instant::now() < until => left.push((run_id, until)),
+            Ok(false) => {
+                debug!(%run_id, "a run whose turn came was not parked; it comes at its own time")
+            }
+            Err(e) => {
+                warn!(%run_id, error = %e, "waking a run whose turn came failed");
+                left.push((run_id, until));
+            }
+        }
+    }
+    *to_wake = left;
 }
 
 /// A day rest the quota endpoint lifted delayed runs until midnight: wake them now.

@@ -92,6 +92,7 @@ pub async fn engine(
     .with_tools(tools)
     .with_summary(settings.summary)
     .with_learning(settings.learn_limits)
+    .with_catalog(settings.catalog.clone())
     .named(worker);
     Ok(Wired {
         engine,
