@@ -22,7 +22,7 @@ pub struct Canary {
 }
 
 /// One canary as the attempt log keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CanaryRecord {
     pub provider: String,
     pub attempt: AttemptRecord,

@@ -10,6 +10,7 @@ use crate::lease::{Leases, MemoryLeases, RedisLeases};
 use crate::metrics::{MemoryMetrics, Metrics, RedisMetrics};
 use crate::pace::{MemoryPacer, Pacer, RedisPacer};
 use crate::rest::{MemoryRests, RedisRests, Rests};
+use crate::spend::{Ledger, MemoryLedger, RedisLedger};
 use redis::aio::ConnectionManager;
 use std::sync::Arc;
 
@@ -34,6 +35,8 @@ pub struct Fleet {
     pub metrics: Arc<dyn Metrics>,
     /// The pools' limiters.
     pub pace: Arc<dyn Pacer>,
+    /// What tenants and runs spend on priced routes, against their caps.
+    pub spend: Arc<dyn Ledger>,
 }
 
 impl Fleet {
@@ -45,6 +48,7 @@ impl Fleet {
             events: Arc::new(RedisEvents::new(conn.clone(), ns)),
             metrics: Arc::new(RedisMetrics::new(conn.clone(), ns)),
             pace: Arc::new(RedisPacer::new(conn.clone(), ns)),
+            spend: Arc::new(RedisLedger::new(conn.clone(), ns)),
         }
     }
 
@@ -56,6 +60,7 @@ impl Fleet {
             events: Arc::new(MemoryEvents::default()),
             metrics: Arc::new(MemoryMetrics::default()),
             pace: Arc::new(MemoryPacer::default()),
+            spend: Arc::new(MemoryLedger::default()),
         }
     }
 }

@@ -16,6 +16,7 @@
 //! | `ns:metrics:latency` | `le:<ms>`, `le:+Inf`, `sum`, `count` | call latency in ms |
 //! | `ns:metrics:calls_per_run` | `le:<n>`, `le:+Inf`, `sum`, `count` | calls of each run when it settles |
 //! | `ns:metrics:canary_failures` | `["<provider>","<verdict>"]` | canaries the provider refused or failed |
+//! | `ns:metrics:spend` | `["<tier>","<provider>"]` | nano-dollars spent on priced routes (never a tenant: its values are unbounded) |
 //! | `ns:metrics:minute:<m>` | `["<route>","<outcome>"]`, `["<route>","le:<ms>"]` | one minute's calls and latencies per route |
 //!
 //! The counters never expire: their size is bounded by the routes in use. A minute's hash
@@ -178,6 +179,14 @@ pub fn canary_failure(provider: &str, verdict: &str) -> Vec<Increment> {
     vec![Increment::counter(CANARY_FAILURES, pair(provider, verdict))]
 }
 
+/// A priced call of a run of `tier` on `provider` cost `nanos` nano-dollars.
+pub fn spend(tier: &str, provider: &str, nanos: u64) -> Vec<Increment> {
+    vec![Increment {
+        by: nanos,
+        ..Increment::counter(SPEND, pair(tier, provider))
+    }]
+}
+
 /// A run settled (finished, refused or paused for an approval) after `calls` calls in all.
 pub fn run(calls: u32) -> Vec<Increment> {
     observe(CALLS_PER_RUN, CALLS_PER_RUN_BUCKETS, u64::from(calls))
@@ -188,6 +197,7 @@ const RESTS: &str = "rests";
 const LATENCY: &str = "latency";
 const CALLS_PER_RUN: &str = "calls_per_run";
 const CANARY_FAILURES: &str = "canary_failures";
+const SPEND: &str = "spend";
 const MINUTE: &str = "minute";
 
 /// The counters in Redis hashes, one per family (see the module's table).
@@ -233,6 +243,8 @@ pub struct Snapshot {
     pub calls_per_run: Histogram,
     /// `[provider, verdict]`, sorted.
     pub canary_failures: Vec<Labelled>,
+    /// `[tier, provider]`, in nano-dollars, sorted.
+    pub spend_nanos: Vec<Labelled>,
 }
 
 impl RedisMetrics {
@@ -319,13 +331,14 @@ impl Metrics for RedisMetrics {
 
     async fn read(&self) -> Result<Snapshot, FleetError> {
         let mut conn = self.conn.clone();
-        let families: [Fields; 5] = redis::pipe()
+        let families: [Fields; 6] = redis::pipe()
             .hgetall(self.key(CALLS))
             .hgetall(self.key(RESTS))
             .hgetall(self.key(LATENCY))
             .hgetall(self.key(CALLS_PER_RUN))
             .hgetall(self.key(CANARY_FAILURES))
-            .query_async::<(Fields, Fields, Fields, Fields, Fields)>(&mut conn)
+            .hgetall(self.key(SPEND))
+            .query_async::<(Fields, Fields, Fields, Fields, Fields, Fields)>(&mut conn)
             .await?
             .into();
         Ok(snapshot(families.each_ref()))
@@ -384,6 +397,7 @@ impl Metrics for MemoryMetrics {
             family(LATENCY),
             family(CALLS_PER_RUN),
             family(CANARY_FAILURES),
+            family(SPEND),
         ]))
     }
 
@@ -401,8 +415,9 @@ impl Metrics for MemoryMetrics {
 }
 
 /// The counters from their families, in the order the module's table lists them.
-fn snapshot([calls, rests, latency, per_run, canary_failures]: [&Fields; 5]) -> Snapshot {
+fn snapshot([calls, rests, latency, per_run, canary_failures, spend]: [&Fields; 6]) -> Snapshot {
     Snapshot {
+        spend_nanos: labelled(spend),
         calls: labelled(calls),
         rests: labelled(rests),
         latency_ms: histogram(latency, LATENCY_BUCKETS_MS),

@@ -7,7 +7,8 @@
 //! jitter, added only after that moment) if it may wait and that moment comes before its
 //! deadline; otherwise it is refused, `account_resting` when every route is shared and a pool
 //! rest (or a full pool) is among the closures, else `routes_resting`, with the seconds to that
-//! reopening.
+//! reopening; `spend_cap_reached` when a priced route is closed by a spend cap (docs/design.md
+//! §4.9), which no run waits for.
 
 use crate::rest::{Closure, RestKind};
 use crate::route::Route;
@@ -48,13 +49,24 @@ pub fn decide(
     if closures.is_empty() || closures.iter().any(Option::is_none) {
         return Preflight::Open;
     }
+    // A spend cap is not waited for: a run that may wait waits for a route that reopens.
+    let capped = closures
+        .iter()
+        .flatten()
+        .any(|c| c.kind == RestKind::SpendCap);
     let Some(first) = closures
         .iter()
         .flatten()
-        .filter(|c| c.remaining_ms != u64::MAX)
+        .filter(|c| c.remaining_ms != u64::MAX && c.kind != RestKind::SpendCap)
         .min_by_key(|c| c.remaining_ms)
     else {
-        return Preflight::Closed;
+        return match capped {
+            true => Preflight::Refuse {
+                code: Code::SpendCapReached,
+                retry_after_s: spend_cap_retry_s(closures),
+            },
+            false => Preflight::Closed,
+        };
     };
     if let Waiting::Allowed { jitter_ms } = waiting {
         let until_ms = now_ms
@@ -72,7 +84,9 @@ pub fn decide(
             .iter()
             .flatten()
             .any(|c| matches!(c.kind, RestKind::Pool | RestKind::Pace));
-    let code = if all_pool {
+    let code = if capped {
+        Code::SpendCapReached
+    } else if all_pool {
         Code::AccountResting
     } else {
         Code::RoutesResting
@@ -81,6 +95,19 @@ pub fn decide(
         code,
         retry_after_s: first.remaining_ms.div_ceil(1000).max(1),
     }
+}
+
+/// When a capped run might ask again: when the earliest spend cap lifts (a tenant's day ends;
+/// a run's own cap never does, so an hour).
+fn spend_cap_retry_s(closures: &[Option<Closure>]) -> u64 {
+    closures
+        .iter()
+        .flatten()
+        .filter(|c| c.kind == RestKind::SpendCap && c.remaining_ms != u64::MAX)
+        .map(|c| c.remaining_ms.div_ceil(1000))
+        .min()
+        .unwrap_or(3600)
+        .max(1)
 }
 
 #[cfg(test)]
@@ -215,5 +242,40 @@ mod tests {
             decide(&routes, &one, DEADLINE, NOW, WAIT),
             Preflight::Wait { until_ms, .. } if until_ms == NOW + 3_700
         ));
+    }
+
+    #[test]
+    fn a_spend_cap_is_never_waited_for_and_names_the_refusal() {
+        let routes = [route("a/b:free"), route("c/d")];
+        let cap = Closure {
+            kind: RestKind::SpendCap,
+            remaining_ms: 7_200_000,
+            reason: "spend cap".into(),
+        };
+        let closures = [closed(RestKind::Pace, 5_000), Some(cap.clone())];
+        assert_eq!(
+            decide(&routes, &closures, DEADLINE, NOW, WAIT),
+            Preflight::Wait {
+                until_ms: NOW + 5_000 + 700,
+                reason: "Pace 5000".into()
+            },
+            "a queued run waits for the free route"
+        );
+        assert_eq!(
+            decide(&routes, &closures, DEADLINE, NOW, Waiting::NotAllowed),
+            Preflight::Refuse {
+                code: Code::SpendCapReached,
+                retry_after_s: 5
+            }
+        );
+        let only_paid = [route("c/d")];
+        assert_eq!(
+            decide(&only_paid, &[Some(cap)], DEADLINE, NOW, WAIT),
+            Preflight::Refuse {
+                code: Code::SpendCapReached,
+                retry_after_s: 7_200
+            },
+            "nothing to wait for: refused until the cap lifts"
+        );
     }
 }

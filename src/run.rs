@@ -86,6 +86,9 @@ pub enum Code {
     /// Every route that was open had no key this run may use (a deleted connection, another
     /// user's, a provider without its key).
     ConnectionMissing,
+    /// Only priced routes were left, and the run's or its tenant's spend cap would be passed
+    /// (docs/design.md §4.9).
+    SpendCapReached,
 }
 
 impl Code {
@@ -104,6 +107,7 @@ impl Code {
             Code::BudgetExhausted => "budget_exhausted",
             Code::InvalidJob => "invalid_job",
             Code::ConnectionMissing => "connection_missing",
+            Code::SpendCapReached => "spend_cap_reached",
         }
     }
 
@@ -223,7 +227,7 @@ impl RunRecord {
 }
 
 /// One provider call, failed or not: the fields that explain every failover after the fact.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptRecord {
     pub run_id: String,
     /// 1-based over the whole run.
@@ -241,6 +245,10 @@ pub struct AttemptRecord {
     pub provider_name: Option<String>,
     pub latency_ms: u64,
     pub t_ms: u64,
+    /// What the call cost in USD (docs/design.md §4.9): the provider's figure, or the
+    /// configured price of the tokens it reported; 0 on a free route or a refusal.
+    #[serde(default)]
+    pub cost_usd: f64,
 }
 
 /// The error of an attempt whose outcome was never known.
@@ -277,6 +285,7 @@ impl AttemptRecord {
             provider_name: None,
             latency_ms: 0,
             t_ms,
+            cost_usd: 0.0,
         }
     }
 }

@@ -147,6 +147,8 @@ async fn waiting_runs_take_their_place_in_the_pools_queue_and_are_handed_slots_i
     let mut parked = Vec::new();
     for n in 0..25 {
         let mut job = s.job(&format!("w{n:02}"), &[FREE_A, FREE_B]);
+        // One tenant's runs keep their order (other tenants' would share the slots).
+        job.request.tenant = Some("acme".into());
         let Outcome::Snoozed { until_ms, slot, .. } = s.execute(&job).await else {
             panic!("a run without an open route waits")
         };

@@ -184,6 +184,7 @@ fn request(stream: bool) -> ChatRequest {
         tools: vec![],
         stream,
         max_tokens: None,
+        ask_cost: false,
     }
 }
 
@@ -250,6 +251,7 @@ async fn request_carries_the_key_and_the_openai_shape() {
         }],
         stream: false,
         max_tokens: None,
+        ask_cost: false,
     };
     let (result, _, _) = call(&url, &req).await;
     assert_eq!(result.unwrap().text, "ok");
@@ -774,6 +776,7 @@ async fn sim_streamed_tool_call_run() {
         tools: vec![search_tool()],
         stream: true,
         max_tokens: None,
+        ask_cost: false,
     };
 
     let (result, deltas, _) = call(&sim.base_url(), &req).await;
@@ -929,6 +932,7 @@ async fn connections_for(transport: Transport, calls: usize) -> u64 {
         tools: vec![],
         stream: true,
         max_tokens: None,
+        ask_cost: false,
     };
     let deltas = Deltas::default();
     let results =

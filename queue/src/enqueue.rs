@@ -23,6 +23,7 @@ use crate::RedisFault;
 use crate::schedule::{IDEMPOTENCY_TTL, Queue, QueueError};
 use freeway::catalog::Catalog;
 use freeway::chat::ToolCall;
+use freeway::engine::{Spender, close_capped_routes};
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::fleet::FleetError;
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
@@ -33,6 +34,7 @@ use freeway::preflight::{self, Preflight, Waiting};
 use freeway::rest::{RedisRests, Rests};
 use freeway::route::{Connection, Route};
 use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
+use freeway::spend::RedisLedger;
 use freeway::store::{Attached, Store, StoreError};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
@@ -118,6 +120,8 @@ pub struct Enqueuer {
     pub(crate) events: RedisEvents,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) leases: RedisLeases,
+    /// What tenants spend, for refusing a run only priced routes past a cap are left to.
+    spend: RedisLedger,
     catalog: Arc<Catalog>,
     conn: ConnectionManager,
     ns: String,
@@ -131,6 +135,7 @@ impl Enqueuer {
             events: RedisEvents::new(conn.clone(), ns),
             store,
             leases: RedisLeases::new(conn.clone(), ns),
+            spend: RedisLedger::new(conn.clone(), ns),
             catalog: Arc::new(Catalog::builtin()),
             conn,
             ns: ns.to_string(),
@@ -224,7 +229,15 @@ impl Enqueuer {
             ..RunJob::new(request, now)
         };
         if job.request.on_rest() == OnRest::Refuse {
-            let closures = self.rests.closures(&routes).await?;
+            let mut closures = self.rests.closures(&routes).await?;
+            let spender = Spender {
+                request: &job.request,
+                run_id: &job.run_id,
+                spent_usd: 0.0,
+                tokens: job.first_call_tokens(),
+            };
+            let (ledger, catalog) = (&self.spend, &*self.catalog);
+            close_capped_routes(ledger, catalog, &spender, &routes, &mut closures, now).await?;
             let decided = preflight::decide(
                 &routes,
                 &closures,

@@ -6,6 +6,7 @@
 //! fleet's counters ([`crate::metrics`]) count the call and any rest it wrote.
 
 use super::pace::Taken;
+use super::spend::Held;
 use super::{Engine, EngineError, Run};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
@@ -62,6 +63,8 @@ struct Call<'m> {
     tokens: u32,
     /// When its slot was counted, if it was counted for this call.
     admitted_ms: Option<u64>,
+    /// What is held of its tenant's and its run's spend for it.
+    held: Held,
 }
 
 impl Engine {
@@ -96,6 +99,11 @@ impl Engine {
         if let Some(by) = self.fleet.leases.cancelled_by(&run.rec.run_id).await? {
             return Err(EngineError::Cancelled { by });
         }
+        // docs/design.md §4.9: a priced call is made only once what it may cost is held.
+        let held = match self.hold_spend(run, route).await? {
+            Ok(held) => held,
+            Err(capped) => return Ok(Err(Miss::Closed(capped))),
+        };
         // docs/design.md §3.3: after a guessed rest, one call fleet-wide goes first. A
         // continuation tries once whatever rests, so it neither waits for a probe nor is one.
         let owner = format!("{}:{}", run.rec.run_id, run.rec.state.counters.calls + 1);
@@ -150,6 +158,7 @@ impl Engine {
             probe,
             tokens: run.tokens,
             admitted_ms,
+            held,
         };
         self.attempt_numbered(run, call).instrument(span).await
     }
@@ -170,6 +179,7 @@ impl Engine {
             probe,
             tokens,
             admitted_ms,
+            held,
         } = call;
         let route = &run.routes[index];
         // Counted and logged `lost` before the call: if this executor dies during it, the log
@@ -194,6 +204,7 @@ impl Engine {
             tools: run.job.request.tools.clone(),
             stream,
             max_tokens: run.job.request.max_tokens,
+            ask_cost: self.asks_cost(route),
         };
         let result = self.call_relaying(run, &target, &request).await;
         let finished = self.clock.now_ms();
@@ -201,8 +212,10 @@ impl Engine {
             self.slot_used(route, at_ms, tokens).await?;
         }
         self.note_answer(route, tokens, &result).await?;
+        let cost_usd = self.settle_spend(run, route, held, &result).await?;
         let mut record = AttemptRecord {
             latency_ms: finished.saturating_sub(started),
+            cost_usd,
             ..AttemptRecord::succeeded(&run.rec.run_id, n, step, route.key(), started)
         };
         let outcome = match result {

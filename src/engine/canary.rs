@@ -93,6 +93,7 @@ impl Engine {
             tools: Vec::new(),
             stream: false,
             max_tokens: Some(1),
+            ask_cost: false,
         };
         let started = self.clock.now_ms();
         let deltas = crate::provider::Deltas::default();

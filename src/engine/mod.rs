@@ -9,9 +9,11 @@
 mod attempt;
 mod canary;
 mod pace;
+mod spend;
 mod walk;
 
 pub use pace::{close_full_pools, give_back};
+pub use spend::{Spender, close_capped_routes};
 
 use crate::budget::Budget;
 use crate::catalog::Catalog;
@@ -411,6 +413,7 @@ impl Engine {
             }
         }
         self.pace_closures(run, run.routes, &mut closures).await?;
+        self.spend_closures(run, run.routes, &mut closures).await?;
         Ok(closures)
     }
 

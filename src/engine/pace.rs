@@ -209,7 +209,7 @@ impl Engine {
         let paced = earliest.filter(|(i, c)| match c.kind {
             RestKind::Pace => true,
             RestKind::Pool => routes[*i].pace.is_some(),
-            RestKind::Route | RestKind::Circuit => false,
+            RestKind::Route | RestKind::Circuit | RestKind::SpendCap => false,
         });
         let Some((i, closure)) = paced else {
             return Ok(Preflight::Wait { until_ms, reason });
@@ -231,6 +231,7 @@ impl Engine {
                 .await?;
             let jitter = self.clock.jitter_ms(SLOT_JITTER_MS.0, SLOT_JITTER_MS.1);
             let (wake_ms, valid_ms, reason) = match joined {
+                Joined::DaySpent { .. } => return Ok(Preflight::Wait { until_ms, reason }),
                 Joined::Granted { valid_ms } => {
                     (now + jitter, valid_ms, format!("holding a slot of {pool}"))
                 }

@@ -205,6 +205,10 @@ impl Engine {
         Ok(match self.hold_slot(run, route, closures, decided).await? {
             Preflight::Open => None,
             Preflight::Wait { until_ms, reason } => Some(Stop::Snooze { until_ms, reason }),
+            Preflight::Refuse {
+                code: Code::SpendCapReached,
+                ..
+            } => Some(Stop::End(Code::SpendCapReached)),
             Preflight::Refuse { .. } | Preflight::Closed => Some(Stop::End(Code::DeadlineExceeded)),
         })
     }

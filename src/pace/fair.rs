@@ -58,6 +58,9 @@ pub enum Joined {
     /// The run waits its turn; about this long, by its place in the queue. It is woken when a
     /// slot is granted to it ([`super::Pacer::dispatch`]).
     Queued { wait_ms: u64 },
+    /// The pool's day is spent: no turn comes before it ends, in this long; the run joined no
+    /// queue.
+    DaySpent { wait_ms: u64 },
 }
 
 /// How much of a slot a tenant must be owed before its run may take one, and how little it may
@@ -226,7 +229,11 @@ impl FairQueue {
             true => lane.eligible.range(..&mine).count(),
             false => lane.eligible.range(..(key(by) + 1, String::new())).count(),
         };
-        let pending = lane.pending.range(..(key(by), String::new())).count();
+        let own = self.entries.get(who.run_id).is_some_and(|e| {
+            lane.pending
+                .contains(&(key(e.from), who.run_id.to_string()))
+        });
+        let pending = lane.pending.range(..(key(by), String::new())).count() - usize::from(own);
         let before = eligible + pending;
         let earlier: usize = self.lanes[..l]
             .iter()

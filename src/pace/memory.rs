@@ -632,7 +632,7 @@ impl Pacer for MemoryPacer {
                 return Joined::Granted { valid_ms };
             }
             if v.day_full() {
-                return Joined::Queued {
+                return Joined::DaySpent {
                     wait_ms: day_end_ms.saturating_sub(v.now).max(1),
                 };
             }

@@ -467,6 +467,8 @@ local function ahead(run, tenant, weight, lane)
   local n = redis.call('ZRANK', elig[lane + 1], run)
   if not n then n = redis.call('ZCOUNT', elig[lane + 1], '-inf', tag(f)) end
   n = n + redis.call('ZCOUNT', pend[lane + 1], '-inf', '(' .. tag(f))
+  -- (Not itself.)
+  if redis.call('ZSCORE', pend[lane + 1], run) then n = n - 1 end
   if lane == 1 then
     n = n + redis.call('ZCARD', elig[1]) + redis.call('ZCARD', pend[1])
   end
@@ -816,6 +818,8 @@ end
 
 if day_full then
   if op == 'reserve' then return {0, 0, 0} end
+  -- A spent day has no turns to wait for: a run joins no queue until the next.
+  if op == 'join' then return {2, math.max(dend - now, 1)} end
   return {0, math.max(dend - now, 1)}
 end
 

@@ -247,6 +247,7 @@ impl Pacer for RedisPacer {
             .await?;
         Ok(match reply[..] {
             [1, _, valid_ms, ..] => Joined::Granted { valid_ms },
+            [2, wait_ms, ..] => Joined::DaySpent { wait_ms },
             [_, wait_ms, ..] => Joined::Queued { wait_ms },
             _ => Joined::Queued { wait_ms: 1 },
         })

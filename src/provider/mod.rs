@@ -63,6 +63,9 @@ pub struct ChatRequest {
     pub stream: bool,
     /// The most tokens the answer may take, when the job set it.
     pub max_tokens: Option<u32>,
+    /// Ask for the call's cost in its usage (`usage: {include: true}`, OpenRouter's usage
+    /// accounting): a priced route's answer says what it cost (docs/design.md §4.9).
+    pub ask_cost: bool,
 }
 
 /// A successful call: the assistant's text and/or tool calls.
@@ -81,6 +84,8 @@ pub struct Completion {
     pub turn_fields: serde_json::Map<String, serde_json::Value>,
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
+    /// What the call cost in USD, when the provider said (`usage.cost`).
+    pub cost_usd: Option<f64>,
     /// `X-RateLimit-Remaining` or `x-ratelimit-remaining-requests`, when present.
     pub ratelimit_remaining: Option<i64>,
     /// Ms until the request allowance refills, when the headers say

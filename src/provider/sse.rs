@@ -217,6 +217,7 @@ impl StreamAssembler {
         }
         if let Some(usage) = wire::usage(&chunk) {
             self.completion.usage = Some(usage);
+            self.completion.cost_usd = wire::cost(&chunk);
         }
         let choices = match chunk.get("choices") {
             None | Some(Value::Null) => return Ok(Progress::More),

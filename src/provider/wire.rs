@@ -21,6 +21,15 @@ struct WireRequest<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<UsageAccounting>,
+}
+
+/// OpenRouter's usage accounting: `usage: {include: true}` asks the answer's usage to say what
+/// the call cost (`usage.cost`, USD).
+#[derive(Serialize)]
+struct UsageAccounting {
+    include: bool,
 }
 
 #[derive(Serialize)]
@@ -75,6 +84,9 @@ pub(super) fn request_body(request: &ChatRequest) -> Result<Vec<u8>, serde_json:
         tools: request.tools.iter().map(wire_tool).collect(),
         stream: request.stream,
         max_tokens: request.max_tokens,
+        usage: request
+            .ask_cost
+            .then_some(UsageAccounting { include: true }),
     })
 }
 
@@ -133,6 +145,13 @@ pub(super) fn usage(value: &Value) -> Option<Usage> {
         completion_tokens: count("completion_tokens"),
         total_tokens: count("total_tokens"),
     })
+}
+
+/// What a call cost in USD, as its usage says (`usage.cost`); `None` when absent, negative or
+/// not a number.
+pub(super) fn cost(value: &Value) -> Option<f64> {
+    let cost = value.get("usage")?.get("cost")?.as_f64()?;
+    (cost.is_finite() && cost >= 0.0).then_some(cost)
 }
 
 /// Whether a JSON object is itself an error: a top-level `code` or `message` and no `choices`
@@ -290,6 +309,7 @@ pub(super) fn completion(body: &[u8]) -> Result<Completion, CallError> {
         turn_fields: turn_fields(message),
         finish_reason,
         usage: usage(&value),
+        cost_usd: cost(&value),
         ..Completion::default()
     })
 }
@@ -324,6 +344,7 @@ mod tests {
             }],
             stream: true,
             max_tokens: Some(512),
+            ask_cost: false,
         };
         let body: Value = serde_json::from_slice(&request_body(&request).unwrap()).unwrap();
         assert_eq!(
@@ -368,6 +389,7 @@ mod tests {
             tools: vec![],
             stream: false,
             max_tokens: None,
+            ask_cost: false,
         };
         let body: Value = serde_json::from_slice(&request_body(&request).unwrap()).unwrap();
         let sent = &body["messages"][1];
@@ -387,6 +409,7 @@ mod tests {
             tools: vec![],
             stream: false,
             max_tokens: None,
+            ask_cost: false,
         };
         let body: Value = serde_json::from_slice(&request_body(&request).unwrap()).unwrap();
         assert!(body.get("tools").is_none());

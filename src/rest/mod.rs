@@ -65,6 +65,9 @@ pub enum RestKind {
     Circuit,
     /// Not a rest: the pool's limiter has no slot before then (docs/design.md §4.4).
     Pace,
+    /// Not a rest: a priced route this run may not pay for, its spend cap (or its tenant's)
+    /// being reached (docs/design.md §4.9). A run never waits for it.
+    SpendCap,
 }
 
 impl RestKind {
@@ -75,6 +78,7 @@ impl RestKind {
             RestKind::Route => "route",
             RestKind::Circuit => "connection",
             RestKind::Pace => "pace",
+            RestKind::SpendCap => "spend",
         }
     }
 }

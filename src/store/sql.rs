@@ -443,7 +443,8 @@ impl Store for SqlStore {
 
     async fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
         const SQL: &str = "SELECT run_id, n, step, route, http_status, error, verdict, retry_hint_ms, \
-             ratelimit_remaining, provider_name, latency_ms, t_ms FROM attempts WHERE run_id = $1 ORDER BY n";
+             ratelimit_remaining, provider_name, latency_ms, t_ms, cost_usd FROM attempts \
+             WHERE run_id = $1 ORDER BY n";
         rows_for!(self, SQL, run_id, attempt_from)
     }
 
@@ -460,8 +461,8 @@ impl Store for SqlStore {
         // The newest canary of each route; a provider whose canary changed routes keeps only
         // its newest.
         const SQL: &str = "SELECT a.run_id, a.n, a.step, a.route, a.http_status, a.error, a.verdict, \
-             a.retry_hint_ms, a.ratelimit_remaining, a.provider_name, a.latency_ms, a.t_ms \
-             FROM attempts a JOIN (SELECT route, MAX(t_ms) AS t_ms FROM attempts \
+             a.retry_hint_ms, a.ratelimit_remaining, a.provider_name, a.latency_ms, a.t_ms, \
+             a.cost_usd FROM attempts a JOIN (SELECT route, MAX(t_ms) AS t_ms FROM attempts \
              WHERE kind = 'canary' GROUP BY route) newest \
              ON a.route = newest.route AND a.t_ms = newest.t_ms WHERE a.kind = $1";
         let attempts: Result<Vec<AttemptRecord>, StoreError> =

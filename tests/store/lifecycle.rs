@@ -138,6 +138,7 @@ async fn prune_deletes_finished_runs_older_than_the_cutoff_and_keeps_transcripts
                 provider_name: None,
                 latency_ms: 1,
                 t_ms: r.updated_ms,
+                cost_usd: 0.0,
             };
             s.record_attempt(&a).await.unwrap();
         }

@@ -174,6 +174,7 @@ async fn attempts_round_trip_every_field() {
             provider_name: Some("Chutes".into()),
             latency_ms: 123,
             t_ms: epoch_ms(),
+            cost_usd: 0.000_123_456_789,
         };
         let bare = AttemptRecord {
             n: 2,

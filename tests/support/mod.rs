@@ -15,6 +15,7 @@ use freeway::metrics::MemoryMetrics;
 use freeway::pace::MemoryPacer;
 use freeway::provider::{ApiKey, ChatProvider, EnvTargets, Targets};
 use freeway::rest::{MemoryRests, Rests};
+use freeway::spend::MemoryLedger;
 use freeway::store::{MemoryStore, Store};
 use freeway::tools::ToolRunner;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub struct Parts {
     pub leases: Arc<MemoryLeases>,
     pub metrics: Arc<MemoryMetrics>,
     pub pace: Arc<MemoryPacer>,
+    pub spend: Arc<MemoryLedger>,
 }
 
 impl std::ops::Deref for Harness {
@@ -69,6 +71,7 @@ pub fn harness_with(
     ));
     let leases = Arc::new(MemoryLeases::new(clock.clone()));
     let pace = Arc::new(MemoryPacer::new(clock.clone()));
+    let spend = Arc::new(MemoryLedger::new(clock.clone()));
     let parts = Parts {
         provider,
         store: Arc::new(MemoryStore::default()),
@@ -76,6 +79,7 @@ pub fn harness_with(
         clock,
         rests,
         pace,
+        spend,
         leases,
         metrics: Arc::new(MemoryMetrics::default()),
     };
@@ -95,6 +99,7 @@ impl Parts {
             events: self.events.clone() as Arc<dyn EventSink>,
             metrics: self.metrics.clone(),
             pace: self.pace.clone(),
+            spend: self.spend.clone(),
         }
     }
 

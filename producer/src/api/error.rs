@@ -62,6 +62,7 @@ pub enum ApiError {
 fn refused_message(code: Code, retry_after_s: u64) -> String {
     let what = match code {
         Code::AccountResting => "the shared account is resting",
+        Code::SpendCapReached => "only priced routes are open, and the spend cap is reached",
         _ => "every route of the chain is resting",
     };
     format!("{what}; retry in {retry_after_s} s")

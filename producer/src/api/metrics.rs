@@ -6,6 +6,7 @@
 //! | `freeway_calls_total{route,outcome}` | counter | Redis, added by every worker: `outcome` is `ok` or the verdict |
 //! | `freeway_rests_written_total{scope,verdict}` | counter | Redis, added by every worker |
 //! | `freeway_canary_failures_total{provider,verdict}` | counter | Redis, added by the replica that sent the canary |
+//! | `freeway_spend_usd_total{tier,provider}` | counter | Redis, added by the replica whose call cost it |
 //! | `freeway_active_rests{scope}` | gauge | the rest index |
 //! | `freeway_delayed_jobs` | gauge | snoozed runs waiting for a rest to end |
 //! | `freeway_queue_jobs{state}` | gauge | apalis's keys and ours (waiting, scheduled, delayed, running, done, dead) |
@@ -95,6 +96,19 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
         ["provider", "verdict"],
         &counters.canary_failures,
     );
+    out.family(
+        "freeway_spend_usd_total",
+        "counter",
+        "USD spent on priced routes, by the runs' tier and the provider (no tenant label: tenants are unbounded; GET /v1/tenants/{id}/usage has them).",
+    );
+    for v in &counters.spend_nanos {
+        let usd = v.value as f64 / 1e9;
+        let labels = [
+            ("tier", v.labels[0].as_str()),
+            ("provider", v.labels[1].as_str()),
+        ];
+        out.sample("freeway_spend_usd_total", &labels, usd);
+    }
     out.family(
         "freeway_active_rests",
         "gauge",

@@ -141,6 +141,7 @@ async fn the_board_lists_runs_newest_first_and_shows_one_with_its_attempts_event
             provider_name: None,
             latency_ms: 12,
             t_ms: 1,
+            cost_usd: 0.0,
         })
         .await
         .expect("attempt");

@@ -372,6 +372,7 @@ pub(super) fn attempt_from(row: &impl Columns) -> Result<AttemptRecord, StoreErr
         provider_name: row.opt_text("provider_name")?,
         latency_ms: from_i64(row.int("latency_ms")?, "latency_ms")?,
         t_ms: from_i64(row.int("t_ms")?, "t_ms")?,
+        cost_usd: row.float("cost_usd")?,
     })
 }
 
@@ -419,6 +420,7 @@ pub(super) fn attempt_row(a: &AttemptRecord) -> Result<AttemptRow, StoreError> {
         provider_name: a.provider_name.as_deref().map(clean),
         latency_ms: to_i64(a.latency_ms, "latency_ms")?,
         t_ms: to_i64(a.t_ms, "t_ms")?,
+        cost_usd: a.cost_usd,
     })
 }
 

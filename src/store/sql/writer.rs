@@ -106,6 +106,7 @@ pub(super) struct AttemptRow {
     pub provider_name: Option<String>,
     pub latency_ms: i64,
     pub t_ms: i64,
+    pub cost_usd: f64,
 }
 
 /// One caller's writes, committed together, and where to say they are.
@@ -231,7 +232,7 @@ const RUN_COLUMNS: usize = 34;
 const ENSURE_COLUMNS: usize = 5;
 const RESERVE_COLUMNS: usize = 4;
 const MESSAGE_COLUMNS: usize = 11;
-const ATTEMPT_COLUMNS: usize = 13;
+const ATTEMPT_COLUMNS: usize = 14;
 
 const INSERT_RUNS: &str = concat!("INSERT INTO runs (", run_columns!(), ") VALUES ");
 const CREATE_RUNS_TAIL: &str = " ON CONFLICT (run_id) DO NOTHING";
@@ -264,13 +265,14 @@ const INSERT_MESSAGES: &str = "INSERT INTO messages \
      turn_fields, created_ms) VALUES ";
 const INSERT_MESSAGES_TAIL: &str = " ON CONFLICT (run_id, msg_key) DO NOTHING";
 const INSERT_ATTEMPTS: &str = "INSERT INTO attempts (run_id, n, step, route, http_status, error, \
-     verdict, retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms, kind) VALUES ";
+     verdict, retry_hint_ms, ratelimit_remaining, provider_name, latency_ms, t_ms, kind, cost_usd) \
+     VALUES ";
 // An attempt is recorded `lost` as it is counted, then replaced by how its call ended.
 const INSERT_ATTEMPTS_TAIL: &str = " ON CONFLICT (run_id, n) DO UPDATE SET step = excluded.step, \
      route = excluded.route, http_status = excluded.http_status, error = excluded.error, \
      verdict = excluded.verdict, retry_hint_ms = excluded.retry_hint_ms, \
      ratelimit_remaining = excluded.ratelimit_remaining, provider_name = excluded.provider_name, \
-     latency_ms = excluded.latency_ms, t_ms = excluded.t_ms";
+     latency_ms = excluded.latency_ms, t_ms = excluded.t_ms, cost_usd = excluded.cost_usd";
 const RECORD_APPROVAL: &str = "INSERT INTO approvals (run_id, tool_call_id, tool_call, created_ms) \
      VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, tool_call_id) DO NOTHING";
 // The first answer stays: a second one (a retried request) changes nothing.
@@ -639,7 +641,8 @@ macro_rules! apply_all {
                     .bind(&a.provider_name)
                     .bind(a.latency_ms)
                     .bind(a.t_ms)
-                    .bind(a.kind);
+                    .bind(a.kind)
+                    .bind(a.cost_usd);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
         }

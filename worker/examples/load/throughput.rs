@@ -91,6 +91,7 @@ impl OneCall {
                 tools: vec![],
                 stream: false,
                 max_tokens: None,
+                ask_cost: false,
             },
         })
     }
