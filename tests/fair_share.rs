@@ -486,3 +486,117 @@ proptest! {
         })?;
     }
 }
+
+/// A redis-server of this test's own, whose command counts no other test adds to.
+struct OwnRedis(std::process::Child);
+
+impl OwnRedis {
+    async fn start() -> (OwnRedis, redis::aio::ConnectionManager) {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let server = OwnRedis(
+            std::process::Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                ])
+                .args(["--appendonly", "no"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server on PATH (scripts/test.sh installs it)"),
+        );
+        let url = format!("redis://127.0.0.1:{port}");
+        for _ in 0..100 {
+            if let Ok(conn) = freeway::connect::redis(&url).await {
+                return (server, conn);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("redis-server did not start on port {port}");
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The commands Redis ran (scripts' own included) since the counts were last reset.
+async fn commands_run(conn: &mut redis::aio::ConnectionManager) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info"))
+        .filter(|l| !l.starts_with("cmdstat_config"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// docs/design.md §4.8: handing out a slot, and a waiting run's asking for one, run as many Redis
+/// commands with ten tenants waiting as with ten thousand: the script walks no tenants (a loop
+/// over them would show as commands; each command it runs is a hash field by name or a
+/// sorted-set step, O(log n)).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admit_costs_the_same_with_ten_tenants_waiting_or_ten_thousand() {
+    let (_server, mut conn) = OwnRedis::start().await;
+    let mut counts = Vec::new();
+    for tenants in [10usize, 10_000] {
+        let pace = RedisPacer::new(conn.clone(), format!("fair-{tenants}"));
+        let limits = fixed(10);
+        let end = day_end();
+        for _ in 0..10 {
+            pace.admit(POOL, &limits, end, 0).await.unwrap();
+        }
+        for t in 0..tenants {
+            let run = Run::new(&format!("t{t}"), t, 1 + (t % 4) as u32);
+            pace.join(POOL, &limits, end, 0, &run.waiter())
+                .await
+                .unwrap();
+        }
+        pace.release(POOL, &limits, end, 0, 0).await.unwrap();
+        let asker = Run::new("t7", 7, 1 + 7 % 4);
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+        let granted = pace.dispatch(POOL, &limits, end, 1).await.unwrap().granted;
+        assert_eq!(granted.len(), 1);
+        let dispatched = commands_run(&mut conn).await;
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+        let slot = pace
+            .admit_as(POOL, &limits, end, 0, Some(&asker.waiter()))
+            .await
+            .unwrap();
+        assert!(matches!(slot, Slot::In(_)), "t7 waits its turn: {slot:?}");
+        let asked = commands_run(&mut conn).await;
+        counts.push((tenants, dispatched, asked));
+    }
+    assert_eq!(
+        (counts[0].1, counts[0].2),
+        (counts[1].1, counts[1].2),
+        "commands for one slot handed out, and for one waiting run's ask: {counts:?}"
+    );
+}
