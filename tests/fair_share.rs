@@ -600,3 +600,65 @@ async fn an_admit_costs_the_same_with_ten_tenants_waiting_or_ten_thousand() {
         "commands for one slot handed out, and for one waiting run's ask: {counts:?}"
     );
 }
+
+/// Ten replicas joining and handing out at once: every slot of the window goes to one run, once,
+/// and the window counts no more than its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_replicas_at_once_hand_each_slot_to_one_run() {
+    let conn = support::redis().await;
+    let ns = support::unique_ns("fair-ten");
+    let limits = fixed(20);
+    let replicas: Vec<Arc<RedisPacer>> = (0..10)
+        .map(|_| Arc::new(RedisPacer::new(conn.clone(), ns.clone())))
+        .collect();
+    for _ in 0..20 {
+        replicas[0]
+            .admit(POOL, &limits, day_end(), 0)
+            .await
+            .unwrap();
+    }
+    let joins = replicas.iter().enumerate().map(|(r, pace)| {
+        let pace = pace.clone();
+        tokio::spawn(async move {
+            for n in 0..20 {
+                let run = Run::new(&format!("t{}", (r * 20 + n) % 7), r * 20 + n, 1);
+                pace.join(POOL, &limits, day_end(), 0, &run.waiter())
+                    .await
+                    .unwrap();
+            }
+        })
+    });
+    for join in joins.collect::<Vec<_>>() {
+        join.await.unwrap();
+    }
+    for _ in 0..20 {
+        replicas[0]
+            .release(POOL, &limits, day_end(), 0, 0)
+            .await
+            .unwrap();
+    }
+    let rounds = replicas.iter().map(|pace| {
+        let pace = pace.clone();
+        tokio::spawn(async move {
+            let mut granted = Vec::new();
+            for _ in 0..5 {
+                granted.extend(
+                    pace.dispatch(POOL, &limits, day_end(), 8)
+                        .await
+                        .unwrap()
+                        .granted,
+                );
+            }
+            granted
+        })
+    });
+    let mut granted = Vec::new();
+    for round in rounds.collect::<Vec<_>>() {
+        granted.extend(round.await.unwrap());
+    }
+    let distinct: std::collections::HashSet<&String> = granted.iter().collect();
+    assert_eq!(granted.len(), 20, "{granted:?}");
+    assert_eq!(distinct.len(), 20, "each run told once");
+    let usage = replicas[3].usage(POOL, &limits, day_end()).await.unwrap();
+    assert_eq!((usage.window_used, usage.waiting), (20, 180));
+}
