@@ -566,6 +566,69 @@ async fn ten_replicas_never_call_a_declared_pool_past_its_limit_in_any_window() 
     c.assert_budgets(&runs).await;
 }
 
+/// docs/design.md §4.8 on real processes: one tenant's batch fills a pool's queue; another
+/// tenant's runs that come a window later are handed the next slots, ahead of the batch, by
+/// the replicas' housekeeping (no run waits for the batch to drain).
+#[tokio::test(flavor = "multi_thread")]
+async fn three_replicas_serve_a_later_tenant_ahead_of_anothers_batch() {
+    const RPM: u32 = 4;
+    const WINDOW_S: u64 = 2;
+    let config = sim::SimConfig {
+        rpm: RPM,
+        window_s: WINDOW_S,
+        ..Default::default()
+    };
+    let mut c = Cluster::start("fair", config).await;
+    let file = c.dir.join("freeway.toml");
+    let declared = format!("[pools.openrouter-free]\nrpm = {RPM}\nwindow_s = {WINDOW_S}\n");
+    std::fs::write(&file, declared).unwrap();
+    let file = file.to_str().unwrap().to_string();
+    for _ in 0..3 {
+        c.spawn_worker_with(&["--concurrency", "16"], &[("FREEWAY_CONFIG", &file)]);
+    }
+    let mut batch = Vec::new();
+    for n in 0..24 {
+        let mut req = request(&format!("a{n}"), "hi", &[FREE_A]);
+        req.tenant = Some("acme".into());
+        req.priority = Some(freeway::job::Priority::Batch);
+        req.deadline_s = Some(300);
+        batch.push(c.enqueue(req).await);
+    }
+    // A window later (its first calls made), the other tenant asks.
+    c.sim_until(WAIT, |sim| sim.calls().len() >= RPM as usize)
+        .await;
+    let mut later = Vec::new();
+    for n in 0..2 {
+        let mut req = request(&format!("b{n}"), "hi", &[FREE_A]);
+        req.tenant = Some("globex".into());
+        req.on_rest = Some(freeway::job::OnRest::Queue);
+        req.deadline_s = Some(300);
+        later.push(c.enqueue(req).await);
+    }
+    for run in &later {
+        let events = c.wait(&run.run_id, Duration::from_secs(60)).await;
+        assert_eq!(last(&events)["status"], "succeeded", "{events:?}");
+    }
+    // When the later tenant's runs are done, most of the batch still waits.
+    let mut done = 0;
+    for run in &batch {
+        let rec = c.store.run(&run.run_id).await.unwrap().unwrap();
+        if rec.status == freeway::run::RunStatus::Succeeded {
+            done += 1;
+        }
+    }
+    assert!(done <= 16, "{done} of the batch's 24 went first");
+    for run in &batch {
+        let events = c.wait(&run.run_id, Duration::from_secs(90)).await;
+        assert_eq!(last(&events)["status"], "succeeded", "{events:?}");
+    }
+    let calls = c.sim.calls();
+    assert!(calls.iter().all(|r| r.status == 200), "not one 429");
+    assert_eq!(calls.len(), 26, "one call a run");
+    batch.extend(later);
+    c.assert_budgets(&batch).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn three_replicas_send_one_canary_per_period_for_the_fleet() {
     const PERIOD_MS: u64 = 2_000;
