@@ -79,7 +79,8 @@ impl Setup {
 
 #[tokio::test]
 async fn a_priced_calls_cost_is_the_providers_figure_on_the_attempt_and_the_run() {
-    let s = setup("").await;
+    // A cap far away: the ledger counts the tenant's day (uncapped, it is not asked at all).
+    let s = setup("[tiers.default]\nspend_usd_per_day = 10.0\n").await;
     let job = s.job("acme", "hello there", &[PAID]);
     let outcome = s.execute(&job).await;
     assert!(

@@ -68,9 +68,13 @@ impl Engine {
         ) else {
             return Ok(Ok(Held(None)));
         };
+        let caps = caps(&self.catalog, request);
+        if caps.tenant.is_none() && caps.run.is_none() {
+            // Nothing to hold it against: the call's cost is recorded with its attempt.
+            return Ok(Ok(Held(None)));
+        }
         let estimate = estimate(&pricing, request, run.tokens);
         let day_end = spend_day_end(&self.catalog, request, self.clock.now_ms());
-        let caps = caps(&self.catalog, request);
         match self
             .fleet
             .spend
