@@ -2,8 +2,8 @@
 //! replicas, Redis from `REDIS_URL`), stores 1,000 failed runs, and runs
 //! `tests/browser/board.mjs`, which drives `/board` in headless Chromium through playwright-core:
 //! sign-in before anything of the dashboard shows, the status tabs and paging through the 1,000
-//! failed runs, a run opened by keyboard, a rest counting down, the pools panel's use rising, a
-//! delayed run cancelled, a failed run retried into a success, a tool call approved, the clear
+//! failed runs, a run opened by keyboard, a rest counting down, the pools panel's use rising and
+//! its runs waiting, the spend by tenant panel listing the day's tenants, a delayed run cancelled, a failed run retried into a success, a tool call approved, the clear
 //! waking the run it delayed within 2 s, a spent day shown as closed until midnight, no Clear or
 //! actions for a viewer, the phone layout within 390 px, badge contrast, and screenshots in light
 //! and dark at desktop and phone width under `target/`.

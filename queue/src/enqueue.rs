@@ -182,6 +182,11 @@ impl Enqueuer {
         &self.store
     }
 
+    /// The fleet's spend ledger the workers reserve priced calls in (docs/design.md §4.9).
+    pub fn ledger(&self) -> &RedisLedger {
+        &self.spend
+    }
+
     pub fn namespace(&self) -> &str {
         &self.ns
     }

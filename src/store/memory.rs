@@ -1,9 +1,10 @@
 //! An in-process [`Store`]: everything in maps behind one lock, for tests and benchmarks that
 //! need the engine without a database. It keeps the SQL store's contract, not its durability.
 
+use super::usage::{check_usage_args, day_of, sort_tenants, sort_usage};
 use super::{
-    ConnectionInfo, MAX_PAGE, RunCursor, RunFilter, RunPage, StatusCount, Store, StoreError,
-    newest_per_provider, sort_counts,
+    ConnectionInfo, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage, StatusCount, Store,
+    StoreError, TenantSeen, newest_per_provider, sort_counts,
 };
 use crate::canary::CanaryRecord;
 use crate::chat::{Message, Role};
@@ -262,6 +263,81 @@ impl Store for MemoryStore {
                 .collect();
             sort_counts(&mut counts);
             counts
+        })
+    }
+
+    async fn usage_by_day(
+        &self,
+        tenants: &[String],
+        bounds: &[u64],
+    ) -> Result<Vec<RouteDay>, StoreError> {
+        if !check_usage_args(tenants, bounds)? {
+            return Ok(Vec::new());
+        }
+        self.with(|m| {
+            let mut sums: HashMap<(String, u64, String), (u64, f64)> = HashMap::new();
+            for (run_id, attempts) in &m.attempts {
+                let Some(run) = m.runs.get(run_id) else {
+                    continue;
+                };
+                if !tenants.contains(&run.tenant) {
+                    continue;
+                }
+                for a in attempts {
+                    let Some(day) = day_of(bounds, a.t_ms) else {
+                        continue;
+                    };
+                    let key = (run.tenant.clone(), day, a.route.clone());
+                    let sum = sums.entry(key).or_default();
+                    sum.0 += 1;
+                    sum.1 += a.cost_usd;
+                }
+            }
+            let mut rows: Vec<RouteDay> = sums
+                .into_iter()
+                .map(
+                    |((tenant, day_start_ms, route), (calls, cost_usd))| RouteDay {
+                        tenant,
+                        day_start_ms,
+                        route,
+                        calls,
+                        cost_usd,
+                    },
+                )
+                .collect();
+            sort_usage(&mut rows);
+            rows
+        })
+    }
+
+    async fn recent_tenants(
+        &self,
+        since_ms: u64,
+        limit: u32,
+    ) -> Result<Vec<TenantSeen>, StoreError> {
+        let limit = limit.clamp(1, MAX_PAGE) as usize;
+        self.with(|m| {
+            // Per tenant: its runs, and its newest run (by creation, then id).
+            let mut seen: HashMap<&str, (u64, &RunRecord)> = HashMap::new();
+            for run in m.runs.values().filter(|r| r.created_ms >= since_ms) {
+                let entry = seen.entry(run.tenant.as_str()).or_insert((0, run));
+                entry.0 += 1;
+                if (run.created_ms, &run.run_id) > (entry.1.created_ms, &entry.1.run_id) {
+                    entry.1 = run;
+                }
+            }
+            let mut tenants: Vec<TenantSeen> = seen
+                .into_iter()
+                .map(|(tenant, (runs, newest))| TenantSeen {
+                    tenant: tenant.to_string(),
+                    tier: newest.tier.clone(),
+                    runs,
+                    last_run_ms: newest.created_ms,
+                })
+                .collect();
+            sort_tenants(&mut tenants);
+            tenants.truncate(limit);
+            tenants
         })
     }
 }

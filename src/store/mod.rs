@@ -13,6 +13,7 @@ mod memory;
 mod migrations;
 mod retention;
 mod sql;
+mod usage;
 
 pub use connections::{
     ConnectionInfo, NewConnection, Resealed, SecretKey, SecretKeyError, SecretKeys, StoreTargets,
@@ -22,6 +23,7 @@ pub use memory::MemoryStore;
 pub use migrations::MIGRATIONS;
 pub use retention::Pruned;
 pub use sql::{Backend, SqlStore};
+pub use usage::{MAX_USAGE_DAYS, MAX_USAGE_TENANTS, RouteDay, TenantSeen};
 
 use crate::canary::CanaryRecord;
 use crate::chat::Message;
@@ -195,6 +197,25 @@ pub trait Store: Send + Sync {
     /// an index over (status, code): cheap next to a scrape interval, and exact, where a counter
     /// kept beside the store could drift from it.
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, StoreError>;
+    /// What the runs of `tenants` (a run that named none is its user's) called and spent, from
+    /// the attempt log: one row per tenant, day and route with calls, sorted by tenant, day,
+    /// then route. `bounds` are the days' starts in epoch ms, strictly ascending, then the last
+    /// day's end: day `i` holds the attempts made in `[bounds[i], bounds[i + 1])`. At most
+    /// [`MAX_USAGE_TENANTS`] tenants and [`MAX_USAGE_DAYS`] days (else `Invalid`). Canaries are
+    /// no tenant's and never count.
+    async fn usage_by_day(
+        &self,
+        tenants: &[String],
+        bounds: &[u64],
+    ) -> Result<Vec<RouteDay>, StoreError>;
+    /// The tenants of the runs created at or after `since_ms`, the one with the newest run
+    /// first (ties by tenant), at most `limit` (1 to [`MAX_PAGE`]): each with its newest run's
+    /// tier and its runs since then.
+    async fn recent_tenants(
+        &self,
+        since_ms: u64,
+        limit: u32,
+    ) -> Result<Vec<TenantSeen>, StoreError>;
 }
 
 /// [`Store::last_canaries`] from canary attempts: each provider's newest, sorted by provider.

@@ -11,9 +11,10 @@
 //! concurrent appends get distinct, ordered positions and a duplicated `(run, key)` is dropped.
 
 use super::file_lock::FileLock;
+use super::usage::{check_usage_args, sort_tenants, sort_usage};
 use super::{
-    Attached, ConnectionInfo, MAX_PAGE, RunCursor, RunFilter, RunPage, StatusCount, Store,
-    StoreError, newest_per_provider, sort_counts,
+    Attached, ConnectionInfo, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage, StatusCount,
+    Store, StoreError, TenantSeen, newest_per_provider, sort_counts,
 };
 use crate::canary::CanaryRecord;
 use crate::chat::Message;
@@ -233,6 +234,7 @@ const COUNT_BY_STATUS: &str =
 
 mod list;
 mod open;
+mod usage;
 mod writer;
 use writer::{AttemptRow, Write, Writer};
 
@@ -541,6 +543,60 @@ impl Store for SqlStore {
                 .collect::<Result<Vec<_>, StoreError>>()?;
             sort_counts(&mut counts);
             Ok(counts)
+        })
+    }
+
+    async fn usage_by_day(
+        &self,
+        tenants: &[String],
+        bounds: &[u64],
+    ) -> Result<Vec<RouteDay>, StoreError> {
+        if !check_usage_args(tenants, bounds)? {
+            return Ok(Vec::new());
+        }
+        let statement = usage::usage_by_day(tenants, bounds);
+        let mut rows: Vec<RouteDay> = rows_of!(self, statement, |row| {
+            Ok(RouteDay {
+                tenant: row.text("tenant")?,
+                day_start_ms: from_i64(row.int("day_start")?, "day_start")?,
+                route: row.text("route")?,
+                calls: from_i64(row.int("calls")?, "calls")?,
+                cost_usd: row.float("cost_usd")?,
+            })
+        })?;
+        sort_usage(&mut rows);
+        Ok(rows)
+    }
+
+    async fn recent_tenants(
+        &self,
+        since_ms: u64,
+        limit: u32,
+    ) -> Result<Vec<TenantSeen>, StoreError> {
+        let since = to_i64(since_ms, "since_ms")?;
+        let limit = limit.clamp(1, MAX_PAGE);
+        on_db!(self, |pool| {
+            let rows = sqlx::query(usage::RECENT_TENANTS)
+                .bind(since)
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?;
+            let mut seen = rows
+                .iter()
+                .map(|row| {
+                    Ok(TenantSeen {
+                        tenant: row.text("tenant")?,
+                        tier: row
+                            .opt_text("tier")?
+                            .unwrap_or_else(|| crate::catalog::DEFAULT_TIER.to_string()),
+                        runs: from_i64(row.int("runs")?, "runs")?,
+                        last_run_ms: from_i64(row.int("last_ms")?, "last_ms")?,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            sort_tenants(&mut seen);
+            Ok(seen)
         })
     }
 }

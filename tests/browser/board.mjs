@@ -8,7 +8,7 @@
 // free call (the pools panel's use rises); run B earns the 429, so the pool rests and B is
 // delayed. The page must show the rest with a countdown that goes down (a screenshot is taken
 // then), each run's attempt log, no Clear or run actions for a viewer; the operator cancels a
-// delayed run C, clears the rest (B then calls at the pool's next slot, not into the spent window), retries a failed run D into a
+// delayed run C, reads who waits for the pool and the spend by tenant, clears the rest (B then calls at the pool's next slot, not into the spent window), retries a failed run D into a
 // success and approves the tool call run E waits on. Last, the page at 390 px fits its width, badges keep 4.5:1 contrast, and screenshots
 // are taken in light and dark at desktop and phone width.
 
@@ -281,6 +281,32 @@ try {
   await until('the learned limit', async () => /provider says 1/.test(await poolCard.locator('.limit-origin').first().textContent()));
   assert.match(await poolCard.textContent(), /configured 20/);
   assert.match(await poolCard.textContent(), /pacing misses: 1/);
+
+  step('each pool says how many runs of how many tenants wait; spend by tenant lists the day\'s tenants');
+  const waitingLine = poolCard.locator('.waiting').first();
+  await until('the waiting line on the pool\'s card', async () => (await waitingLine.count()) === 1);
+  const waitingPools = (await http('GET', `${BASE}/v1/pools`)).body.pools;
+  const freeUse = waitingPools.find((p) => p.name === 'openrouter-free').use;
+  assert.equal(typeof freeUse.waiting, 'number', 'the pool shows its waiting runs');
+  assert.ok(Array.isArray(freeUse.shares), 'and this window\'s shares');
+  assert.match(await waitingLine.textContent(), /^(no run waiting its turn|\d+ runs? of \d+ tenants? waiting)$/);
+  const tenantRow = (t) => page.locator(`#tenants tbody tr[data-tenant="${t}"]`);
+  await until('alice and bob in spend by tenant', async () => (await tenantRow('alice').count()) === 1
+    && (await tenantRow('bob').count()) === 1 && Number(await tenantRow('alice').locator('td').nth(5).textContent()) >= 1);
+  const aliceCells = await tenantRow('alice').locator('td').allTextContents();
+  assert.equal(aliceCells[1], 'default', 'its newest run\'s tier');
+  assert.match(aliceCells[2], /^\$\d/, 'spent today, in dollars');
+  assert.equal(await tenantRow('alice').locator('td.spent').getAttribute('data-from'), 'attempt_log', 'no cap: the log\'s spend');
+  assert.match(aliceCells[3], /^\$\d/, 'reserved, in dollars');
+  assert.equal(aliceCells[4], 'no cap', 'the default tier has no cap');
+  assert.equal(await page.isVisible('#tenants-empty'), false);
+  const listed = (await http('GET', `${BASE}/v1/tenants`)).body.tenants;
+  const alice = listed.find((t) => t.tenant === 'alice');
+  assert.ok(alice && alice.tier === 'default' && alice.cap_usd === null && alice.calls >= 1, JSON.stringify(listed));
+  const aliceUsage = (await http('GET', `${BASE}/v1/tenants/alice/usage`)).body;
+  assert.equal(aliceUsage.days.length, 30);
+  assert.ok(aliceUsage.routes.some((r) => r.route === `platform:openrouter/${FREE}` && r.calls >= 1), JSON.stringify(aliceUsage));
+  assert.equal((await http('GET', `${BASE}/v1/tenants/a%20b/usage`)).status, 400);
 
   step('the operator clears the rest; the run it delayed still waits for the pool\'s next slot, then succeeds in it');
   // The clear sends no call into the window the provider spent: B is admitted by the limiter.

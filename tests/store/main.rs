@@ -15,6 +15,7 @@ mod engine;
 mod lifecycle;
 mod runs;
 mod transcript;
+mod usage;
 
 use freeway::budget::Kind;
 use freeway::chat::{ToolCall, Usage};

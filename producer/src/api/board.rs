@@ -5,7 +5,8 @@
 //! docs/operations.md), and its view is apalis's tasks, not freeway's runs, rests
 //! and attempt logs. This board reads our own data: queue depths and workers from apalis's Redis
 //! keys, rests from [`freeway::rest::Rests::list`], runs from the store, events from the runs'
-//! streams.
+//! streams, pools with their waiting runs and fair shares from `/v1/pools`, and spend by tenant
+//! from `/v1/tenants` ([`super::tenants`]).
 //!
 //! The page itself holds no data and is served without a token; everything it shows comes from
 //! `/v1`, behind the bearer token. It asks for the token in a small form and keeps it in the

@@ -30,6 +30,7 @@ pub mod route_history;
 pub mod run_actions;
 pub mod run_list;
 pub mod runs;
+pub mod tenants;
 pub mod user;
 
 use crate::hub::Hub;
@@ -103,6 +104,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/pools", get(pools::pools))
         .route("/providers", get(pools::providers))
         .route("/routes", get(route_history::history))
+        .route("/tenants", get(tenants::list))
+        .route("/tenants/{id}/usage", get(tenants::usage))
         .route("/rests/{scope}/{*key}", delete(rests::clear))
         .route("/board/overview", get(board::overview))
         .route("/board/runs/{id}", get(board::run_detail))

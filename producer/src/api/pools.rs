@@ -4,6 +4,10 @@
 //! limits, window and day clock, what the platform's instance has spent this window and today
 //! (from the limiter, docs/design.md §4.4), and the rests that close any of its instances right
 //! now (a per-key pool has one instance per connection, `{pool}@{connection}`).
+//!
+//! While runs wait their turn for an instance (docs/design.md §4.8), its use says how many, of
+//! how many tenants, and each tenant's slots this window: the platform's instance in `use`, the
+//! others (users' own keys of a per-key pool) in `instances`, listed only while runs wait.
 
 use super::AppState;
 use super::error::ApiError;
@@ -34,7 +38,13 @@ struct PoolView {
     /// What the provider last said about the platform's instance: the requests an answer said
     /// were left, and the last 429.
     seen: PoolSeen,
+    /// The pool's other instances that runs wait for now, with their use (at most
+    /// [`MAX_WAITING_INSTANCES`]).
+    instances: Vec<InstanceUse>,
 }
+
+/// The most instances other than the platform's listed for one pool.
+pub const MAX_WAITING_INSTANCES: usize = 50;
 
 /// A pool instance's use, as its limiter counts it.
 #[derive(Serialize)]
@@ -78,11 +88,46 @@ struct InstanceRest {
     reason: String,
 }
 
+/// The instances of `pool` other than the platform's that runs wait for, among `waiting` (the
+/// limiter's pools with queues), with their use.
+async fn waiting_instances(
+    state: &AppState,
+    pool: &Pool,
+    waiting: &[String],
+) -> Result<Vec<InstanceUse>, ApiError> {
+    let platform = pool.platform_instance();
+    let prefix = format!("{}@", pool.name);
+    let day_end = state
+        .enqueuer
+        .catalog()
+        .day_clock(pool)
+        .day_end_ms(freeway::clock::epoch_ms());
+    let pacer = state.enqueuer.pacer();
+    let mut out = Vec::new();
+    let others = waiting
+        .iter()
+        .filter(|i| i.starts_with(&prefix) && **i != platform);
+    for instance in others.take(MAX_WAITING_INSTANCES) {
+        let spent = pacer.usage(instance, &pool.limits(), day_end).await?;
+        if spent.waiting > 0 || !spent.shares.is_empty() {
+            out.push(InstanceUse {
+                pool: pool.name.clone(),
+                instance: instance.clone(),
+                spent,
+                day_ends_at_ms: day_end,
+            });
+        }
+    }
+    Ok(out)
+}
+
 pub async fn pools(State(state): State<Arc<AppState>>) -> Result<Json<PoolList>, ApiError> {
     let rests = state.enqueuer.rests().list().await?;
     let mut spent = platform_use(&state).await?;
     let catalog = state.enqueuer.catalog();
+    let waiting = state.enqueuer.pacer().waiting_pools().await?;
     let mut seen = Vec::new();
+    let mut instances = Vec::new();
     for pool in catalog.pools() {
         seen.push(
             state
@@ -91,12 +136,15 @@ pub async fn pools(State(state): State<Arc<AppState>>) -> Result<Json<PoolList>,
                 .seen(&pool.platform_instance())
                 .await?,
         );
+        instances.push(waiting_instances(&state, pool, &waiting).await?);
     }
     let pools = catalog
         .pools()
         .zip(seen)
-        .map(|(pool, seen)| PoolView {
+        .zip(instances)
+        .map(|((pool, seen), instances)| PoolView {
             seen,
+            instances,
             rests: rests_of(pool, &rests),
             spent: spent
                 .iter()

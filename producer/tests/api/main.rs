@@ -13,7 +13,9 @@ mod enqueue;
 mod events;
 mod guards;
 mod operations;
+mod pools;
 mod requests;
+mod tenants;
 mod users;
 
 use common::Server;
