@@ -243,8 +243,9 @@ impl Catalog {
     }
 
     /// The configured price of `model` on `provider`, by the most specific `[prices]` key that
-    /// matches (see [`prices`]); `None` when no key does. It does not know pools: a route of a
-    /// free pool costs nothing, whatever a bare glob here would say, and callers skip those.
+    /// matches (the rule is in `catalog/prices.rs`); `None` when no key does. It does not know
+    /// pools: a route of a free pool costs nothing, whatever a bare glob here would say, and
+    /// callers skip those.
     pub fn price(&self, provider: &str, model: &str) -> Option<Price> {
         prices::lookup(&self.prices, provider, model)
     }
