@@ -19,6 +19,11 @@
 //! - `soak`: `--runs` through one replica in rounds of 10,000, its RSS after each round.
 //! - `enqueue`: `POST /v1/runs` and `POST /v1/runs:batch` against `producer serve` (built next
 //!   to the worker) while replicas drain the runs.
+//! - `tenants`: fair share (docs/design.md §4.8): one tenant's backlog of 500 runs on a free
+//!   account, four tenants of 5 runs each arriving behind it, each window's split between them;
+//!   `--weights`: two backlogged tenants of tiers weighing 4 and 1.
+//! - `spend`: spend caps (docs/design.md §4.9): 20 tenants capped at $0.10 a day race for a
+//!   priced model on K replicas (`--runs` in all); each tenant's recorded spend against its cap.
 //!
 //! `cargo build --release -p worker -p producer --bins --examples && target/release/examples/load --help`
 
@@ -28,7 +33,9 @@ mod latency;
 mod measure;
 mod oracle;
 mod quota;
+mod spend;
 mod store_probe;
+mod tenants;
 mod throughput;
 
 use clap::{Parser, ValueEnum};
@@ -73,6 +80,13 @@ pub enum Switch {
     Off,
 }
 
+/// tenants: the priority of the backlogged tenants' runs.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BacklogPriority {
+    Batch,
+    Interactive,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
     Throughput,
@@ -82,13 +96,18 @@ enum Scenario {
     Latency,
     Soak,
     Enqueue,
+    /// Fair share between tenants on one free account (docs/design.md §4.8).
+    Tenants,
+    /// 20 tenants at a daily spend cap racing for a priced model (docs/design.md §4.9).
+    Spend,
 }
 
 #[derive(Parser)]
 #[command(
     name = "load",
     about = "freeway's load benchmark: end-to-end throughput against bare apalis, the \
-             shared-quota scenario, a slow provider at high concurrency, and a memory soak",
+             shared-quota scenario, a slow provider at high concurrency, a memory soak, and \
+             fair share between tenants",
     after_help = "Needs a Redis (REDIS_URL) and the worker binary next to this one: \
                   cargo build --release -p worker -p producer --bins --examples (the enqueue \
                   scenario also runs the producer binary). Worker processes log at \
@@ -152,6 +171,22 @@ pub struct Args {
     /// (`FREEWAY_LEARN_LIMITS`).
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub learning: Switch,
+    /// tenants: instead of the goal's workload (A's backlog of 500, then B–E's 5 each), two
+    /// tenants of tiers weighing 4 and 1 each enqueue 100 runs at once.
+    #[arg(long)]
+    pub weights: bool,
+    /// tenants: the priority of the backlog's runs (A's, or both tenants' with `--weights`);
+    /// B–E's runs are interactive.
+    #[arg(long, value_enum, default_value_t = BacklogPriority::Batch)]
+    pub backlog_priority: BacklogPriority,
+    /// tenants: seconds between A's enqueue and B–E's (default: 4 windows).
+    #[arg(long, value_name = "S")]
+    pub arrive_after_s: Option<f64>,
+    /// tenants: the workers (`--worker`) predate fair share (a build of c6cc77a, say): the runs
+    /// carry no `tenant`, `tier` or `priority`, which those workers refuse, and the
+    /// configuration no `[tiers]`; tenants differ only by their users.
+    #[arg(long)]
+    pub before_fair_share: bool,
     /// The worker binary to run (default: `worker` next to this binary's folder): an older
     /// build's, to compare two builds on one load.
     #[arg(long, value_name = "PATH")]
@@ -182,6 +217,13 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if !(args.offered.is_finite() && args.offered > 0.0) {
         eprintln!("load: --offered must be a positive number");
+        return ExitCode::from(2);
+    }
+    if args
+        .arrive_after_s
+        .is_some_and(|s| !(s.is_finite() && s >= 0.0))
+    {
+        eprintln!("load: --arrive-after-s must be a number of seconds, 0 or more");
         return ExitCode::from(2);
     }
     let worker = match args.worker.clone().map_or_else(worker_binary, Ok) {
@@ -219,6 +261,8 @@ async fn run(args: &Args, worker: &std::path::Path) -> Result<(), BoxError> {
         Scenario::Latency => latency::latency(args, worker).await?,
         Scenario::Soak => latency::soak(args, worker).await?,
         Scenario::Enqueue => enqueue::run(args, worker).await?,
+        Scenario::Tenants => tenants::run(args, worker).await?,
+        Scenario::Spend => spend::run(args, worker).await?,
         Scenario::Throughput | Scenario::Quota | Scenario::Both => {}
     }
     println!("load average at the end: {}", measure::load_average());

@@ -206,7 +206,7 @@ async fn offer(args: &Args, rate: f64, queue: &queue::Queue) -> Result<Vec<RunJo
 }
 
 /// Wait until every run has ended; returns their records.
-async fn settle(
+pub(crate) async fn settle(
     args: &Args,
     cluster: &mut Cluster,
     jobs: &[RunJob],
