@@ -313,6 +313,33 @@ async fn a_chain_with_a_resting_off_quota_route_is_routes_resting() {
     assert_eq!(status, 202);
 }
 
+/// docs/design.md §4.9: a chain left with only priced routes past a spend cap is refused at
+/// enqueue (`spend_cap_reached`, nothing written); a run that may queue waits for its free route.
+#[tokio::test]
+async fn only_capped_priced_routes_left_is_spend_cap_reached_at_enqueue() {
+    // A call on vendor/paid is held at more than the tier's whole day.
+    let s = Server::with_catalog(
+        freeway::catalog::Catalog::from_toml(
+            "[tiers.default]\nspend_usd_per_day = 0.000001\n\
+             [prices]\n\"vendor/paid\" = { input = 1000.0, output = 1000.0 }\n",
+        )
+        .expect("a valid file"),
+    )
+    .await;
+    let body = json!({ "user_id": "u1", "tenant": "acme", "input": "hi",
+        "routes": [{ "model": "vendor/paid" }] });
+    let (status, err) = s.post_run(&body).await;
+    assert_eq!(status, 429, "{err}");
+    assert_eq!(code(&err), "spend_cap_reached");
+    assert_eq!(s.stored_runs().await, 0);
+    // With a free route after it and leave to wait, the run is taken.
+    rest_pool(&s, 30_000).await;
+    let body = json!({ "user_id": "u1", "tenant": "acme", "input": "hi", "on_rest": "queue",
+        "routes": [{ "model": "vendor/paid" }, { "model": "vendor/m:free" }] });
+    let (status, _) = s.post_run(&body).await;
+    assert_eq!(status, 202);
+}
+
 #[tokio::test]
 async fn an_idempotency_key_gives_the_same_run_once() {
     let s = Server::open().await;
