@@ -162,7 +162,7 @@ impl FairQueue {
         self.grants.remove(run_id);
     }
 
-    /// Until when the slot granted to `run_id` may be used (grants past are expired first).
+    /// Until when the slot granted to `run_id` may be used (a past one may still be listed).
     pub(crate) fn grant_until(&self, run_id: &str) -> Option<u64> {
         self.grants.get(run_id).copied()
     }

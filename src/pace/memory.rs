@@ -394,8 +394,12 @@ impl View<'_> {
     /// `who`'s granted slot, as (valid ms from now): taken when `take`.
     fn granted(&mut self, who: Option<&Waiter<'_>>, take: bool) -> Option<u64> {
         let who = who?;
-        self.st.fair.expire(self.now);
-        let until = self.st.fair.grant_until(who.run_id)?;
+        // (A grant past its slot is no grant; dispatch sweeps them.)
+        let until = self
+            .st
+            .fair
+            .grant_until(who.run_id)
+            .filter(|&until| until > self.now)?;
         if take {
             self.st.fair.take_grant(who.run_id);
         }

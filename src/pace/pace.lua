@@ -750,7 +750,7 @@ local function dispatch(max)
     redis.call('HINCRBY', shares, e.tenant, 1)
     n = n + 1
   end
-  keep_fair()
+  if n > 0 then keep_fair() end
   return n
 end
 
@@ -808,9 +808,9 @@ local who = nil
 if ARGV[12] ~= nil and ARGV[12] ~= '' and (op == 'peek' or op == 'admit' or op == 'join') then
   who = {run = ARGV[12], tenant = ARGV[13], weight = tonumber(ARGV[14]),
     lane = tonumber(ARGV[15]), deadline = tonumber(ARGV[16])}
-  redis.call('ZREMRANGEBYSCORE', grants, '-inf', now)
+  -- (A grant past its slot is no grant; dispatch sweeps them.)
   local g = redis.call('ZSCORE', grants, who.run)
-  if g then
+  if g and tonumber(g) > now then
     if op == 'admit' then redis.call('ZREM', grants, who.run) end
     return {1, 0, tonumber(g) - now}
   end
