@@ -5,7 +5,7 @@
 
 use crate::catalog::Catalog;
 use crate::provider::{ApiKey, EnvTargets, Http2};
-use crate::store::{SecretKey, SecretKeys};
+use crate::store::{SecretKey, SecretKeyError, SecretKeys};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -66,6 +66,8 @@ pub struct Settings {
     /// `FREEWAY_MAX_STREAMS` (default [`DEFAULT_MAX_STREAMS`]): the event streams one producer
     /// serves at once; past it a new one is refused until another ends.
     pub max_streams: usize,
+    /// `FREEWAY_RATE_LIMIT` (default [`DEFAULT_RATE_LIMIT`]): requests a second per credential.
+    pub rate_limit: u32,
     /// `FREEWAY_EVENTS_KEEP_S` (default [`crate::events::DEFAULT_EVENTS_KEEP_S`]): how long a
     /// run's event stream stays in Redis after its last event.
     pub events_keep_s: u64,
@@ -74,8 +76,16 @@ pub struct Settings {
     pub cors_origins: Vec<String>,
 }
 
+/// The shortest bearer token (`FREEWAY_API_TOKEN`, `FREEWAY_ADMIN_TOKEN`,
+/// `FREEWAY_METRICS_TOKEN`), in characters: a token is all that stands between the network and
+/// the API, so it must be too long to guess by trying (`openssl rand -hex 32` gives 64).
+pub const MIN_TOKEN_CHARS: usize = 16;
 /// The longest `FREEWAY_EVENTS_KEEP_S`: a week.
 const MAX_EVENTS_KEEP_S: u64 = 7 * 24 * 3600;
+/// Requests a second one credential may send the producer unless `FREEWAY_RATE_LIMIT` says
+/// otherwise (in bursts of twice that): far past a web app's needs, well short of a loop's.
+pub const DEFAULT_RATE_LIMIT: u32 = 200;
+const MAX_RATE_LIMIT: u32 = 1_000_000;
 /// Event streams one producer serves at once unless `FREEWAY_MAX_STREAMS` says otherwise.
 pub const DEFAULT_MAX_STREAMS: usize = 1_000;
 /// The largest `FREEWAY_MAX_STREAMS`: far past what one process's file descriptors allow.
@@ -169,14 +179,16 @@ impl Settings {
             "pretty",
             &[("json", LogFormat::Json), ("pretty", LogFormat::Pretty)],
         )?;
-        let secret = |var: &'static str| {
+        let secret = |var: &'static str, parse: fn(&str) -> Result<SecretKey, SecretKeyError>| {
             get(var)
-                .map(SecretKey::from_hex)
+                .map(parse)
                 .transpose()
                 .map_err(|e| ConfigError::new(var, e.to_string()))
         };
-        let secret_key = secret("FREEWAY_SECRET_KEY")?;
-        let previous_secret_key = secret("FREEWAY_SECRET_KEY_PREVIOUS")?;
+        let secret_key = secret("FREEWAY_SECRET_KEY", SecretKey::from_hex)?;
+        // The key being rotated out may be weak: rotating is how one gets rid of a weak key.
+        let previous_secret_key =
+            secret("FREEWAY_SECRET_KEY_PREVIOUS", SecretKey::from_hex_retiring)?;
         if previous_secret_key.is_some() && secret_key.is_none() {
             return Err(ConfigError::new(
                 "FREEWAY_SECRET_KEY_PREVIOUS",
@@ -189,12 +201,42 @@ impl Settings {
             1..=MAX_MAX_STREAMS,
             DEFAULT_MAX_STREAMS,
         )?;
+        let rate_limit = number_in(
+            get("FREEWAY_RATE_LIMIT"),
+            "FREEWAY_RATE_LIMIT",
+            1..=MAX_RATE_LIMIT,
+            DEFAULT_RATE_LIMIT,
+        )?;
         let events_keep_s = number_in(
             get("FREEWAY_EVENTS_KEEP_S"),
             "FREEWAY_EVENTS_KEEP_S",
             1..=MAX_EVENTS_KEEP_S,
             crate::events::DEFAULT_EVENTS_KEEP_S,
         )?;
+        let token = |var: &'static str| -> Result<Option<ApiKey>, ConfigError> {
+            let Some(value) = get(var) else {
+                return Ok(None);
+            };
+            let chars = value.chars().count();
+            if chars < MIN_TOKEN_CHARS {
+                return Err(ConfigError::new(
+                    var,
+                    format!(
+                        "must be at least {MIN_TOKEN_CHARS} characters, got {chars} (generate one \
+                         with `openssl rand -hex 32`)"
+                    ),
+                ));
+            }
+            Ok(Some(ApiKey::new(value)))
+        };
+        let api_token = token("FREEWAY_API_TOKEN")?;
+        let admin_token = token("FREEWAY_ADMIN_TOKEN")?;
+        let metrics_token = token("FREEWAY_METRICS_TOKEN")?;
+        distinct_tokens(&[
+            ("FREEWAY_API_TOKEN", &api_token),
+            ("FREEWAY_ADMIN_TOKEN", &admin_token),
+            ("FREEWAY_METRICS_TOKEN", &metrics_token),
+        ])?;
         Ok(Settings {
             redis_url,
             database_url,
@@ -208,10 +250,11 @@ impl Settings {
             http2,
             secret_key,
             previous_secret_key,
-            api_token: get("FREEWAY_API_TOKEN").map(ApiKey::new),
-            admin_token: get("FREEWAY_ADMIN_TOKEN").map(ApiKey::new),
-            metrics_token: get("FREEWAY_METRICS_TOKEN").map(ApiKey::new),
+            api_token,
+            admin_token,
+            metrics_token,
             max_streams,
+            rate_limit,
             events_keep_s,
             cors_origins: get("FREEWAY_CORS_ORIGINS")
                 .map(cors_origins)
@@ -219,6 +262,26 @@ impl Settings {
                 .unwrap_or_default(),
         })
     }
+}
+
+/// The bearer tokens are of different roles (the API's, the operator's, a scraper's), so no two
+/// may be the same secret: of two that are, the later variable is refused (its value never shown).
+fn distinct_tokens(tokens: &[(&'static str, &Option<ApiKey>)]) -> Result<(), ConfigError> {
+    for (i, (first, a)) in tokens.iter().enumerate() {
+        for (second, b) in &tokens[i + 1..] {
+            if let (Some(a), Some(b)) = (a, b)
+                && a.expose() == b.expose()
+            {
+                return Err(ConfigError::new(
+                    second,
+                    format!(
+                        "must not be the same token as {first}: the two roles need two secrets"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `scheme://host[:port]` origins, comma-separated: exactly what a browser sends in `Origin`.
@@ -367,15 +430,70 @@ mod tests {
     fn the_key_never_prints() {
         let s = Settings::from_vars(&vars(&[
             ("OPENROUTER_API_KEY", "sk-or-v1-hunter2"),
-            ("FREEWAY_API_TOKEN", "api-hunter3"),
-            ("FREEWAY_ADMIN_TOKEN", "admin-hunter4"),
+            ("FREEWAY_API_TOKEN", "api-hunter3-0123456789"),
+            ("FREEWAY_ADMIN_TOKEN", "admin-hunter4-0123456789"),
         ]))
         .unwrap();
         let shown = format!("{s:?}");
         assert!(!shown.contains("hunter"), "{shown}");
         assert_eq!(
             s.api_token.as_ref().map(ApiKey::expose),
-            Some("api-hunter3")
+            Some("api-hunter3-0123456789")
         );
+    }
+
+    #[test]
+    fn a_weak_secret_key_is_refused_but_may_be_the_one_rotated_out() {
+        let zero = "00".repeat(32);
+        let strong = "c7a1e04f92b6d3580e1f7a2c4b9d6e8305f1a7c2e9b4d60817c3f5a2e8d9b046";
+        let e = Settings::from_vars(&vars(&[("FREEWAY_SECRET_KEY", &zero)])).unwrap_err();
+        assert_eq!(e.var, "FREEWAY_SECRET_KEY");
+        assert!(e.message.contains("all its bytes are the same"), "{e}");
+        assert!(!e.to_string().contains(&zero[..8]), "no echo: {e}");
+        let rotating = Settings::from_vars(&vars(&[
+            ("FREEWAY_SECRET_KEY", strong),
+            ("FREEWAY_SECRET_KEY_PREVIOUS", &zero),
+        ]))
+        .unwrap();
+        assert!(rotating.secret_keys().is_some_and(|k| k.previous.is_some()));
+    }
+
+    #[test]
+    fn tokens_are_long_and_distinct_and_never_shown() {
+        let api = "api-token-5be3c1f09a7d";
+        let admin = "admin-token-c4e18d2b77e0";
+        let metrics = "metrics-token-29fa61c03b";
+        let ok = Settings::from_vars(&vars(&[
+            ("FREEWAY_API_TOKEN", api),
+            ("FREEWAY_ADMIN_TOKEN", admin),
+            ("FREEWAY_METRICS_TOKEN", metrics),
+        ]))
+        .unwrap();
+        assert_eq!(ok.admin_token.as_ref().map(ApiKey::expose), Some(admin));
+        let exactly = "0123456789abcdef";
+        assert_eq!(exactly.len(), MIN_TOKEN_CHARS);
+        assert!(Settings::from_vars(&vars(&[("FREEWAY_API_TOKEN", exactly)])).is_ok());
+        for var in [
+            "FREEWAY_API_TOKEN",
+            "FREEWAY_ADMIN_TOKEN",
+            "FREEWAY_METRICS_TOKEN",
+        ] {
+            for short in ["Q", "QQQQQQQQQQQQQQQ"] {
+                let e = Settings::from_vars(&vars(&[(var, short)])).unwrap_err();
+                assert_eq!(e.var, var);
+                assert!(e.message.contains("at least 16 characters"), "{e}");
+                assert!(!e.to_string().contains(short), "no echo: {e}");
+            }
+        }
+        for (a, b) in [
+            ("FREEWAY_API_TOKEN", "FREEWAY_ADMIN_TOKEN"),
+            ("FREEWAY_API_TOKEN", "FREEWAY_METRICS_TOKEN"),
+            ("FREEWAY_ADMIN_TOKEN", "FREEWAY_METRICS_TOKEN"),
+        ] {
+            let e = Settings::from_vars(&vars(&[(a, api), (b, api)])).unwrap_err();
+            assert_eq!(e.var, b);
+            assert!(e.message.contains(a), "{e}");
+            assert!(!e.to_string().contains(api), "no echo: {e}");
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! What every replica shares: rests, run leases, run events, counters and the pools' limiters.
+//! What every replica shares: rests, run leases, run events, counters, the pools' limiters,
+//! spend, and the writes a store did not take.
 //!
 //! The engine's decisions must hold for the whole fleet at once, so it keeps this state outside
 //! the process: in Redis ([`Fleet::redis`]). Each part is a trait with a Redis implementation
@@ -11,6 +12,7 @@ use crate::metrics::{MemoryMetrics, Metrics, RedisMetrics};
 use crate::pace::{MemoryPacer, Pacer, RedisPacer};
 use crate::rest::{MemoryRests, RedisRests, Rests};
 use crate::spend::{Ledger, MemoryLedger, RedisLedger};
+use crate::unsaved::{MemoryUnsaved, RedisUnsaved, Unsaved};
 use redis::aio::ConnectionManager;
 use std::sync::Arc;
 
@@ -37,6 +39,8 @@ pub struct Fleet {
     pub pace: Arc<dyn Pacer>,
     /// What tenants and runs spend on priced routes, against their caps.
     pub spend: Arc<dyn Ledger>,
+    /// Runs' writes the store did not take, until it does.
+    pub unsaved: Arc<dyn Unsaved>,
 }
 
 impl Fleet {
@@ -49,6 +53,7 @@ impl Fleet {
             metrics: Arc::new(RedisMetrics::new(conn.clone(), ns)),
             pace: Arc::new(RedisPacer::new(conn.clone(), ns)),
             spend: Arc::new(RedisLedger::new(conn.clone(), ns)),
+            unsaved: Arc::new(RedisUnsaved::new(conn.clone(), ns)),
         }
     }
 
@@ -61,6 +66,7 @@ impl Fleet {
             metrics: Arc::new(MemoryMetrics::default()),
             pace: Arc::new(MemoryPacer::default()),
             spend: Arc::new(MemoryLedger::default()),
+            unsaved: Arc::new(MemoryUnsaved::default()),
         }
     }
 }

@@ -20,6 +20,10 @@ pub const DEFAULT_DEADLINE_S: u64 = 600;
 pub const MAX_DEADLINE_S: u64 = 24 * 3600;
 const MAX_INPUT_BYTES: usize = 128 * 1024;
 const MAX_TOOLS: usize = 32;
+/// How deep a tool's `parameters` may nest. A job carries them a few levels below the request,
+/// and a queue entry must stay well inside the decoder's 128 levels, or a request accepted at
+/// enqueue would be a job no worker can read. Real schemas nest a handful of levels.
+pub const MAX_SCHEMA_DEPTH: usize = 32;
 
 /// What to do with a run whose routes are all closed at enqueue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -228,6 +232,12 @@ impl RunRequest {
                 return Err(invalid(
                     format!("tools[{i}].parameters"),
                     "must be a JSON Schema object",
+                ));
+            }
+            if depth(&t.parameters) > MAX_SCHEMA_DEPTH {
+                return Err(invalid(
+                    format!("tools[{i}].parameters"),
+                    format!("must nest at most {MAX_SCHEMA_DEPTH} levels deep"),
                 ));
             }
         }
@@ -440,9 +450,68 @@ impl RunJob {
     }
 }
 
+/// How many levels of arrays and objects `value` nests (a scalar is 0), without recursion.
+fn depth(value: &serde_json::Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0)];
+    while let Some((v, d)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match v {
+            serde_json::Value::Array(a) => Box::new(a.iter()),
+            serde_json::Value::Object(o) => Box::new(o.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(d + 1);
+        stack.extend(children.map(|c| (c, d + 1)));
+    }
+    deepest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// A tool whose `parameters` nest `levels` deep, each level an object or an array.
+    fn nested_tool(levels: &[bool]) -> String {
+        let mut schema = String::from("1");
+        for &object in levels.iter().rev() {
+            schema = match object {
+                true => format!(r#"{{"p":{schema}}}"#),
+                false => format!("[{schema}]"),
+            };
+        }
+        format!(
+            r#","tools":[{{"name":"t","parameters":{{"type":"object","properties":{schema}}}}}]"#
+        )
+    }
+
+    proptest! {
+        /// What enqueue accepts, a worker reads: the job a valid request becomes decodes the way
+        /// the worker decodes a queue entry (bytes to a JSON value, then a job), whatever the
+        /// nesting of its tools' parameters; deeper ones are refused at enqueue, naming the field.
+        #[test]
+        fn a_request_enqueue_accepts_is_a_job_a_worker_reads(
+            levels in prop::collection::vec(any::<bool>(), 0..140)
+        ) {
+            let catalog = Catalog::builtin();
+            match RunRequest::from_json(&body(&nested_tool(&levels)), &catalog) {
+                Ok(request) => {
+                    let job = RunJob::new(request, 1_000);
+                    let bytes = serde_json::to_vec(&job).unwrap();
+                    let entry: serde_json::Value = serde_json::from_slice(&bytes)
+                        .map_err(|e| TestCaseError::fail(format!("undecodable entry: {e}")))?;
+                    prop_assert!(RunJob::from_value(entry, &catalog).is_ok());
+                }
+                Err(refused) => {
+                    prop_assert!(levels.len() + 2 > MAX_SCHEMA_DEPTH, "{refused}");
+                    prop_assert!(
+                        refused.field == "tools[0].parameters" || refused.field == "body",
+                        "{refused}"
+                    );
+                }
+            }
+        }
+    }
 
     fn body(extra: &str) -> Vec<u8> {
         format!(r#"{{"user_id":"u1","input":"hi","routes":[{{"model":"a/b:free"}}]{extra}}}"#)

@@ -33,7 +33,9 @@ pub enum Lease {
 pub trait Leases: Send + Sync {
     /// Take the run's lease for `owner`, or say how long another holder keeps it.
     async fn acquire(&self, run_id: &str, owner: &str) -> Result<Lease, FleetError>;
-    /// Extend the lease while `owner` still holds it; false when it was lost.
+    /// Extend the lease while `owner` still holds it, or take it again when nobody does (Redis
+    /// forgot it: a restart, a failover) so that nobody else starts the run meanwhile; false
+    /// when another holds it.
     async fn renew(&self, run_id: &str, owner: &str) -> Result<bool, FleetError>;
     /// Drop the lease if `owner` holds it.
     async fn release(&self, run_id: &str, owner: &str) -> Result<(), FleetError>;
@@ -224,12 +226,13 @@ impl Leases for MemoryLeases {
     }
 
     async fn renew(&self, run_id: &str, owner: &str) -> Result<bool, FleetError> {
-        Ok(self.with_held(|held, now| match held.get_mut(run_id) {
-            Some((holder, until)) if holder == owner => {
-                *until = now + LEASE_TTL.as_millis() as u64;
+        Ok(self.with_held(|held, now| match held.get(run_id) {
+            Some((holder, until)) if holder != owner && *until > now => false,
+            _ => {
+                let until = now + LEASE_TTL.as_millis() as u64;
+                held.insert(run_id.to_string(), (owner.to_string(), until));
                 true
             }
-            _ => false,
         }))
     }
 
@@ -311,8 +314,13 @@ static TAKE_PERIOD: LazyLock<redis::Script> = LazyLock::new(|| {
 static RENEW: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
+        local holder = redis.call('GET', KEYS[1])
+        if holder == ARGV[1] then
             redis.call('PEXPIRE', KEYS[1], ARGV[2])
+            return 1
+        end
+        if not holder then
+            redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
             return 1
         end
         return 0

@@ -36,4 +36,6 @@ pub mod run;
 pub mod signed;
 pub mod spend;
 pub mod store;
+pub mod text;
 pub mod tools;
+pub mod unsaved;

@@ -23,6 +23,9 @@ pub fn init_with_default(format: LogFormat, default: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
+        // A log line that cannot be written (the log's disk is full) is lost, not reported with
+        // `eprintln!`, which panics on the same failed write and would end the task that logged.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),

@@ -15,6 +15,9 @@ use crate::pace::Limits;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// The model of a metrics label for every model the configuration does not name.
+pub const OTHER_MODEL: &str = "other";
+
 pub use crate::catalog::OPENROUTER_FREE_POOL;
 
 /// Whose key a call uses.
@@ -182,12 +185,18 @@ impl Route {
         }
     }
 
-    /// The route as a metrics label: a user's connection id stays out of it (it names a user,
-    /// and every new one would be a new series), so a user's routes count as `conn:*/{model}`.
-    pub fn metrics_label(&self) -> String {
+    /// The route as a metrics label. Neither a user's connection id (it names a user) nor a
+    /// model only a request names (`catalog` does not: [`Catalog::names_model`]) is in it, as
+    /// every new one would be a new series kept for good: a user's routes count as
+    /// `conn:*/{model}`, and an unnamed model as [`OTHER_MODEL`].
+    pub fn metrics_label(&self, catalog: &Catalog) -> String {
+        let model = match catalog.names_model(&self.provider, &self.model) {
+            true => self.model.as_str(),
+            false => OTHER_MODEL,
+        };
         match &self.connection {
-            Connection::Platform => self.key(),
-            Connection::User(_) => format!("conn:*/{}", self.model),
+            Connection::Platform => format!("{}/{model}", self.connection_scope()),
+            Connection::User(_) => format!("conn:*/{model}"),
         }
     }
 
@@ -249,7 +258,32 @@ mod tests {
             named_like_the_provider.connection_scope(),
             route("a/b:free").connection_scope()
         );
-        assert_eq!(route("a/b@conn_9").metrics_label(), "conn:*/a/b");
+    }
+
+    #[test]
+    fn a_metrics_label_names_only_what_the_configuration_names() {
+        let catalog =
+            Catalog::from_toml("[prices]\n\"openrouter:a/b\" = { input = 1, output = 1 }\n")
+                .unwrap();
+        assert_eq!(
+            route("a/b").metrics_label(&catalog),
+            "platform:openrouter/a/b"
+        );
+        assert_eq!(route("a/b@conn_9").metrics_label(&catalog), "conn:*/a/b");
+        for unnamed in ["x/y", "made-up-1:free", "a/b:free"] {
+            assert_eq!(
+                route(unnamed).metrics_label(&catalog),
+                "platform:openrouter/other",
+                "{unnamed}"
+            );
+            let user = format!("{unnamed}@conn_9");
+            assert_eq!(route(&user).metrics_label(&catalog), "conn:*/other");
+        }
+        let builtin = Catalog::builtin();
+        assert_eq!(
+            route("openrouter/free").metrics_label(&builtin),
+            "platform:openrouter/openrouter/free"
+        );
     }
 
     #[test]

@@ -89,19 +89,22 @@ fn message(run_id: &str, expires_s: u64) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    fn signer(hex_byte: &str) -> EventsSigner {
-        EventsSigner::new(&SecretKey::from_hex(&hex_byte.repeat(32)).unwrap())
+    const KEY_A: &str = "8ee174dcf8ad329ae979bb069827ff9c724d65abccc3922da06977d036e0ee0b";
+    const KEY_B: &str = "7855f434365d6cfb09ece647b3f34236916226fd31fa35467a10c7fab4832a32";
+
+    fn signer(hex: &str) -> EventsSigner {
+        EventsSigner::new(&SecretKey::from_hex(hex).unwrap())
     }
 
     #[test]
     fn a_token_opens_its_run_until_it_expires_and_nothing_else() {
-        let s = signer("ab");
+        let s = signer(KEY_A);
         let token = s.sign("run_a", 10_000);
         assert_eq!(s.verify("run_a", &token, 9_000), Ok(()));
         assert_eq!(s.verify("run_a", &token, 10_000), Err(TokenError::Expired));
         assert_eq!(s.verify("run_b", &token, 9_000), Err(TokenError::Invalid));
         assert_eq!(
-            signer("cd").verify("run_a", &token, 9_000),
+            signer(KEY_B).verify("run_a", &token, 9_000),
             Err(TokenError::Invalid)
         );
         let later = token.replacen("10.", "99999.", 1);

@@ -1487,3 +1487,47 @@ async fn a_cancelled_run_ends_cancelled_before_its_next_call() {
         "the stream says who"
     );
 }
+
+/// docs/design.md §2.1: the deadline bounds the calls. A provider that trickles its answer
+/// (a chunk, then nothing for 30 s, under call timeouts of a minute) is cut at the run's
+/// deadline; its attempt says `deadline_exceeded`, nothing rests for it, and no call starts
+/// after the deadline. (A 5 s run over three such routes lasted 77 s and made three calls.)
+#[tokio::test]
+async fn a_call_is_cut_at_the_deadline_and_none_starts_after_it() {
+    let patient = |_| -> Arc<dyn ChatProvider> {
+        Arc::new(
+            HttpProvider::new(Timeouts {
+                connect: Duration::from_secs(10),
+                first_byte: Duration::from_secs(60),
+                idle: Duration::from_secs(60),
+                total: Duration::from_secs(300),
+            })
+            .unwrap(),
+        )
+    };
+    let s = setup_with(sim::SimConfig::default(), patient).await;
+    for model in [FREE_A, FREE_B, PAID] {
+        s.sim.inject(fault(serde_json::json!(
+            {"kind": "stall", "model": model, "delay_ms": 30_000, "after_chunks": 1}
+        )));
+    }
+    let mut req = request("u1", "hi", &[FREE_A, FREE_B, PAID]);
+    req.deadline_s = Some(1);
+    let (job, outcome) = run(&s.h, req, WhenResting::Snooze).await;
+    assert_eq!(
+        outcome,
+        finished(RunStatus::Failed, Some(Code::DeadlineExceeded))
+    );
+    assert_eq!(called(&s.sim), vec![FREE_A], "no call after the deadline");
+    let attempts = s.h.store.attempts(&job.run_id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].error.as_deref(), Some("deadline_exceeded"));
+    assert_eq!(attempts[0].verdict, None, "the provider is not blamed");
+    let ended = attempts[0].t_ms + attempts[0].latency_ms;
+    assert!(
+        ended <= job.deadline_ms + 500,
+        "cut at the deadline: {} ms past it",
+        ended.saturating_sub(job.deadline_ms)
+    );
+    assert!(s.h.rests.list().await.unwrap().is_empty(), "nothing rests");
+}

@@ -238,7 +238,10 @@ async fn a_users_own_groq_key_spends_its_own_pool_instance() {
     let store = freeway::store::SqlStore::open("sqlite::memory:")
         .await
         .unwrap();
-    let secret = freeway::store::SecretKey::from_hex(&"ab".repeat(32)).unwrap();
+    let secret = freeway::store::SecretKey::from_hex(
+        "d35c8a02e15d2394feeea3d64bd3e2760418d5bf0a2b0b9dcd57bb17344f0d4f",
+    )
+    .unwrap();
     let connection = freeway::store::NewConnection {
         id: "conn_x".into(),
         user_id: "u1".into(),

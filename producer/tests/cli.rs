@@ -37,8 +37,22 @@ impl Env {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_producer"));
-        cmd.args(args)
-            .env("REDIS_URL", redis_url())
+        cmd.args(args);
+        self.environ(cmd)
+    }
+
+    /// [`Env::command`] run with a file limit of `nofile` (`prlimit --nofile`).
+    fn limited(&self, nofile: u32, args: &[&str]) -> Command {
+        let mut cmd = Command::new("prlimit");
+        cmd.arg(format!("--nofile={nofile}:{nofile}"))
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_producer"))
+            .args(args);
+        self.environ(cmd)
+    }
+
+    fn environ(&self, mut cmd: Command) -> Command {
+        cmd.env("REDIS_URL", redis_url())
             .env("DATABASE_URL", &self.db_url)
             .env("FREEWAY_NAMESPACE", &self.ns)
             .env_remove("FREEWAY_API_TOKEN")
@@ -389,8 +403,11 @@ async fn enqueue_wait_streams_the_answer_and_exits_by_how_the_run_ended() {
 /// `producer serve` on a free loopback port, with these extra variables; the child and its
 /// base URL once it listens.
 async fn serve(env: &Env, vars: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    serve_as(env.command(&["serve", "--addr", "127.0.0.1:0"]), vars).await
+}
+
+async fn serve_as(mut cmd: Command, vars: &[(&str, &str)]) -> (tokio::process::Child, String) {
     freeway::provider::install_crypto();
-    let mut cmd = env.command(&["serve", "--addr", "127.0.0.1:0"]);
     cmd.env("FREEWAY_LOG_FORMAT", "json")
         .envs(vars.iter().copied());
     let mut child = cmd.spawn().expect("spawns");
@@ -466,7 +483,7 @@ async fn serve_takes_its_stream_cap_and_metrics_token_from_the_environment() {
         &env,
         &[
             ("FREEWAY_MAX_STREAMS", "1"),
-            ("FREEWAY_METRICS_TOKEN", "metrics-token-7"),
+            ("FREEWAY_METRICS_TOKEN", "metrics-token-7f3a9c21"),
         ],
     )
     .await;
@@ -476,7 +493,7 @@ async fn serve_takes_its_stream_cap_and_metrics_token_from_the_environment() {
     assert_eq!(resp.status().as_u16(), 401);
     let resp = http
         .get(&metrics)
-        .bearer_auth("metrics-token-7")
+        .bearer_auth("metrics-token-7f3a9c21")
         .send()
         .await
         .expect("GET");
@@ -557,6 +574,106 @@ async fn a_bad_configuration_file_stops_every_command_with_one_line() {
             err.contains("FREEWAY_CONFIG") && err.contains("pools.p.models"),
             "{err}"
         );
+    }
+}
+
+/// Tokens and a key that pass the start-up checks (issue 27 item 11).
+const GOOD_API_TOKEN: &str = "api-token-8c41f0e7b2d95a36";
+const GOOD_ADMIN_TOKEN: &str = "admin-token-1e9b07c3f5a4d862";
+const GOOD_SECRET_KEY: &str = "c7a1e04f92b6d3580e1f7a2c4b9d6e8305f1a7c2e9b4d60817c3f5a2e8d9b046";
+
+/// A refused start: its environment, what the line must say, and a secret it must not show.
+type Refusal<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+
+#[tokio::test]
+async fn serve_refuses_weak_or_shared_secrets_and_overlong_durations_in_one_line() {
+    let env = Env::new();
+    let dir = temp_dir("cli-weak");
+    let long_canary = dir.join("freeway.toml");
+    std::fs::write(
+        &long_canary,
+        "[pools.openrouter-free]\ncanary_every = \"99999999999999d\"\n",
+    )
+    .expect("write");
+    let long_canary = long_canary.to_str().expect("utf-8 path");
+    let zero_key = "0".repeat(64);
+    let cases: [Refusal; 5] = [
+        (
+            &[("FREEWAY_API_TOKEN", "x")],
+            "FREEWAY_API_TOKEN: must be at least 16 characters",
+            "",
+        ),
+        (
+            &[
+                ("FREEWAY_API_TOKEN", GOOD_API_TOKEN),
+                ("FREEWAY_ADMIN_TOKEN", "adm-Zq7"),
+            ],
+            "FREEWAY_ADMIN_TOKEN: must be at least 16 characters",
+            "adm-Zq7",
+        ),
+        (
+            &[
+                ("FREEWAY_API_TOKEN", GOOD_API_TOKEN),
+                ("FREEWAY_ADMIN_TOKEN", GOOD_API_TOKEN),
+            ],
+            "FREEWAY_ADMIN_TOKEN: must not be the same token as FREEWAY_API_TOKEN",
+            GOOD_API_TOKEN,
+        ),
+        (
+            &[("FREEWAY_SECRET_KEY", &zero_key)],
+            "FREEWAY_SECRET_KEY: is too weak: all its bytes are the same",
+            &zero_key,
+        ),
+        (
+            &[("FREEWAY_CONFIG", long_canary)],
+            "pools.openrouter-free.canary_every: \"99999999999999d\" is longer than 365d",
+            "",
+        ),
+    ];
+    for (vars, want, secret) in cases {
+        let mut cmd = env.command(&["serve", "--addr", "127.0.0.1:0"]);
+        cmd.envs(vars.iter().copied());
+        let out = tokio::time::timeout(BOUND, cmd.output())
+            .await
+            .expect("the command ends")
+            .expect("the command runs");
+        assert_eq!(out.status.code(), Some(2), "{want}: {out:?}");
+        let err = one_clear_line(&out);
+        assert!(
+            err.starts_with("producer: bad configuration: ") && err.contains(want),
+            "{want:?} in {err}"
+        );
+        assert!(
+            secret.is_empty() || !err.contains(secret),
+            "no secret in {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn serve_starts_with_long_distinct_tokens_a_strong_key_and_a_yearly_canary() {
+    let env = Env::new();
+    let path = temp_dir("cli-strong").join("freeway.toml");
+    std::fs::write(&path, "[pools.openrouter-free]\ncanary_every = \"365d\"\n").expect("write");
+    let (_child, base) = serve(
+        &env,
+        &[
+            ("FREEWAY_API_TOKEN", GOOD_API_TOKEN),
+            ("FREEWAY_ADMIN_TOKEN", GOOD_ADMIN_TOKEN),
+            ("FREEWAY_SECRET_KEY", GOOD_SECRET_KEY),
+            ("FREEWAY_CONFIG", path.to_str().expect("utf-8 path")),
+        ],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    for token in [GOOD_API_TOKEN, GOOD_ADMIN_TOKEN] {
+        let resp = http
+            .get(format!("{base}/v1/pools"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(resp.status().as_u16(), 200);
     }
 }
 
@@ -645,4 +762,96 @@ async fn enqueue_wait_counts_a_delay_down_and_tells_a_failed_attempt_in_words() 
     );
     let status = child.wait().await.expect("exits");
     assert_eq!(status.code(), Some(1));
+}
+
+/// Slow clients cannot take the API away. Under a file limit of 160, 150 clients that each send
+/// half a request head and wait would have taken every descriptor (the server accepted what it
+/// could, and kept it): no request got through while they stayed. Now the server holds at most
+/// the file limit less what the process needs, closes a connection whose headers do not come
+/// within the header timeout, and a real request is answered while the slow clients are still
+/// there.
+#[tokio::test]
+async fn slow_clients_past_the_file_limit_leave_the_api_reachable() {
+    use tokio::io::AsyncWriteExt;
+    let env = Env::new();
+    let (_server, base) =
+        serve_as(env.limited(160, &["serve", "--addr", "127.0.0.1:0"]), &[]).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    let mut slow = Vec::new();
+    for _ in 0..150 {
+        let mut conn = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connects");
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("half a request head");
+        slow.push(conn);
+    }
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(40))
+        .build()
+        .expect("a client");
+    let started = std::time::Instant::now();
+    let resp = http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .expect("answered while the slow clients hold on");
+    assert_eq!(resp.status().as_u16(), 200);
+    eprintln!(
+        "slow client probe: /healthz answered in {:?} behind 150 slow clients at a file limit of 160",
+        started.elapsed()
+    );
+    drop(slow);
+}
+
+/// A credential past `FREEWAY_RATE_LIMIT` gets 429 with `Retry-After`; another credential is not
+/// slowed by it. (No rate limit existed: a loop with one token had the producer to itself.)
+#[tokio::test]
+async fn a_credential_past_its_rate_is_429_and_another_is_not_slowed() {
+    const API: &str = "api-token-rate-limit-7f3a";
+    const ADMIN: &str = "admin-token-rate-limit-7f3a";
+    let env = Env::new();
+    let vars = [
+        ("FREEWAY_API_TOKEN", API),
+        ("FREEWAY_ADMIN_TOKEN", ADMIN),
+        ("FREEWAY_RATE_LIMIT", "5"),
+    ];
+    let (_server, base) = serve(&env, &vars).await;
+    let http = reqwest::Client::new();
+    let get = |token: &'static str| {
+        http.get(format!("{base}/v1/rests"))
+            .bearer_auth(token)
+            .send()
+    };
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for _ in 0..15 {
+        let resp = get(API).await.expect("answered");
+        if resp.status().as_u16() == 429 {
+            retry_after = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let err = json_of(resp).await;
+            assert_eq!(err["error"]["code"], "too_many_requests", "{err}");
+            statuses.push(429);
+        } else {
+            statuses.push(resp.status().as_u16());
+        }
+    }
+    assert_eq!(
+        &statuses[..10],
+        &[200; 10],
+        "a burst of twice the rate passes"
+    );
+    assert!(statuses[10..].contains(&429), "{statuses:?}");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    let other = get(ADMIN).await.expect("answered");
+    assert_eq!(
+        other.status().as_u16(),
+        200,
+        "the admin token has its own rate"
+    );
 }

@@ -1,5 +1,5 @@
 //! Redis down at enqueue: the request fails, and nothing of it is left to run later — no row
-//! the reconciler would push once Redis is back.
+//! the reconciler would push once Redis is back. Redis at `maxmemory`: the health check says so.
 
 mod common;
 
@@ -10,13 +10,13 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-#[tokio::test]
-async fn an_enqueue_during_a_redis_outage_leaves_no_run_behind() {
+/// A redis-server of the test's own (`--save ""`), and a connection to it.
+async fn own_redis() -> (std::process::Child, redis::aio::ConnectionManager) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port");
-    let mut redis = Command::new("redis-server")
+    let redis = Command::new("redis-server")
         .args([
             "--port",
             &port.to_string(),
@@ -37,7 +37,12 @@ async fn an_enqueue_during_a_redis_outage_leaves_no_run_behind() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let conn = conn.expect("the private Redis answers");
+    (redis, conn.expect("the private Redis answers"))
+}
+
+#[tokio::test]
+async fn an_enqueue_during_a_redis_outage_leaves_no_run_behind() {
+    let (mut redis, conn) = own_redis().await;
     let dir = common::temp_dir("outage");
     let store = SqlStore::open(&format!("sqlite://{}", dir.join("freeway.db").display()))
         .await
@@ -53,7 +58,7 @@ async fn an_enqueue_during_a_redis_outage_leaves_no_run_behind() {
     let result = enqueuer.enqueue(request).await;
     assert!(result.is_err(), "{result:?}");
     let stale = store
-        .unsettled_jobs(i64::MAX as u64, 10)
+        .unsettled_jobs(i64::MAX as u64, i64::MAX as u64, None, 10)
         .await
         .expect("the store reads");
     assert!(stale.is_empty(), "a run was left to run later: {stale:?}");
@@ -66,4 +71,36 @@ async fn an_enqueue_during_a_redis_outage_leaves_no_run_behind() {
             .is_empty(),
         "a run row was left behind"
     );
+}
+
+/// A Redis that answers `PING` but refuses writes (`maxmemory` reached, `noeviction`) is not
+/// healthy: `/healthz` probes it with a write. (It said 200.)
+#[tokio::test]
+async fn healthz_fails_while_redis_refuses_writes_at_maxmemory() {
+    let (mut redis, mut conn) = own_redis().await;
+    let health = queue::Health::new(conn.clone(), "maxmem");
+    health.redis_writable().await.expect("writable at first");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG SET");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG SET");
+    let refused = health.redis_writable().await;
+    assert!(refused.is_err(), "a write at maxmemory: {refused:?}");
+    let pong: String = redis::cmd("PING")
+        .query_async(&mut conn)
+        .await
+        .expect("PING still answers");
+    assert_eq!(pong, "PONG");
+    let _ = redis.kill();
+    let _ = redis.wait();
 }

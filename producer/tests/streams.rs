@@ -75,7 +75,8 @@ impl Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_streams_share_one_redis_reader_and_each_gets_its_runs_events() {
-    const RUNS: usize = 5;
+    // Three clients a run: a run's events hold at most `PER_RUN` streams.
+    const RUNS: usize = 100;
     const CLIENTS: usize = 300;
     let s = Server::open().await;
     let mut runs = Vec::new();
@@ -85,9 +86,8 @@ async fn hundreds_of_streams_share_one_redis_reader_and_each_gets_its_runs_event
         runs.push(body["run_id"].as_str().expect("run id").to_string());
     }
     let before = redis_clients(&s).await;
-    // Half the clients on the first run, the others spread over the rest.
     let clients = join_all((0..CLIENTS).map(|n| {
-        let run = if n % 2 == 0 { 0 } else { 1 + n % (RUNS - 1) };
+        let run = n % RUNS;
         Client::open(&s, run, &runs[run])
     }))
     .await;
@@ -179,4 +179,34 @@ async fn past_max_streams_a_stream_is_503_with_retry_after_until_a_client_leaves
     assert_eq!(reopened.status().as_u16(), 200);
     let resp = s.http.get(&events_of_b).send().await.expect("GET");
     assert_eq!(resp.status().as_u16(), 503, "the cap holds again");
+}
+
+/// One browser opening a run's `events_url` over and over holds a few slots, not the process's:
+/// past [`PER_RUN`] that run's new streams are 503, while another run's stream still opens.
+/// (A single run's URL opened 1,000 times took every slot; every other stream got 503.)
+#[tokio::test]
+async fn one_runs_streams_hold_a_few_slots_and_leave_the_rest_to_everyone_else() {
+    use producer::api::stream_slots::PER_RUN;
+    let s = Server::start_capped(Tokens::default(), None, 100).await;
+    let (a, b) = (enqueue(&s).await, enqueue(&s).await);
+    let mut open = Vec::new();
+    for n in 0..PER_RUN {
+        open.push(Client::open(&s, n, &a).await);
+    }
+    let events_of_a = s.url(&format!("/v1/runs/{a}/events"));
+    for _ in 0..20 {
+        let resp = s.http.get(&events_of_a).send().await.expect("GET");
+        assert_eq!(resp.status().as_u16(), 503);
+        let err = json_of(resp).await;
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("this run"),
+            "{err}"
+        );
+    }
+    let other = Client::open(&s, PER_RUN, &b).await;
+    drop(other);
+    drop(open);
 }

@@ -10,6 +10,7 @@ use freeway::preflight::{self, Preflight, Waiting};
 use freeway::rest::Rests;
 use freeway::route::Route;
 use freeway::run::{RunRecord, RunStatus};
+use freeway::store::Transition;
 
 /// Where a cancelled run stands when the request is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +51,7 @@ impl Enqueuer {
         user: Option<&str>,
         by: &str,
     ) -> Result<Cancelled, EnqueueError> {
-        let mut run = self.run_of(run_id, user).await?;
+        let run = self.run_of(run_id, user).await?;
         if run.status.is_final() {
             return Err(conflict(&run, "cancelled"));
         }
@@ -58,10 +59,26 @@ impl Enqueuer {
         if run.status == RunStatus::Running {
             return Ok(Cancelled::BeforeNextCall);
         }
-        run.status = RunStatus::Cancelled;
-        run.pending_tool_call = None;
-        run.updated_ms = freeway::clock::epoch_ms();
-        self.store.save_run(&run).await?;
+        // One step in the store against an approval (or a worker) racing this cancel.
+        let cancelled = Transition {
+            status: RunStatus::Cancelled,
+            code: None,
+            summary: None,
+            now_ms: freeway::clock::epoch_ms(),
+        };
+        let waiting = [
+            RunStatus::Queued,
+            RunStatus::Delayed,
+            RunStatus::AwaitingApproval,
+        ];
+        if !self.store.transition(run_id, &waiting, cancelled).await? {
+            let now_is = self.run_of(run_id, user).await?;
+            return match now_is.status {
+                // A worker took it meanwhile: it stops before its next call.
+                RunStatus::Running => Ok(Cancelled::BeforeNextCall),
+                _ => Err(conflict(&now_is, "cancelled")),
+            };
+        }
         if let Some(job) = self.queue.forget(run_id).await?
             && let Some(held) = &job.slot
         {

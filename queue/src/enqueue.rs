@@ -35,7 +35,7 @@ use freeway::rest::{RedisRests, Rests};
 use freeway::route::{Connection, Route};
 use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
 use freeway::spend::RedisLedger;
-use freeway::store::{Attached, Store, StoreError};
+use freeway::store::{Store, StoreError, Transition, UnsettledCursor, UnsettledJob};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use serde::Deserialize;
@@ -44,7 +44,39 @@ use std::sync::Arc;
 /// How long a job copy outlives its run's deadline (an approval may come that late).
 const JOB_GRACE_MS: u64 = 24 * 3600 * 1000;
 /// How many unsettled runs one reconcile round looks at.
-const RECONCILE_BATCH: u32 = 500;
+pub const RECONCILE_BATCH: u32 = 500;
+/// How many pages of [`RECONCILE_BATCH`] runs one reconcile round reads at most.
+pub const RECONCILE_PAGES: u32 = 20;
+/// How long a running run must go untouched, at least, before the reconciler pushes it again:
+/// two lease lifetimes, so its executor, if alive, has renewed (or taken back) its lease many
+/// times over.
+const RUNNING_STALE: std::time::Duration =
+    std::time::Duration::from_secs(2 * freeway::lease::LEASE_TTL.as_secs());
+/// How long a round's cursor waits for the next round; past it the next starts over.
+const CURSOR_TTL_MS: u64 = 3_600_000;
+
+/// What a reconcile round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Runs Redis had lost, pushed again.
+    pub pushed: usize,
+    /// Runs whose job cannot be read, ended `invalid_job`.
+    pub ended: usize,
+}
+
+/// A cursor as a round left it: `updated_ms run_id`.
+fn read_cursor(text: &str) -> Option<UnsettledCursor> {
+    let (ms, run_id) = text.split_once(' ')?;
+    Some(UnsettledCursor {
+        updated_ms: ms.parse().ok()?,
+        run_id: run_id.to_string(),
+    })
+}
+
+/// `DEL key` if it still holds `ARGV[1]`: an idempotency key let go by the request that found
+/// its run never recorded, and by no other.
+const RELEASE_IF_HELD: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 /// What the model sees when the web app approves or denies without a result of its own.
 pub const APPROVED: &str = "approved";
 pub const DENIED: &str = "denied by the user";
@@ -225,8 +257,9 @@ impl Enqueuer {
         let mut conn = self.conn.clone();
         if let Some(key) = &idem
             && let Some(run_id) = conn.get::<_, Option<String>>(key).await?
+            && let Some(outcome) = self.resent(key, &run_id).await?
         {
-            return Ok(Outcome::Duplicate { run_id });
+            return Ok(outcome);
         }
         let now = freeway::clock::epoch_ms();
         let job = RunJob {
@@ -286,7 +319,7 @@ impl Enqueuer {
     /// Answer the tool call `run_id` is paused on: enqueue its continuation (docs/design.md §2.4)
     /// and mark the run done with its part. Returns the continuation's run id.
     pub async fn approve(&self, run_id: &str, approval: Approval) -> Result<String, EnqueueError> {
-        let mut parent = self
+        let parent = self
             .store
             .run(run_id)
             .await?
@@ -319,29 +352,56 @@ impl Enqueuer {
         if !self.claim(&claim, &job.run_id).await? {
             return Err(already_answered(run_id, &call));
         }
-        if let Err(e) = self.submit(&job).await {
+        let release = |e: EnqueueError| async {
             let mut conn = self.conn.clone();
             let released: Result<(), _> = conn.del(&claim).await;
             if let Err(error) = released {
                 tracing::warn!(%error, "cannot release an approval claim");
             }
-            return Err(e);
-        }
-        // The run's part is done; the continuation carries the conversation on, and the approval
-        // keeps who was answered what.
-        let decided = Attached::Decision {
-            tool_call_id: call.id.clone(),
-            decided: Decided {
-                decision: approval.decision,
-                result,
-                continuation_run_id: job.run_id.clone(),
-                decided_ms: now,
-            },
+            e
         };
-        parent.answered(now);
-        if let Err(error) = self.store.save_run_with(&parent, &[decided]).await {
+        // The run's part is done, which the store decides in one step against a cancel racing
+        // this approval: only the winner acts, so a cancelled run's continuation never runs.
+        let answered = Transition {
+            status: RunStatus::Succeeded,
+            code: None,
+            summary: None,
+            now_ms: now,
+        };
+        let won = self
+            .store
+            .transition(run_id, &[RunStatus::AwaitingApproval], answered)
+            .await;
+        match won {
+            Ok(true) => {}
+            Ok(false) => {
+                let now_is = self.store.run(run_id).await.ok().flatten();
+                let status = now_is.map_or("gone", |r| r.status.as_str());
+                let conflict = EnqueueError::Conflict(format!(
+                    "run {run_id} is {status}, not awaiting approval"
+                ));
+                return Err(release(conflict).await);
+            }
+            Err(e) => return Err(release(e.into()).await),
+        }
+        if let Err(e) = self.submit(&job).await {
+            // Awaiting again, as it was: the approval can be sent again.
+            if let Err(error) = self.store.save_run(&parent).await {
+                tracing::error!(run_id, %error, "approval failed and the run not put back awaiting it");
+            }
+            return Err(release(e).await);
+        }
+        // The continuation carries the conversation on; the approval keeps who was answered
+        // what.
+        let decided = Decided {
+            decision: approval.decision,
+            result,
+            continuation_run_id: job.run_id.clone(),
+            decided_ms: now,
+        };
+        if let Err(error) = self.store.record_decision(run_id, &call.id, &decided).await {
             // The continuation is queued and the claim stops a second one: report success.
-            tracing::error!(run_id, %error, "continuation enqueued but the parent run not marked");
+            tracing::error!(run_id, %error, "continuation enqueued but the approval not recorded");
         }
         tracing::info!(run_id, continuation = %job.run_id, decision = ?approval.decision, "tool call answered");
         Ok(job.run_id)
@@ -367,13 +427,59 @@ impl Enqueuer {
         }
     }
 
-    /// Keep, record, announce and push a job that passed pre-flight. The job copy is written
-    /// first, so a Redis outage fails the request before anything is recorded; a failure after
-    /// the run is recorded forgets it again, so a request answered with an error leaves no run
-    /// that would execute later (the reconciler pushes only runs that are recorded).
+    /// A request whose idempotency key names `run_id` already: that run, and if the first
+    /// request died half-way (a killed producer), what it left undone. `None` when the first
+    /// request recorded nothing: the key is let go and this request enqueues for real.
+    async fn resent(&self, key: &str, run_id: &str) -> Result<Option<Outcome>, EnqueueError> {
+        let duplicate = Outcome::Duplicate {
+            run_id: run_id.to_string(),
+        };
+        let Some(run) = self.store.run(run_id).await? else {
+            let released: u32 = redis::Script::new(RELEASE_IF_HELD)
+                .key(key)
+                .arg(run_id)
+                .invoke_async(&mut self.conn.clone())
+                .await?;
+            tracing::info!(
+                run_id,
+                released,
+                "resent request: its first run was never recorded"
+            );
+            return Ok(None);
+        };
+        if run.status == RunStatus::Queued && self.stranded(run_id).await? {
+            // Recorded, maybe never pushed: push it now. Its first delivery's key makes this a
+            // no-op when the first push did land.
+            if let Some(job) = self.job(run_id).await? {
+                self.push_and_keep(&job, freeway::clock::epoch_ms()).await?;
+                tracing::warn!(
+                    run_id,
+                    "resent request found its run recorded but not kept in Redis: pushed it"
+                );
+            }
+        }
+        Ok(Some(duplicate))
+    }
+
+    /// Whether Redis keeps nothing of a run: neither its job copy nor a lease.
+    async fn stranded(&self, run_id: &str) -> Result<bool, EnqueueError> {
+        let mut conn = self.conn.clone();
+        let (job, lease): (bool, bool) = redis::pipe()
+            .exists(self.job_key(run_id))
+            .exists(self.leases.key(run_id))
+            .query_async(&mut conn)
+            .await?;
+        Ok(!job && !lease)
+    }
+
+    /// Record, announce and push a job that passed pre-flight, then keep its job copy. A
+    /// failure before the push forgets the run again, so a request answered with an error
+    /// leaves no run that would execute later. The order is what makes a killed producer
+    /// harmless: a run is recorded before anything else, and its job copy (the reconciler's
+    /// sign that Redis has the run) is written only once it is pushed, so a run recorded and
+    /// never pushed has no copy, and the reconciler pushes it (docs/design.md §4.3).
     async fn submit(&self, job: &RunJob) -> Result<(), EnqueueError> {
         let now = freeway::clock::epoch_ms();
-        self.keep_job(job, now).await?;
         self.store.create_queued(job, now).await?;
         let announced = async {
             self.events.publish(&job.run_id, &Event::Queued).await?;
@@ -386,7 +492,18 @@ impl Enqueuer {
             }
             return Err(e);
         }
+        if let Err(error) = self.keep_job(job, now).await {
+            // Pushed: it runs. Without its copy the reconciler may push it again once it is
+            // stale, which its lease and stored counters make harmless.
+            tracing::warn!(run_id = %job.run_id, %error, "run pushed but its job copy not kept");
+        }
         Ok(())
+    }
+
+    /// Push a recorded run and keep its job copy, as [`Enqueuer::submit`] ends.
+    async fn push_and_keep(&self, job: &RunJob, now: u64) -> Result<(), EnqueueError> {
+        self.queue.push(std::slice::from_ref(job)).await?;
+        self.keep_job(job, now).await
     }
 
     /// The job copy an approval reads back, and the reconciler's sign that Redis still knows the
@@ -421,57 +538,144 @@ impl Enqueuer {
 
     /// The reconciler, one replica a round: push again every run the store has as queued,
     /// delayed or running, untouched for `stale`, of which Redis keeps neither the job copy nor
-    /// a lease — Redis lost it (a restart without its data, a failover). The round is claimed
-    /// with a lock that lasts `round`. Returns the runs pushed, `None` when another replica has
-    /// the round. A run pushed twice is still executed once: the lease and the stored counters
-    /// keep it within its budget.
+    /// a lease — Redis lost it (a restart without its data, a failover), or a producer died
+    /// between recording and pushing it. A run whose stored job does not read back can never
+    /// run: it ends `failed` `invalid_job`. The round is claimed with a lock that lasts `round`;
+    /// `None` when another replica has it. A round reads at most [`RECONCILE_PAGES`] pages and
+    /// leaves a cursor in Redis where it stopped, so no number of runs it cannot act on blinds
+    /// it to the ones after. A run pushed twice is still executed once: the lease and the stored
+    /// counters keep it within its budget.
     pub async fn reconcile(
         &self,
         stale: std::time::Duration,
         round: std::time::Duration,
-    ) -> Result<Option<usize>, EnqueueError> {
+    ) -> Result<Option<Reconciled>, EnqueueError> {
         if !self.leases.take_turn("reconciler", round).await? {
             return Ok(None);
         }
         let mut conn = self.conn.clone();
         let now = freeway::clock::epoch_ms();
         let before = now.saturating_sub(stale.as_millis() as u64);
-        let jobs: Vec<RunJob> = self
-            .store
-            .unsettled_jobs(before, RECONCILE_BATCH)
-            .await?
-            .iter()
-            .filter_map(
-                |text| match RunJob::from_json(text.as_bytes(), &self.catalog) {
-                    Ok((job, _)) => Some(job),
-                    Err(error) => {
-                        tracing::warn!(%error, "a stored job does not read back; not reconciled");
-                        None
+        // A running run's lease may be gone only because Redis forgot it; its executor takes it
+        // back at its next renewal. Pushing it before then would pay for its call twice.
+        let running_stale = stale.max(RUNNING_STALE);
+        let running_before = now.saturating_sub(running_stale.as_millis() as u64);
+        let cursor_key = format!("{}:reconcile:cursor", self.ns);
+        let saved: Option<String> = conn.get(&cursor_key).await?;
+        let mut after = saved.as_deref().and_then(read_cursor);
+        let mut done = Reconciled::default();
+        for _ in 0..RECONCILE_PAGES {
+            let page = self
+                .store
+                .unsettled_jobs(before, running_before, after.as_ref(), RECONCILE_BATCH)
+                .await?;
+            let full = page.len() == RECONCILE_BATCH as usize;
+            after = page.last().map(UnsettledJob::cursor);
+            self.reconcile_page(page, now, &mut done).await?;
+            if !full {
+                after = None;
+                break;
+            }
+        }
+        match &after {
+            Some(c) => {
+                let text = format!("{} {}", c.updated_ms, c.run_id);
+                conn.pset_ex::<_, _, ()>(&cursor_key, text, CURSOR_TTL_MS)
+                    .await?
+            }
+            None => conn.del::<_, ()>(&cursor_key).await?,
+        }
+        Ok(Some(done))
+    }
+
+    /// One page of a reconcile round: end the runs whose job is unreadable, push the lost ones.
+    async fn reconcile_page(
+        &self,
+        page: Vec<UnsettledJob>,
+        now: u64,
+        done: &mut Reconciled,
+    ) -> Result<(), EnqueueError> {
+        let mut jobs = Vec::with_capacity(page.len());
+        for unsettled in page {
+            match RunJob::from_json(unsettled.job.as_bytes(), &self.catalog) {
+                Ok((job, _)) => jobs.push(job),
+                Err(error) => {
+                    if self.end_unreadable(&unsettled.run_id, &error).await? {
+                        done.ended += 1;
                     }
-                },
-            )
-            .collect();
+                }
+            }
+        }
         if jobs.is_empty() {
-            return Ok(Some(0));
+            return Ok(());
         }
         let mut pipe = redis::pipe();
         for job in &jobs {
             pipe.exists(self.job_key(&job.run_id))
                 .exists(self.leases.key(&job.run_id));
         }
+        let mut conn = self.conn.clone();
         let known: Vec<bool> = pipe.query_async(&mut conn).await?;
-        let lost: Vec<RunJob> = jobs
+        let lost = jobs
             .into_iter()
             .zip(known.chunks(2))
             .filter(|(_, known)| !known.iter().any(|k| *k))
-            .map(|(job, _)| job)
-            .collect();
-        for job in &lost {
-            self.keep_job(job, now).await?;
-            self.queue.repush(job).await?;
-            tracing::warn!(run_id = %job.run_id, "Redis had lost this run: pushed it again from the store");
+            .map(|(job, _)| job);
+        for job in lost {
+            self.keep_job(&job, now).await?;
+            self.queue.repush(&job).await?;
+            done.pushed += 1;
+            tracing::warn!(run_id = %job.run_id, "Redis kept nothing of this run: pushed it again from the store");
         }
-        Ok(Some(lost.len()))
+        Ok(())
+    }
+
+    /// End a run that can never run because the job it was enqueued as does not read back:
+    /// `failed` `invalid_job`, with the reason. Only the store's own copy of the job decides, so
+    /// a queue entry that merely names a run cannot end it. Says whether it ended the run.
+    pub async fn end_unreadable(
+        &self,
+        run_id: &str,
+        error: &InvalidRequest,
+    ) -> Result<bool, EnqueueError> {
+        let reason = freeway::text::cut(&format!("its job does not read back: {error}"), 512);
+        let ended = self
+            .store
+            .transition(
+                run_id,
+                &[RunStatus::Queued, RunStatus::Delayed, RunStatus::Running],
+                Transition {
+                    status: RunStatus::Failed,
+                    code: Some(Code::InvalidJob),
+                    summary: Some(&reason),
+                    now_ms: freeway::clock::epoch_ms(),
+                },
+            )
+            .await?;
+        if ended {
+            let failed = Event::Finished {
+                status: RunStatus::Failed,
+                code: Some(Code::InvalidJob),
+                usage: Default::default(),
+            };
+            if let Err(error) = self.events.publish(run_id, &failed).await {
+                tracing::warn!(run_id, %error, "ended a run whose job is unreadable, without its event");
+            }
+            tracing::warn!(run_id, %reason, "ended a run whose job cannot be read: invalid_job");
+        }
+        Ok(ended)
+    }
+
+    /// A dead-lettered queue entry that names `run_id`: end that run if the store's copy of its
+    /// job is unreadable too (it can never run); leave it be otherwise.
+    pub async fn end_if_unreadable(&self, run_id: &str) -> Result<bool, EnqueueError> {
+        let Some(text) = self.store.job(run_id).await? else {
+            return Ok(false);
+        };
+        match RunJob::from_json(text.as_bytes(), &self.catalog) {
+            Ok(_) => Ok(false),
+            Err(error) => self.end_unreadable(run_id, &error).await,
+        }
     }
 
     /// Every user connection the chain names must be `user_id`'s, for the route's provider. The

@@ -10,10 +10,12 @@
 
 pub mod actions;
 pub mod enqueue;
+pub mod health;
 pub mod schedule;
 
 pub use actions::{Cancelled, Woken};
-pub use enqueue::{EnqueueError, Enqueuer, Outcome};
+pub use enqueue::{EnqueueError, Enqueuer, Outcome, Reconciled};
+pub use health::{FleetHealth, Health};
 
 /// Why Redis, or apalis on it, failed: the client's message and error chain, without the
 /// client's types in this crate's API (a web app linking it need not depend on redis-rs).

@@ -385,7 +385,13 @@ pub(crate) fn http_url(value: &str) -> Result<String, String> {
     Ok(value.trim_end_matches('/').to_string())
 }
 
-/// `off`, or a number with a unit: `90s`, `30m`, `12h`, `7d`.
+/// The longest duration the file may give (`canary_every`): a year, in seconds. A period becomes
+/// milliseconds for Redis (`PX`, whose expiry must stay within a signed 64-bit count of ms from
+/// now) and for the worker's timers; a bound far below both keeps every such product exact, and a
+/// canary rarer than yearly is better said as `off`.
+const MAX_DURATION_S: u64 = 365 * 86_400;
+
+/// `off`, or a number with a unit: `90s`, `30m`, `12h`, `7d`; at most [`MAX_DURATION_S`].
 fn parse_every(text: &str) -> Result<Option<u64>, String> {
     if text == "off" {
         return Ok(None);
@@ -393,7 +399,6 @@ fn parse_every(text: &str) -> Result<Option<u64>, String> {
     let bad = || format!("{text:?} is not off or a duration such as 12h or 7d");
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
     let (n, unit) = text.split_at(split);
-    let n: u64 = n.parse().map_err(|_| bad())?;
     let scale = match unit {
         "s" => 1,
         "m" => 60,
@@ -401,9 +406,16 @@ fn parse_every(text: &str) -> Result<Option<u64>, String> {
         "d" => 86_400,
         _ => return Err(bad()),
     };
-    match n.checked_mul(scale) {
-        Some(0) | None => Err(bad()),
-        Some(s) => Ok(Some(s)),
+    if n.is_empty() {
+        return Err(bad());
+    }
+    // Digits past u64 are a duration too, only a far too long one.
+    match n.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)) {
+        Some(0) => Err(bad()),
+        Some(s) if s <= MAX_DURATION_S => Ok(Some(s)),
+        Some(_) | None => Err(format!(
+            "{text:?} is longer than 365d, the longest (say off for none)"
+        )),
     }
 }
 
@@ -627,5 +639,26 @@ window = "rolling"
         for bad in ["", "d", "0h", "5w", "-1d", "99999999999999999999d"] {
             assert!(parse_every(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_duration_is_at_most_a_year() {
+        assert_eq!(parse_every("365d"), Ok(Some(MAX_DURATION_S)));
+        assert_eq!(parse_every("8760h"), Ok(Some(MAX_DURATION_S)));
+        for long in [
+            "366d",
+            "31536001s",
+            "99999999999999d",
+            "99999999999999999999d",
+        ] {
+            let e = parse_every(long).unwrap_err();
+            assert!(e.contains("longer than 365d"), "{long:?}: {e}");
+        }
+        let e =
+            merged("[pools.openrouter-free]\ncanary_every = \"99999999999999d\"\n").unwrap_err();
+        assert!(
+            e.starts_with("pools.openrouter-free.canary_every: ") && !e.contains('\n'),
+            "{e}"
+        );
     }
 }

@@ -250,6 +250,22 @@ impl Catalog {
         prices::lookup(&self.prices, provider, model)
     }
 
+    /// Whether `model` of `provider` is named in the configuration itself, as a pool's model
+    /// or a price that is not a pattern: the models whose calls `/metrics` and the routes chart
+    /// count under their own name. A model a request names and no configuration does is counted
+    /// as `other`, so requests cannot grow the series without bound.
+    pub fn names_model(&self, provider: &str, model: &str) -> bool {
+        let literal = |g: &Glob| g.as_str() == model && !g.as_str().contains(['*', '?']);
+        let in_pool = self
+            .pools
+            .values()
+            .any(|p| p.provider == provider && p.models.iter().any(literal));
+        in_pool
+            || self.prices.iter().any(|rule| {
+                rule.provider.as_deref().is_none_or(|p| p == provider) && literal(&rule.models)
+            })
+    }
+
     /// The `[prices]` entries, most specific first.
     pub fn prices(&self) -> &[PriceRule] {
         &self.prices

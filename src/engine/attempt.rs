@@ -12,10 +12,10 @@ use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::metrics;
 use crate::pace::{Headroom, Refusal, Seen};
-use crate::provider::{CallError, ChatRequest, Completion, Deltas, Target};
+use crate::provider::{CallError, ChatRequest, Completion, Deltas, Target, TransportError};
 use crate::rest::Probe;
 use crate::route::Route;
-use crate::run::AttemptRecord;
+use crate::run::{AttemptRecord, Code};
 use crate::store::Attached;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -47,6 +47,9 @@ pub(crate) enum Miss {
     /// No call was made: the route closed since the closures were read (its pool has no slot,
     /// or another call is probing it) until this closure ends.
     Closed(crate::rest::Closure),
+    /// The run's deadline passed: before the call (none was made), or during it (it was cut,
+    /// and its attempt logged `deadline_exceeded`). No route is to blame; the run ends.
+    Deadline,
 }
 
 /// A counted attempt, ready to be made.
@@ -78,6 +81,11 @@ impl Engine {
         messages: &[crate::chat::Message],
         stream: bool,
     ) -> Result<Result<Completion, Miss>, EngineError> {
+        // docs/design.md §2.1: no call starts past the deadline (a failover, a retry's pause or
+        // a later step may reach it).
+        if self.clock.now_ms() >= run.job.deadline_ms {
+            return Ok(Err(Miss::Deadline));
+        }
         let route = &run.routes[index];
         let target = match self.targets.target(route, &run.job.request.user_id).await {
             Ok(target) => target,
@@ -98,6 +106,12 @@ impl Engine {
         };
         if let Some(by) = self.fleet.leases.cancelled_by(&run.rec.run_id).await? {
             return Err(EngineError::Cancelled { by });
+        }
+        // docs/design.md §10: an answer is paid for once. An executor whose lease another holds
+        // now (it was thought gone) makes no more calls; one whose lease Redis forgot takes it
+        // back, so the reconciler does not hand the run to another meanwhile.
+        if !self.fleet.leases.renew(&run.rec.run_id, run.owner).await? {
+            return Err(EngineError::LeaseLost);
         }
         // docs/design.md §4.9: a priced call is made only once what it may cost is held.
         let held = match self.hold_spend(run, route).await? {
@@ -224,6 +238,10 @@ impl Engine {
                 record.provider_name = c.provider_name.clone();
                 Ok(c)
             }
+            Err(CallError::Transport(TransportError::Deadline)) => {
+                record.error = Some(Code::DeadlineExceeded.as_str().to_string());
+                Err(Miss::Deadline)
+            }
             Err(error) => {
                 let class = classify::classify(&error, route, finished);
                 record_failure(&mut record, &error, &class);
@@ -249,7 +267,7 @@ impl Engine {
         let outcome_label = record.verdict.map_or(metrics::OK, Verdict::as_str);
         let at_ms = record.t_ms + record.latency_ms;
         let call = metrics::call(
-            &route.metrics_label(),
+            &route.metrics_label(&self.catalog),
             outcome_label,
             record.latency_ms,
             at_ms,
@@ -270,11 +288,17 @@ impl Engine {
         let deltas = Deltas::default();
         let call = self.provider.call(target, request, &deltas);
         tokio::pin!(call);
+        // The deadline bounds the call itself: a provider that trickles a byte a second would
+        // otherwise hold the run for the call's own timeouts (minutes), then fail over.
+        let left_ms = run.job.deadline_ms.saturating_sub(self.clock.now_ms());
+        let deadline = tokio::time::sleep(std::time::Duration::from_millis(left_ms));
+        tokio::pin!(deadline);
         let result = loop {
             tokio::select! {
                 biased;
                 text = deltas.next() => self.relay_delta(run, text).await,
                 result = &mut call => break result,
+                () = &mut deadline => break Err(CallError::Transport(TransportError::Deadline)),
             }
         };
         if let Some(text) = deltas.take() {
@@ -434,7 +458,10 @@ pub(super) fn record_failure(
         CallError::InBand { .. } => Some(200),
         CallError::Transport(_) => None,
     };
-    record.error = Some(error.to_string());
+    record.error = Some(crate::text::cut(
+        &error.to_string(),
+        crate::text::MAX_ERROR_BYTES,
+    ));
     record.verdict = Some(class.verdict);
     record.retry_hint_ms = class.retry_hint_ms;
     record.ratelimit_remaining = class.ratelimit_remaining;

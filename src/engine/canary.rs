@@ -118,7 +118,12 @@ impl Engine {
         }
         let outcome = attempt.verdict.map_or(metrics::OK, Verdict::as_str);
         let at_ms = attempt.t_ms + attempt.latency_ms;
-        let call = metrics::call(&route.metrics_label(), outcome, attempt.latency_ms, at_ms);
+        let call = metrics::call(
+            &route.metrics_label(&self.catalog),
+            outcome,
+            attempt.latency_ms,
+            at_ms,
+        );
         self.fleet.metrics.add(call).await;
         let record = CanaryRecord {
             provider: canary.provider.clone(),

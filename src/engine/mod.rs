@@ -33,6 +33,7 @@ use crate::route::Route;
 use crate::run::{Code, RunRecord, RunStatus};
 use crate::store::{Attached, Store, StoreError};
 use crate::tools::{ToolContext, ToolRunner};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Jitter added after a reopening moment, never before it (docs/design.md §4.2).
@@ -95,6 +96,10 @@ pub enum EngineError {
     /// `cancelled` on it; no caller sees it.
     #[error("the run was cancelled by {by}")]
     Cancelled { by: String },
+    /// Another executor holds the run's lease (this one was thought gone): this one stops
+    /// before its next call, so the run is not paid for twice.
+    #[error("another executor holds the run's lease")]
+    LeaseLost,
 }
 
 /// Everything a run needs, shared by every job a worker runs.
@@ -114,6 +119,9 @@ pub struct Engine {
     worker: String,
     /// The tiers (a tenant's weight in a shared pool) and prices in force.
     catalog: Arc<Catalog>,
+    /// The leases this engine's executions hold (run id → owner), to hand back at once at
+    /// shutdown ([`Engine::release_leases`]) rather than leave them to expire.
+    held: Arc<std::sync::Mutex<HashMap<String, String>>>,
 }
 
 impl Engine {
@@ -137,6 +145,7 @@ impl Engine {
             learning: true,
             worker: "worker".to_string(),
             catalog: Arc::new(Catalog::builtin()),
+            held: Arc::default(),
         }
     }
 
@@ -207,7 +216,19 @@ pub(crate) struct Run<'a> {
     /// The tokens its next call is expected to spend, for pools that count them: from the
     /// job's input until a step's messages are known.
     pub tokens: u32,
+    /// Who holds its lease: this delivery's executor.
+    pub owner: &'a str,
 }
+
+/// A save the store did not take, as [`crate::unsaved`] keeps it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PendingSave {
+    run: RunRecord,
+    writes: Vec<Attached>,
+}
+
+/// How long kept writes outlive their run's deadline.
+const UNSAVED_GRACE_MS: u64 = 24 * 3600 * 1000;
 
 /// How a step ended when it did not produce a completion.
 pub(crate) enum Stop {
@@ -248,7 +269,8 @@ impl Engine {
         if let Lease::HeldFor(retry_after) = lease {
             return Ok(Outcome::Busy { retry_after });
         }
-        let run = self.execute_leased(job, routes, when_resting);
+        self.hold(&job.run_id, Some(&owner));
+        let run = self.execute_leased(job, routes, when_resting, &owner);
         tokio::pin!(run);
         let mut renew = tokio::time::interval(LEASE_TTL / 3);
         renew.tick().await;
@@ -272,7 +294,33 @@ impl Engine {
         if let Err(e) = self.fleet.leases.release(&job.run_id, &owner).await {
             tracing::warn!(run_id = %job.run_id, error = %e, "could not release the run's lease; it expires on its own");
         }
+        self.hold(&job.run_id, None);
         outcome
+    }
+
+    /// Note that this engine holds `run_id`'s lease as `owner`, or no longer (`None`).
+    fn hold(&self, run_id: &str, owner: Option<&str>) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        match owner {
+            Some(owner) => held.insert(run_id.to_string(), owner.to_string()),
+            None => held.remove(run_id),
+        };
+    }
+
+    /// Hand back every lease an execution still holds: at shutdown, once the grace is over and
+    /// the executions that did not finish were dropped, so another replica can take their runs
+    /// at once instead of after [`LEASE_TTL`]. Returns how many were handed back.
+    pub async fn release_leases(&self) -> usize {
+        let held: Vec<(String, String)> = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            held.drain().collect()
+        };
+        for (run_id, owner) in &held {
+            if let Err(e) = self.fleet.leases.release(run_id, owner).await {
+                tracing::warn!(%run_id, error = %e, "could not hand back the run's lease");
+            }
+        }
+        held.len()
     }
 
     async fn execute_leased(
@@ -280,11 +328,13 @@ impl Engine {
         job: &RunJob,
         routes: &[Route],
         when_resting: WhenResting,
+        owner: &str,
     ) -> Result<Outcome, EngineError> {
         // A run is stored by its first save (or by the producer at enqueue): a delivery that
         // stops before saving leaves nothing behind. What is only needed before the steps is
         // read in a block, and pre-flight sits behind `proceed`: a local of this body would take
         // room in the run's future for the whole run, at each of thousands of runs in flight.
+        self.recover_unsaved(&job.run_id).await?;
         let (rec, transcript) = {
             let (stored, transcript) = self
                 .store
@@ -310,6 +360,7 @@ impl Engine {
             stored_transcript: Some(transcript),
             slot: job.slot.clone(),
             tokens: job.first_call_tokens(),
+            owner,
         };
         let outcome = self.proceed(&mut run, when_resting).await?;
         // Only a snoozed run takes its held slot along; any other gives it back.
@@ -341,6 +392,14 @@ impl Engine {
             Err(EngineError::Cancelled { by }) => {
                 tracing::info!(run_id = %run.job.run_id, %by, "cancelled before its next call");
                 self.cancelled(run, by).await
+            }
+            Err(EngineError::LeaseLost) => {
+                // Its other executor carries it on; this delivery looks again once that one's
+                // lease would have lapsed, and finds it settled or takes it over.
+                tracing::warn!(run_id = %run.job.run_id, "another executor holds the run: stopped before its next call");
+                Ok(Outcome::Busy {
+                    retry_after: LEASE_TTL,
+                })
             }
             stepped => stepped,
         }
@@ -748,7 +807,65 @@ impl Engine {
     pub(crate) async fn save(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
         run.rec.updated_ms = self.clock.now_ms();
         let unsaved = std::mem::take(&mut run.unsaved);
-        Ok(self.store.save_run_with(&run.rec, &unsaved).await?)
+        match self.store.save_run_with(&run.rec, &unsaved).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.keep_unsaved(run, unsaved).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// A save failed: keep its writes for the run's next delivery (`crate::unsaved`), which
+    /// stores them before anything else rather than pay for an answer it already has.
+    async fn keep_unsaved(&self, run: &Run<'_>, writes: Vec<Attached>) {
+        let save = PendingSave {
+            run: run.rec.clone(),
+            writes,
+        };
+        let kept = match serde_json::to_string(&save) {
+            Ok(json) => {
+                let ttl_ms =
+                    run.job.deadline_ms.saturating_sub(self.clock.now_ms()) + UNSAVED_GRACE_MS;
+                let ttl = std::time::Duration::from_millis(ttl_ms);
+                self.fleet
+                    .unsaved
+                    .keep(&run.rec.run_id, &json, ttl)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match kept {
+            Ok(()) => {
+                tracing::warn!(run_id = %run.rec.run_id, "the store did not take the run's save: its writes are kept for its next delivery")
+            }
+            Err(error) => {
+                tracing::error!(run_id = %run.rec.run_id, %error, "the store did not take the run's save, nor Redis its writes")
+            }
+        }
+    }
+
+    /// Store what an earlier delivery of `run_id` could not, before the run is read.
+    async fn recover_unsaved(&self, run_id: &str) -> Result<(), EngineError> {
+        let Some(json) = self.fleet.unsaved.kept(run_id).await? else {
+            return Ok(());
+        };
+        match serde_json::from_str::<PendingSave>(&json) {
+            Ok(save) if save.run.run_id == run_id => {
+                self.store.save_run_with(&save.run, &save.writes).await?;
+                tracing::info!(
+                    run_id,
+                    writes = save.writes.len(),
+                    "stored what the run's last delivery could not"
+                );
+            }
+            Ok(_) | Err(_) => {
+                tracing::warn!(run_id, "kept writes of this run do not read back; dropped");
+            }
+        }
+        self.fleet.unsaved.clear(run_id).await?;
+        Ok(())
     }
 
     /// The conversation as this run sees it: what is stored, then its own unsaved messages.

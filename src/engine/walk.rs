@@ -103,6 +103,7 @@ impl Engine {
                     closures[index] = Some(full);
                     continue;
                 }
+                Err(Miss::Deadline) => return Ok(Err(Stop::End(Code::DeadlineExceeded))),
                 Err(Miss::Failed(f)) => *f,
             };
             if let Some(stop) = self.stop_after_failure(run, &failure) {
@@ -154,6 +155,7 @@ impl Engine {
             Err(Miss::NoKey) => Ok(Err(Stop::End(Code::ConnectionMissing))),
             // A continuation is never paced out.
             Err(Miss::Closed(_)) => Ok(Err(Stop::End(Code::RoutesExhausted))),
+            Err(Miss::Deadline) => Ok(Err(Stop::End(Code::DeadlineExceeded))),
             Err(Miss::Failed(failure)) => Ok(Err(self
                 .stop_after_failure(run, &failure)
                 .unwrap_or_else(|| Stop::End(Code::for_verdict(failure.class.verdict))))),
@@ -186,6 +188,7 @@ impl Engine {
                 let stop = self.wait_on(run, route, &closures, when_resting).await?;
                 Ok(Err(stop.unwrap_or(Stop::End(Code::RoutesExhausted))))
             }
+            Err(Miss::Deadline) => Ok(Err(Stop::End(Code::DeadlineExceeded))),
             Err(Miss::Failed(failure)) => Ok(Err(self
                 .stop_after_failure(run, &failure)
                 .unwrap_or_else(|| Stop::End(Code::for_verdict(failure.class.verdict))))),

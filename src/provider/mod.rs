@@ -112,6 +112,9 @@ pub enum TransportError {
     TooLarge,
     /// The stream ended before `[DONE]` or a finish reason.
     Truncated,
+    /// The run's deadline came before the answer: freeway cut the call (the provider did
+    /// nothing wrong, so nothing rests for it).
+    Deadline,
     Other(String),
 }
 
@@ -124,6 +127,7 @@ impl fmt::Display for TransportError {
             TransportError::TotalTimeout => f.write_str("the call took longer than its limit"),
             TransportError::Malformed(e) => write!(f, "malformed response: {e}"),
             TransportError::TooLarge => f.write_str("response body too large"),
+            TransportError::Deadline => f.write_str("cut at the run's deadline"),
             TransportError::Truncated => f.write_str("stream ended before it finished"),
             TransportError::Other(e) => write!(f, "{e}"),
         }

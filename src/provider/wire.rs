@@ -190,7 +190,8 @@ pub(super) fn in_band_error(error: &Value) -> InBandError {
     InBandError {
         code,
         code_text,
-        message,
+        // A provider may send megabytes here; what is kept is quoted in attempts and logs.
+        message: crate::text::cut(&message, crate::text::MAX_ERROR_BYTES),
         error: error.clone(),
     }
 }
@@ -318,6 +319,17 @@ pub(super) fn completion(body: &[u8]) -> Result<Completion, CallError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_in_band_message_of_megabytes_is_kept_as_8_kb() {
+        let huge = "quota ".repeat(7 * 1024 * 1024 / 6);
+        for error in [json!({ "code": 429, "message": huge }), json!(huge)] {
+            let read = in_band_error(&error);
+            assert!(read.message.len() <= crate::text::MAX_ERROR_BYTES);
+            assert!(read.message.starts_with("quota quota"));
+            assert_eq!(read.code.is_some(), error.is_object());
+        }
+    }
 
     #[test]
     fn request_uses_the_nested_openai_shape() {

@@ -30,16 +30,31 @@ const NONCE_LEN: usize = 24;
 /// Longer than any provider's key; a bound so a request cannot store megabytes.
 const MAX_KEY_BYTES: usize = 4096;
 
-/// `FREEWAY_SECRET_KEY`: 32 bytes written as 64 hex characters (`openssl rand -hex 32`).
-/// It never prints.
+/// Fewer different byte values than this and a key is refused as weak. 32 random bytes hold
+/// about 30 different values; 7 or fewer come up by chance with odds below 1 in 10^36, while a
+/// key typed by hand (`00ff00ff…`, a word repeated) has a handful.
+const MIN_DISTINCT_BYTES: usize = 8;
+/// A key that is a pattern of this many bytes or fewer, repeated, is refused as weak: it holds at
+/// most half a key's worth of secret, and random bytes repeat so with odds below 1 in 10^38.
+const MAX_PATTERN_BYTES: usize = 16;
+
+/// `FREEWAY_SECRET_KEY`: 32 bytes written as 64 hex characters (`openssl rand -hex 32`), not
+/// trivially weak ([`SecretKeyError::Weak`]). It never prints.
 #[derive(Clone)]
 pub struct SecretKey([u8; 32]);
 
+/// Why a `FREEWAY_SECRET_KEY` was refused; never shows the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "must be 32 bytes written as 64 hex characters (generate one with `openssl rand -hex 32`), got {0}"
-)]
-pub struct SecretKeyError(String);
+pub enum SecretKeyError {
+    #[error(
+        "must be 32 bytes written as 64 hex characters (generate one with `openssl rand -hex 32`), got {0}"
+    )]
+    Malformed(String),
+    /// A key anyone could guess: all one byte (all zero included), a short pattern repeated, a
+    /// counting sequence, or a few byte values.
+    #[error("is too weak: {0} (generate one with `openssl rand -hex 32`)")]
+    Weak(&'static str),
+}
 
 impl SecretKey {
     /// The key's bytes, for deriving keys of other purposes from it.
@@ -47,18 +62,33 @@ impl SecretKey {
         &self.0
     }
 
+    /// `FREEWAY_SECRET_KEY`: well-formed and not trivially weak.
     pub fn from_hex(text: &str) -> Result<SecretKey, SecretKeyError> {
+        let key = Self::from_hex_retiring(text)?;
+        match weakness(&key.0) {
+            Some(why) => Err(SecretKeyError::Weak(why)),
+            None => Ok(key),
+        }
+    }
+
+    /// `FREEWAY_SECRET_KEY_PREVIOUS`, a key being rotated out: only well-formed, as a weak key is
+    /// got rid of by exactly that rotation (its connections must still open to be resealed).
+    pub fn from_hex_retiring(text: &str) -> Result<SecretKey, SecretKeyError> {
         let text = text.trim();
         if text.len() != 64 {
-            return Err(SecretKeyError(format!("{} characters", text.len())));
+            return Err(SecretKeyError::Malformed(format!(
+                "{} characters",
+                text.len()
+            )));
         }
         let mut bytes = [0u8; 32];
         for (byte, pair) in bytes.iter_mut().zip(text.as_bytes().chunks(2)) {
             let digits = std::str::from_utf8(pair)
                 .ok()
                 .and_then(|p| u8::from_str_radix(p, 16).ok());
-            *byte = digits
-                .ok_or_else(|| SecretKeyError("a character that is not a hex digit".into()))?;
+            *byte = digits.ok_or_else(|| {
+                SecretKeyError::Malformed("a character that is not a hex digit".into())
+            })?;
         }
         Ok(SecretKey(bytes))
     }
@@ -66,6 +96,27 @@ impl SecretKey {
     fn cipher(&self) -> XChaCha20Poly1305 {
         XChaCha20Poly1305::new(&self.0.into())
     }
+}
+
+/// Why `bytes` would be a key anyone could guess, if it would.
+fn weakness(bytes: &[u8; 32]) -> Option<&'static str> {
+    if bytes.iter().all(|&b| b == bytes[0]) {
+        return Some("all its bytes are the same");
+    }
+    let repeats = |period: usize| bytes.iter().zip(&bytes[period..]).all(|(a, b)| a == b);
+    if (2..=MAX_PATTERN_BYTES).any(repeats) {
+        return Some("it repeats a pattern of 16 bytes or fewer");
+    }
+    let step = bytes[1].wrapping_sub(bytes[0]);
+    if bytes.windows(2).all(|w| w[1].wrapping_sub(w[0]) == step) {
+        return Some("its bytes count up or down in equal steps");
+    }
+    let mut seen = [false; 256];
+    bytes.iter().for_each(|&b| seen[usize::from(b)] = true);
+    if seen.iter().filter(|&&s| s).count() < MIN_DISTINCT_BYTES {
+        return Some("it has fewer than 8 different byte values");
+    }
+    None
 }
 
 impl fmt::Debug for SecretKey {
@@ -418,7 +469,7 @@ impl Targets for StoreTargets {
 mod tests {
     use super::*;
 
-    const HEX: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+    const HEX: &str = "11605003375cd3a9b2cc226f6e160dceb97748b36bb16e834a843c9bb5a54a73";
 
     #[test]
     fn the_secret_key_is_64_hex_characters_and_never_prints() {
@@ -430,6 +481,35 @@ mod tests {
             !bad.to_string().contains("g1"),
             "the error does not echo the value: {bad}"
         );
+    }
+
+    #[test]
+    fn a_trivially_weak_key_is_refused_without_echoing_it() {
+        let weak = [
+            ("00".repeat(32), "all its bytes are the same"),
+            ("ab".repeat(32), "all its bytes are the same"),
+            ("deadbeef".repeat(8), "repeats a pattern"),
+            (
+                "00112233445566778899aabbccddeeff".repeat(2),
+                "repeats a pattern",
+            ),
+            ((0..32u8).map(|b| format!("{b:02x}")).collect(), "count up"),
+            (
+                (0..32u8).map(|b| format!("{:02x}", 255 - 3 * b)).collect(),
+                "count up",
+            ),
+            (format!("{}{}", "00".repeat(30), "0102"), "fewer than 8"),
+        ];
+        for (hex, why) in weak {
+            let e = SecretKey::from_hex(&hex).unwrap_err();
+            assert!(matches!(e, SecretKeyError::Weak(_)), "{hex}: {e}");
+            let shown = e.to_string();
+            assert!(shown.contains(why), "{hex}: {shown}");
+            assert!(!shown.contains(&hex[..8]), "no echo: {shown}");
+        }
+        assert!(SecretKey::from_hex(HEX).is_ok());
+        assert!(SecretKey::from_hex_retiring(&"00".repeat(32)).is_ok());
+        assert!(SecretKey::from_hex_retiring("abc").is_err());
     }
 
     #[test]

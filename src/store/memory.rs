@@ -4,7 +4,8 @@
 use super::usage::{check_usage_args, day_of, sort_tenants, sort_usage};
 use super::{
     ConnectionInfo, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage, StatusCount, Store,
-    StoreError, TenantSeen, newest_per_provider, sort_counts,
+    StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob, newest_per_provider,
+    sort_counts,
 };
 use crate::canary::CanaryRecord;
 use crate::chat::{Message, Role};
@@ -73,25 +74,61 @@ impl Store for MemoryStore {
         self.with(|m| m.jobs.get(run_id).cloned())
     }
 
-    async fn unsettled_jobs(&self, before_ms: u64, limit: u32) -> Result<Vec<String>, StoreError> {
+    async fn unsettled_jobs(
+        &self,
+        before_ms: u64,
+        running_before_ms: u64,
+        after: Option<&UnsettledCursor>,
+        limit: u32,
+    ) -> Result<Vec<UnsettledJob>, StoreError> {
         self.with(|m| {
-            let mut stale: Vec<(&RunRecord, &String)> = m
+            let mut stale: Vec<UnsettledJob> = m
                 .jobs
                 .iter()
                 .filter_map(|(id, job)| m.runs.get(id).map(|run| (run, job)))
                 .filter(|(run, _)| {
-                    matches!(
-                        run.status,
-                        RunStatus::Queued | RunStatus::Delayed | RunStatus::Running
-                    ) && run.updated_ms < before_ms
+                    let stale = match run.status {
+                        RunStatus::Queued | RunStatus::Delayed => run.updated_ms < before_ms,
+                        RunStatus::Running => run.updated_ms < running_before_ms,
+                        _ => false,
+                    };
+                    stale
+                        && after.is_none_or(|a| {
+                            (run.updated_ms, run.run_id.as_str()) > (a.updated_ms, &a.run_id)
+                        })
+                })
+                .map(|(run, job)| UnsettledJob {
+                    run_id: run.run_id.clone(),
+                    updated_ms: run.updated_ms,
+                    job: job.clone(),
                 })
                 .collect();
-            stale.sort_by_key(|(run, _)| run.updated_ms);
+            stale.sort_by(|a, b| (a.updated_ms, &a.run_id).cmp(&(b.updated_ms, &b.run_id)));
+            stale.truncate(limit as usize);
             stale
-                .into_iter()
-                .take(limit as usize)
-                .map(|(_, job)| job.clone())
-                .collect()
+        })
+    }
+
+    async fn transition(
+        &self,
+        run_id: &str,
+        from: &[RunStatus],
+        to: Transition<'_>,
+    ) -> Result<bool, StoreError> {
+        self.with(|m| {
+            let Some(run) = m.runs.get_mut(run_id).filter(|r| from.contains(&r.status)) else {
+                return false;
+            };
+            run.status = to.status;
+            run.code = to.code;
+            if let Some(summary) = to.summary {
+                run.summary = Some(summary.to_string());
+            }
+            if to.status != RunStatus::AwaitingApproval {
+                run.pending_tool_call = None;
+            }
+            run.updated_ms = to.now_ms;
+            true
         })
     }
 

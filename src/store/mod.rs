@@ -63,9 +63,43 @@ pub enum StoreError {
     Undecryptable(String),
 }
 
+/// A run the reconciler looks at: the job it was enqueued as, and where it sorts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsettledJob {
+    pub run_id: String,
+    pub updated_ms: u64,
+    pub job: String,
+}
+
+/// Where a page of [`Store::unsettled_jobs`] ended: the next starts after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsettledCursor {
+    pub updated_ms: u64,
+    pub run_id: String,
+}
+
+impl UnsettledJob {
+    pub fn cursor(&self) -> UnsettledCursor {
+        UnsettledCursor {
+            updated_ms: self.updated_ms,
+            run_id: self.run_id.clone(),
+        }
+    }
+}
+
+/// The status [`Store::transition`] moves a run to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition<'a> {
+    pub status: RunStatus,
+    pub code: Option<Code>,
+    /// Why, in a line (kept as the run's summary).
+    pub summary: Option<&'a str>,
+    pub now_ms: u64,
+}
+
 /// A write that belongs to the moment a run is saved (its input, the attempt just made, the
 /// answer just received, the answer to its approval), for [`Store::save_run_with`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Attached {
     Attempt(AttemptRecord),
     /// A message of the run, appended to its conversation under `key` as by
@@ -91,10 +125,27 @@ pub trait Store: Send + Sync {
     /// as: Redis is for scheduling, the store is the record, so a run whose queue entry Redis
     /// lost can be pushed again from here ([`Store::unsettled_jobs`]).
     async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<(), StoreError>;
-    /// The jobs of runs that should be somewhere in the queue (queued, delayed or running) and
-    /// were not updated since `before_ms`, oldest first, at most `limit`. Runs pushed past the
-    /// producer keep no job and are not among them.
-    async fn unsettled_jobs(&self, before_ms: u64, limit: u32) -> Result<Vec<String>, StoreError>;
+    /// The jobs of runs that should be somewhere in the queue (queued or delayed, not updated
+    /// since `before_ms`; running, not updated since `running_before_ms`), oldest first (by
+    /// update time, then id), at most `limit`, after `after` (the last one of the page before).
+    /// Runs pushed past the producer keep no job and are not among them.
+    async fn unsettled_jobs(
+        &self,
+        before_ms: u64,
+        running_before_ms: u64,
+        after: Option<&UnsettledCursor>,
+        limit: u32,
+    ) -> Result<Vec<UnsettledJob>, StoreError>;
+    /// Change the run's status to `to` (with `code` and, when given, `summary`) only if it is
+    /// one of `from` now; says whether it was. One atomic step, so of two deciders racing (an
+    /// approval and a cancel) exactly one wins. A run that leaves `awaiting_approval` drops its
+    /// pending tool call.
+    async fn transition(
+        &self,
+        run_id: &str,
+        from: &[RunStatus],
+        to: Transition<'_>,
+    ) -> Result<bool, StoreError>;
     /// The job a run was enqueued as, if the producer kept it: what a retry or an approval
     /// reads once Redis has let go of its copy.
     async fn job(&self, run_id: &str) -> Result<Option<String>, StoreError>;

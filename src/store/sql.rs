@@ -14,7 +14,8 @@ use super::file_lock::FileLock;
 use super::usage::{check_usage_args, sort_tenants, sort_usage};
 use super::{
     Attached, ConnectionInfo, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage, StatusCount,
-    Store, StoreError, TenantSeen, newest_per_provider, sort_counts,
+    Store, StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob, newest_per_provider,
+    sort_counts,
 };
 use crate::canary::CanaryRecord;
 use crate::chat::Message;
@@ -281,21 +282,81 @@ impl Store for SqlStore {
         })
     }
 
-    async fn unsettled_jobs(&self, before_ms: u64, limit: u32) -> Result<Vec<String>, StoreError> {
-        const SQL: &str = "SELECT j.job FROM runs r JOIN run_jobs j ON j.run_id = r.run_id \
-             WHERE r.status IN ('queued', 'delayed', 'running') AND r.updated_ms < $1 \
-             ORDER BY r.updated_ms LIMIT $2";
+    async fn unsettled_jobs(
+        &self,
+        before_ms: u64,
+        running_before_ms: u64,
+        after: Option<&UnsettledCursor>,
+        limit: u32,
+    ) -> Result<Vec<UnsettledJob>, StoreError> {
+        const SQL: &str = "SELECT r.run_id, r.updated_ms, j.job FROM runs r \
+             JOIN run_jobs j ON j.run_id = r.run_id \
+             WHERE ((r.status IN ('queued', 'delayed') AND r.updated_ms < $1) \
+             OR (r.status = 'running' AND r.updated_ms < $5)) \
+             AND (r.updated_ms > $2 OR (r.updated_ms = $2 AND r.run_id > $3)) \
+             ORDER BY r.updated_ms, r.run_id LIMIT $4";
         let before = to_i64(before_ms, "before_ms")?;
+        let running_before = to_i64(running_before_ms, "running_before_ms")?;
+        let (after_ms, after_id) = match after {
+            Some(c) => (to_i64(c.updated_ms, "updated_ms")?, c.run_id.as_str()),
+            None => (-1, ""),
+        };
         on_db!(self, |pool| {
             sqlx::query(SQL)
                 .bind(before)
+                .bind(after_ms)
+                .bind(after_id)
                 .bind(i64::from(limit))
+                .bind(running_before)
                 .fetch_all(pool)
                 .await
                 .map_err(db_error)?
                 .iter()
-                .map(|row| row.text("job"))
-                .collect::<Result<Vec<_>, _>>()
+                .map(|row| {
+                    Ok(UnsettledJob {
+                        run_id: row.text("run_id")?,
+                        updated_ms: u64::try_from(row.int("updated_ms")?).unwrap_or(0),
+                        job: row.text("job")?,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()
+        })
+    }
+
+    async fn transition(
+        &self,
+        run_id: &str,
+        from: &[RunStatus],
+        to: Transition<'_>,
+    ) -> Result<bool, StoreError> {
+        // The statuses are this crate's own words, never a caller's text.
+        let from = from
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let keep_call = to.status == RunStatus::AwaitingApproval;
+        let sql = format!(
+            "UPDATE runs SET status = $2, code = $3, summary = COALESCE($4, summary), \
+             pending_tool_call = CASE WHEN $5 THEN pending_tool_call ELSE NULL END, \
+             updated_ms = $6 WHERE run_id = $1 AND status IN ({from})"
+        );
+        let now = to_i64(to.now_ms, "now_ms")?;
+        on_db!(self, |pool| {
+            let mut tx = pool.write_tx().await?;
+            let changed = sqlx::query(AssertSqlSafe(sql))
+                .bind(run_id)
+                .bind(to.status.as_str())
+                .bind(to.code.map(|c| c.as_str()))
+                .bind(to.summary)
+                .bind(keep_call)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .rows_affected();
+            tx.commit().await.map_err(db_error)?;
+            Ok(changed == 1)
         })
     }
 

@@ -18,6 +18,7 @@ use freeway::rest::{MemoryRests, Rests};
 use freeway::spend::MemoryLedger;
 use freeway::store::{MemoryStore, Store};
 use freeway::tools::ToolRunner;
+use freeway::unsaved::MemoryUnsaved;
 use std::sync::Arc;
 
 /// An engine and every part of it a test may look into.
@@ -39,6 +40,7 @@ pub struct Parts {
     pub metrics: Arc<MemoryMetrics>,
     pub pace: Arc<MemoryPacer>,
     pub spend: Arc<MemoryLedger>,
+    pub unsaved: Arc<MemoryUnsaved>,
 }
 
 impl std::ops::Deref for Harness {
@@ -82,6 +84,7 @@ pub fn harness_with(
         spend,
         leases,
         metrics: Arc::new(MemoryMetrics::default()),
+        unsaved: Arc::new(MemoryUnsaved::default()),
     };
     Harness {
         engine: parts.engine_with(targets.clone()),
@@ -100,6 +103,7 @@ impl Parts {
             metrics: self.metrics.clone(),
             pace: self.pace.clone(),
             spend: self.spend.clone(),
+            unsaved: self.unsaved.clone(),
         }
     }
 

@@ -14,6 +14,7 @@ use freeway::canary::Canary;
 use freeway::engine::{Engine, Outcome, WhenResting};
 use freeway::job::RunJob;
 use queue::Queue;
+use queue::Reconciled;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{Instrument, debug, info, warn};
@@ -49,6 +50,38 @@ pub struct App {
     pub day_watch: freeway::quota::DayWatch,
     /// The providers' canaries; a round runs every [`CANARY_ROUND`] at most.
     pub canaries: Vec<Canary>,
+    /// This replica's store writer, probed for `/healthz`.
+    pub writer: WriterProbe,
+}
+
+/// How long a writer probe may take before it counts as failed.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Probes a replica's store writer and reports it to the fleet (docs/operations.md, health).
+pub struct WriterProbe {
+    pub store: freeway::store::SqlStore,
+    pub health: queue::Health,
+    pub replica: String,
+}
+
+impl WriterProbe {
+    async fn probe(&self) {
+        // A writer stuck on its disk (a file size limit, a hung mount) answers nothing: that is
+        // a failure too, not a report that never comes.
+        let probed = match tokio::time::timeout(PROBE_TIMEOUT, self.store.check_writable()).await {
+            Ok(written) => written.map_err(|e| e.to_string()),
+            Err(_) => Err(format!(
+                "the store writer did not answer within {} s",
+                PROBE_TIMEOUT.as_secs()
+            )),
+        };
+        if let Err(error) = &probed {
+            warn!(%error, "this replica's store writer fails: /healthz reports it");
+        }
+        if let Err(error) = self.health.report_writer(&self.replica, probed).await {
+            warn!(%error, "cannot report the store writer's health");
+        }
+    }
 }
 
 /// The canaries the catalog calls for, saying which providers have none and why.
@@ -103,11 +136,30 @@ async fn deliver(
             None,
         );
     }
+    let named = payload
+        .get("run_id")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
     let (job, routes) = match RunJob::from_value(payload, app.enqueuer.catalog()) {
         Ok(parsed) => parsed,
         Err(e) => {
             warn!(task = %id, reason = %e, "dead-lettering an invalid job");
-            return (Err(AbortError::new(InvalidJob(e.to_string())).into()), None);
+            let ended = match named.filter(|r| freeway::job::is_id(r)) {
+                // The run it names ends too if its stored job is as unreadable: it can never run.
+                Some(run_id) => match app.enqueuer.end_if_unreadable(&run_id).await {
+                    Ok(true) => Some(run_id),
+                    Ok(false) => None,
+                    Err(error) => {
+                        warn!(%run_id, %error, "could not end the run of a dead-lettered job");
+                        None
+                    }
+                },
+                None => None,
+            };
+            return (
+                Err(AbortError::new(InvalidJob(e.to_string())).into()),
+                ended,
+            );
         }
     };
     let span = tracing::info_span!("run", run_id = %job.run_id, user_id = %job.request.user_id, snooze_n = job.snooze_n);
@@ -267,9 +319,21 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
             true
         })
         .shutdown_timeout(grace);
+    // A file size limit reached (`ulimit -f`) raises SIGXFSZ, which ends the process by
+    // default: handled, it is a write that fails like a full disk, reported by `/healthz`, and
+    // the runs in flight keep their answers for when there is room.
+    let _file_size_limit =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(SIGXFSZ));
     info!(concurrency, "worker started");
     let result = monitor.run_with_signal(shutdown_signal()).await;
     ticker.abort();
+    let handed_back = app.engine.release_leases().await;
+    if handed_back > 0 {
+        info!(
+            runs = handed_back,
+            "handed back the leases of runs still running at the end of the grace: another replica takes them at once"
+        );
+    }
     app.engine.flush_metrics().await;
     info!("worker stopped");
     result.map_err(|e| e.to_string())
@@ -281,6 +345,7 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
 async fn tick(app: Arc<App>) {
     let mut last_vacuum = tokio::time::Instant::now();
     let mut last_reconcile = tokio::time::Instant::now();
+    let mut last_probe = tokio::time::Instant::now();
     let day_watch_round = app.day_watch.period().min(DAY_WATCH_ROUND);
     // The first look is at once: a day already spent elsewhere must close before a call finds it.
     let mut last_day_watch = tokio::time::Instant::now()
@@ -316,7 +381,11 @@ async fn tick(app: Arc<App>) {
                 .reconcile(app.reconcile * 2, app.reconcile)
                 .await
             {
-                Ok(Some(n)) if n > 0 => info!(pushed = n, "reconciled runs Redis had lost"),
+                Ok(Some(done)) if done != Reconciled::default() => info!(
+                    pushed = done.pushed,
+                    ended = done.ended,
+                    "reconciled: pushed runs Redis had lost, ended runs that cannot be read"
+                ),
                 Ok(_) => {}
                 Err(e) => warn!(error = %e, "reconciling failed"),
             }
@@ -330,6 +399,10 @@ async fn tick(app: Arc<App>) {
             if let Err(e) = app.engine.canaries(&app.canaries).await {
                 warn!(error = %e, "the canary round failed");
             }
+        }
+        if last_probe.elapsed() >= queue::health::PROBE_EVERY {
+            last_probe = tokio::time::Instant::now();
+            app.writer.probe().await;
         }
         if last_vacuum.elapsed() >= VACUUM_EVERY {
             last_vacuum = tokio::time::Instant::now();
@@ -394,6 +467,9 @@ async fn shutdown_signal() -> std::io::Result<()> {
     info!("shutdown signal: finishing running jobs");
     Ok(())
 }
+
+/// SIGXFSZ's number on Linux.
+const SIGXFSZ: i32 = 25;
 
 /// The replica's one name, `{host}-{pid}`: the board's workers list, its runs' `started` events
 /// and its logs all say it.

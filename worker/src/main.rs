@@ -192,7 +192,13 @@ fn serve(
         )
         .with_catalog(settings.catalog.clone())
         .keeping_events(settings.events_keep_s);
+        let health = queue::Health::new(wired.conn.clone(), &settings.namespace);
         let app = std::sync::Arc::new(consume::App {
+            writer: consume::WriterProbe {
+                store: wired.store,
+                health,
+                replica: consume::replica_name(),
+            },
             engine: wired.engine,
             queue,
             enqueuer,

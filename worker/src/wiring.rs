@@ -42,6 +42,8 @@ pub struct Wired {
     pub conn: ConnectionManager,
     /// Lifts spent days the provider's quota endpoint shows open again.
     pub day_watch: DayWatch,
+    /// The store itself, for probing its writer (`/healthz` reports every replica's).
+    pub store: SqlStore,
 }
 
 /// Open the store (applying migrations) and Redis, and build an engine that makes up to
@@ -86,7 +88,7 @@ pub async fn engine(
     let engine = Engine::new(
         Arc::new(provider),
         Arc::new(targets),
-        Arc::new(store),
+        Arc::new(store.clone()),
         fleet,
     )
     .with_tools(tools)
@@ -98,5 +100,6 @@ pub async fn engine(
         engine,
         conn,
         day_watch,
+        store,
     })
 }

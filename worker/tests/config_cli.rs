@@ -298,3 +298,124 @@ fn classify_reads_a_route_of_a_configured_provider_by_its_dialect() {
     let rest_s = v["rest_s"].as_u64().expect("rest_s");
     assert!(rest_s > 36 && rest_s <= 25 * 3600, "{v}");
 }
+
+/// Tokens and a key that pass the start-up checks (issue 27 item 11).
+const GOOD_API_TOKEN: &str = "api-token-8c41f0e7b2d95a36";
+const GOOD_ADMIN_TOKEN: &str = "admin-token-1e9b07c3f5a4d862";
+const GOOD_SECRET_KEY: &str = "c7a1e04f92b6d3580e1f7a2c4b9d6e8305f1a7c2e9b4d60817c3f5a2e8d9b046";
+
+/// A refused start: its environment, what the line must say, and a secret it must not show.
+type Refusal<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a str);
+
+/// The worker started as a replica (no command) with `env`; its output once it ends, which a
+/// refused configuration makes it do at once (it is killed after 20 s otherwise).
+fn start_worker(env: &[(&str, &str)]) -> Output {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_worker"))
+        .envs(env.iter().copied())
+        // Nowhere to connect: a configuration that passed would fail, not serve.
+        .env("REDIS_URL", "redis://127.0.0.1:1")
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("worker starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().expect("kill");
+            panic!("the worker did not stop on a bad configuration");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("worker ends")
+}
+
+/// Exit 2 and one line, `worker: bad configuration: …`, containing `want` and not `secret`.
+fn assert_refused_without(out: &Output, want: &str, secret: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("worker: bad configuration: ") && err.contains(want),
+        "{want:?} in {err}"
+    );
+    assert!(
+        secret.is_empty() || !err.contains(secret),
+        "no secret in {err}"
+    );
+}
+
+#[test]
+fn weak_or_shared_secrets_and_overlong_durations_are_refused_at_start_and_by_config_check() {
+    let zero_key = "0".repeat(64);
+    let long_canary = config_file("[pools.openrouter-free]\ncanary_every = \"99999999999999d\"\n");
+    let long_canary = long_canary.to_str().expect("utf-8 path");
+    let cases: [Refusal; 5] = [
+        (
+            &[("FREEWAY_API_TOKEN", "x")],
+            "FREEWAY_API_TOKEN: must be at least 16 characters",
+            "",
+        ),
+        (
+            &[
+                ("FREEWAY_API_TOKEN", GOOD_API_TOKEN),
+                ("FREEWAY_ADMIN_TOKEN", "adm-Zq7"),
+            ],
+            "FREEWAY_ADMIN_TOKEN: must be at least 16 characters",
+            "adm-Zq7",
+        ),
+        (
+            &[
+                ("FREEWAY_API_TOKEN", GOOD_API_TOKEN),
+                ("FREEWAY_ADMIN_TOKEN", GOOD_API_TOKEN),
+            ],
+            "FREEWAY_ADMIN_TOKEN: must not be the same token as FREEWAY_API_TOKEN",
+            GOOD_API_TOKEN,
+        ),
+        (
+            &[("FREEWAY_SECRET_KEY", &zero_key)],
+            "FREEWAY_SECRET_KEY: is too weak: all its bytes are the same",
+            &zero_key,
+        ),
+        (&[("FREEWAY_CONFIG", long_canary)], "FREEWAY_CONFIG: ", ""),
+    ];
+    for (env, want, secret) in cases {
+        let out = support::run_worker(&["config", "check"], env, b"");
+        assert_refused_without(&out, want, secret);
+        assert_refused_without(&start_worker(env), want, secret);
+    }
+    let out = support::run_worker(
+        &["config", "check"],
+        &[("FREEWAY_CONFIG", long_canary)],
+        b"",
+    );
+    assert_refused_without(
+        &out,
+        "pools.openrouter-free.canary_every: \"99999999999999d\" is longer than 365d",
+        "",
+    );
+}
+
+#[test]
+fn long_distinct_tokens_a_strong_key_and_a_yearly_canary_pass_config_check() {
+    let path = config_file("[pools.openrouter-free]\ncanary_every = \"365d\"\n");
+    let out = support::run_worker(
+        &["config", "check"],
+        &[
+            ("FREEWAY_API_TOKEN", GOOD_API_TOKEN),
+            ("FREEWAY_ADMIN_TOKEN", GOOD_ADMIN_TOKEN),
+            ("FREEWAY_SECRET_KEY", GOOD_SECRET_KEY),
+            ("FREEWAY_CONFIG", path.to_str().expect("utf-8 path")),
+        ],
+        b"",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let printed = v.to_string();
+    for secret in [GOOD_API_TOKEN, GOOD_ADMIN_TOKEN, GOOD_SECRET_KEY] {
+        assert!(!printed.contains(secret) && !err.contains(secret));
+    }
+}

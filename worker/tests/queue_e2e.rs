@@ -206,6 +206,113 @@ async fn poison_jobs_are_dead_lettered_while_valid_runs_complete() {
     c.assert_budgets(&[valid]).await;
 }
 
+/// A run recorded with a job no worker can read (another version's), as a producer of another
+/// release might leave: recorded `queued`, never runnable.
+async fn record_unreadable(c: &Cluster, user: &str) -> freeway::job::RunJob {
+    let mut job = freeway::job::RunJob::new(
+        request(user, "unreadable", &[PAID]),
+        freeway::clock::epoch_ms(),
+    );
+    job.v = 99;
+    c.store.create_queued(&job, job.enqueued_ms).await.unwrap();
+    job
+}
+
+/// Block until the store has `run_id` settled; returns it.
+async fn stored_settled(c: &Cluster, run_id: &str, timeout: Duration) -> freeway::run::RunRecord {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let run = c.store.run(run_id).await.unwrap().expect("recorded");
+        if run.status.is_settled() {
+            return run;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{run_id} is still {}: {}",
+            run.status.as_str(),
+            c.log_tail(0)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_lettered_job_ends_its_run_invalid_job_and_names_no_other() {
+    let mut c = Cluster::start("deadrun", sim::SimConfig::default()).await;
+    let unreadable = record_unreadable(&c, "u1").await;
+    let valid = c.enqueue(request("u2", "still works", &[PAID])).await;
+    c.store
+        .create_queued(&valid, valid.enqueued_ms)
+        .await
+        .unwrap();
+    // Its own entry, and a poison entry that names the valid run.
+    let mut impostor = serde_json::to_value(&valid).unwrap();
+    impostor["v"] = serde_json::json!(99);
+    c.queue
+        .push_payloads(vec![
+            serde_json::to_vec(&unreadable).unwrap(),
+            serde_json::to_vec(&impostor).unwrap(),
+        ])
+        .await
+        .unwrap();
+    c.spawn_worker(&[]);
+    let ended = stored_settled(&c, &unreadable.run_id, WAIT).await;
+    assert_eq!(
+        (ended.status.as_str(), ended.code.map(|c| c.as_str())),
+        ("failed", Some("invalid_job"))
+    );
+    assert!(
+        ended
+            .summary
+            .as_deref()
+            .unwrap_or_default()
+            .contains("version"),
+        "{:?}",
+        ended.summary
+    );
+    let events = c.wait(&unreadable.run_id, WAIT).await;
+    assert_eq!(last(&events)["code"], "invalid_job");
+    let run = stored_settled(&c, &valid.run_id, WAIT).await;
+    assert_eq!(
+        run.status.as_str(),
+        "succeeded",
+        "the impostor entry ended nothing"
+    );
+    c.watch_queue(WAIT, |d| d.dead == 2).await;
+    assert_eq!(c.chat_calls(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reconciler_is_not_blinded_by_runs_it_cannot_act_on() {
+    let mut c = Cluster::start("blind", sim::SimConfig::default()).await;
+    let batch = queue::enqueue::RECONCILE_BATCH as usize;
+    let mut unreadable = Vec::new();
+    for i in 0..batch + 100 {
+        unreadable.push(record_unreadable(&c, &format!("u{i}")).await);
+    }
+    // Recorded after them and never pushed: what Redis lost (or a killed producer left).
+    let mut lost = Vec::new();
+    for i in 0..20 {
+        let job = freeway::job::RunJob::new(
+            request(&format!("v{i}"), "lost", &[PAID]),
+            freeway::clock::epoch_ms(),
+        );
+        c.store.create_queued(&job, job.enqueued_ms).await.unwrap();
+        lost.push(job);
+    }
+    c.spawn_worker(&["--reconcile-s", "1"]);
+    for job in &lost {
+        let run = stored_settled(&c, &job.run_id, Duration::from_secs(60)).await;
+        assert_eq!(run.status.as_str(), "succeeded", "{}", job.run_id);
+    }
+    for job in &unreadable {
+        let run = stored_settled(&c, &job.run_id, WAIT).await;
+        assert_eq!(run.code.map(|c| c.as_str()), Some("invalid_job"));
+    }
+    assert_eq!(c.chat_calls(), 20, "each lost run called once");
+    assert!(c.log(0).contains("cannot be read"), "{}", c.log_tail(0));
+}
+
 /// Entries whose bytes are not a JSON value at all: apalis cannot decode them before the handler.
 fn undecodable_entries() -> Vec<Vec<u8>> {
     let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes();
@@ -257,24 +364,36 @@ async fn undecodable_entries_are_dead_lettered_within_a_poll_and_strand_no_run()
     c.assert_budgets(&valid).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_redis_that_loses_its_data_loses_no_run() {
-    let redis = PrivateRedis::start().await;
+/// A cluster on `redis` whose calls take `latency_ms`, and `n` paid runs enqueued (recorded in
+/// the store, as the producer does) for as many users.
+async fn recorded_runs_on(
+    redis: &PrivateRedis,
+    name: &str,
+    latency_ms: u64,
+    n: usize,
+) -> (Cluster, Vec<String>) {
     let config = sim::SimConfig {
-        latency_ms: 1_500,
+        latency_ms,
         ..sim::SimConfig::default()
     };
-    let mut c = Cluster::start_on("flushall", config, redis.url.clone()).await;
+    let c = Cluster::start_on(name, config, redis.url.clone()).await;
     let enqueuer =
         queue::Enqueuer::new(c.conn.clone(), &c.ns, std::sync::Arc::new(c.store.clone()));
     let mut runs = Vec::new();
-    for i in 0..20 {
-        let req = request(&format!("u{i}"), "survive", &[PAID]);
+    for i in 0..n {
+        let req = request(&format!("u{i}"), name, &[PAID]);
         match enqueuer.enqueue(req).await.unwrap() {
             queue::enqueue::Outcome::Enqueued { run_id } => runs.push(run_id),
             other => panic!("{other:?}"),
         }
     }
+    (c, runs)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redis_that_loses_its_data_loses_no_run() {
+    let redis = PrivateRedis::start().await;
+    let (mut c, runs) = recorded_runs_on(&redis, "flushall", 1_500, 20).await;
     for _ in 0..2 {
         c.spawn_worker(&["--concurrency", "4", "--reconcile-s", "2"]);
     }
@@ -314,15 +433,89 @@ async fn a_redis_that_loses_its_data_loses_no_run() {
         "FLUSHALL probe: 20 runs succeeded {:?} after the flush, {calls} provider calls",
         flushed.elapsed()
     );
-    assert!(
-        (20..=20 + in_flight_at_flush).contains(&calls),
-        "{calls} calls for 20 runs: none paid for twice beyond the calls in flight"
+    assert_eq!(
+        calls, 20,
+        "{calls} calls for 20 runs: the {in_flight_at_flush} in flight at the flush kept their \
+         leases (taken again once Redis forgot them), so none was paid for twice"
     );
     let log = c.log(0) + &c.log(1);
     assert!(
-        log.contains("Redis had lost this run"),
+        log.contains("Redis kept nothing of this run"),
         "the reconciler says what it did"
     );
+}
+
+/// Redis forgets everything (FLUSHALL) while every run is in the middle of its call: the
+/// reconciler, rounds every second, does not hand the running runs to another executor while
+/// their own are still calling — each run is paid for once. (Every run in flight was paid for
+/// twice: its lease gone, the reconciler pushed it again at once.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flushall_mid_call_pays_for_no_call_twice() {
+    let redis = PrivateRedis::start().await;
+    let (mut c, runs) = recorded_runs_on(&redis, "flushmid", 6_000, 8).await;
+    for _ in 0..2 {
+        c.spawn_worker(&["--concurrency", "16", "--reconcile-s", "1"]);
+    }
+    c.sim_until(WAIT, |sim| sim.calls().len() == 8).await;
+    redis.flushall().await;
+    for run_id in &runs {
+        let run = stored_settled(&c, run_id, Duration::from_secs(60)).await;
+        assert_eq!(run.status.as_str(), "succeeded", "{run_id}");
+    }
+    assert_eq!(c.sim.calls().len(), 8, "one call per run");
+}
+
+/// The store stops taking writes (the worker's disk is full) while a run's call is in flight:
+/// the answer it paid for is kept in Redis, and once the disk has room the run's next delivery
+/// stores it and the run succeeds, with one call in all. (The answer was lost and bought again.)
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_the_store_could_not_take_is_kept_and_not_bought_again() {
+    let config = sim::SimConfig {
+        latency_ms: 2_000,
+        ..sim::SimConfig::default()
+    };
+    let mut c = Cluster::start("unsaved", config).await;
+    let n = c.spawn_worker(&[]);
+    let job = c.enqueue(request("u1", "keep me", &[PAID])).await;
+    c.wait_for(&job.run_id, WAIT, |e| e["type"] == "attempt")
+        .await;
+    let pid = c.workers[n].id();
+    let limit = |soft: &str| {
+        let status = std::process::Command::new("prlimit")
+            .args([
+                "--pid",
+                &pid.to_string(),
+                &format!("--fsize={soft}:unlimited"),
+            ])
+            .status()
+            .expect("prlimit (util-linux) on PATH");
+        assert!(status.success());
+    };
+    // Not one more byte: the save after the answer fails as on a full disk.
+    limit("1");
+    let kept = format!("{}:run:{}:unsaved", c.ns, job.run_id);
+    let mut conn = c.conn.clone();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&kept)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if exists {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the answer was not kept"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    limit("unlimited");
+    let run = stored_settled(&c, &job.run_id, Duration::from_secs(60)).await;
+    assert_eq!(run.status.as_str(), "succeeded");
+    assert!(!run.output.is_empty(), "the kept answer is stored");
+    assert_eq!(c.sim.calls().len(), 1, "the answer was bought once");
 }
 
 /// `n` one-call runs on the paid route, from fifty users.
@@ -440,6 +633,44 @@ async fn sigterm_lets_the_running_run_finish_then_exits_cleanly() {
     c.assert_budgets(&[job]).await;
 }
 
+/// A SIGTERM whose grace ends before the call does: the replica hands the run's lease back as it
+/// exits, so another replica can take the run at once (the lease was left to expire, 30 s), and
+/// the run then succeeds once.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_past_its_grace_hands_the_runs_lease_back() {
+    let mut c = Cluster::start("sigtermgrace", sim::SimConfig::default()).await;
+    let mut slow = sim::FaultSpec::new(sim::FaultKind::Timeout);
+    slow.delay_ms = Some(10_000);
+    c.sim.inject(slow);
+    let n = c.spawn_worker(&["--grace-s", "1"]);
+    let job = c.enqueue(request("u1", "cut short", &[PAID])).await;
+    c.wait_for(&job.run_id, WAIT, |e| e["type"] == "attempt")
+        .await;
+    let pid = c.workers[n].id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = tokio::task::block_in_place(|| c.workers[n].wait()).unwrap();
+    assert!(status.success(), "{status:?}\n{}", c.log_tail(n));
+    let lease = format!("{}:run:{}:lease", c.ns, job.run_id);
+    let mut conn = c.conn.clone();
+    let held: Option<String> = redis::cmd("GET")
+        .arg(&lease)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(held, None, "the lease was handed back: {}", c.log_tail(n));
+    assert!(
+        c.log(n).contains("handed back the leases"),
+        "{}",
+        c.log_tail(n)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_spent_day_delays_runs_until_a_top_up_the_key_endpoint_shows_wakes_them() {
     let now = freeway::clock::epoch_ms();
@@ -455,7 +686,13 @@ async fn a_spent_day_delays_runs_until_a_top_up_the_key_endpoint_shows_wakes_the
         ..Default::default()
     };
     let mut c = Cluster::start("day", config).await;
-    c.spawn_worker(&["--quota-check-s", "1"]);
+    // What this test follows is the day closed by the provider's 429 (a pool rest until
+    // midnight). With learning on, the first answer's headers may teach the pool its day first,
+    // and the second run then waits without a call: also right, but another path.
+    c.spawn_worker_with(
+        &["--quota-check-s", "1"],
+        &[("FREEWAY_LEARN_LIMITS", "off")],
+    );
     let spends_the_day = c.enqueue(request("u1", "hi", &[FREE_A])).await;
     let events = c.wait(&spends_the_day.run_id, WAIT).await;
     assert_eq!(last(&events)["status"], "succeeded", "{events:?}");

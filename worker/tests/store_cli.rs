@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use support::run_worker as worker;
 
-const SECRET_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+const SECRET_HEX: &str = "4630e03beea5255d6c6febd4cdb63e283cebcc65954c1b60812c3a5ccd5d84e7";
 const JOB: &[u8] = br#"{"user_id":"u1","input":"hi","routes":[{"model":"vendor/m:free"}]}"#;
 
 fn unique(prefix: &str) -> String {

@@ -92,6 +92,22 @@ fn require_one_of(headers: &HeaderMap, accepted: &[Option<&ApiKey>]) -> Result<(
     }
 }
 
+/// Which configured token the request presents, by role (`api`, `admin`, `metrics`): the
+/// credential its request rate counts against. `None` for no token or an unknown one.
+pub fn credential(tokens: &Tokens, headers: &HeaderMap) -> Option<String> {
+    let Presented::Token(t) = presented(headers) else {
+        return None;
+    };
+    [
+        ("admin", &tokens.admin),
+        ("api", &tokens.api),
+        ("metrics", &tokens.metrics),
+    ]
+    .into_iter()
+    .find(|(_, key)| matches(key.as_ref(), t))
+    .map(|(role, _)| role.to_string())
+}
+
 /// Whether the request presents the admin token (the board then shows its operator as one).
 pub fn presents_admin(tokens: &Tokens, headers: &HeaderMap) -> bool {
     matches!(presented(headers), Presented::Token(t) if matches(tokens.admin.as_ref(), t))

@@ -57,6 +57,10 @@ pub enum ApiError {
     /// The server is at a limit of its own (open event streams): 503 with `Retry-After`.
     #[error("{message}; retry in {retry_after_s} s")]
     Busy { message: String, retry_after_s: u64 },
+    /// The credential sent more requests than `FREEWAY_RATE_LIMIT` allows: 429 with
+    /// `Retry-After`.
+    #[error("too many requests with this credential; retry in {retry_after_s} s")]
+    TooManyRequests { retry_after_s: u64 },
 }
 
 fn refused_message(code: Code, retry_after_s: u64) -> String {
@@ -80,7 +84,9 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Refused { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Refused { .. } | ApiError::TooManyRequests { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::NotConfigured(_) | ApiError::Unavailable(_) | ApiError::Busy { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -100,6 +106,7 @@ impl ApiError {
             ApiError::Refused { code, .. } => code.as_str(),
             ApiError::NotConfigured(_) => "not_configured",
             ApiError::Unavailable(_) | ApiError::Busy { .. } => "unavailable",
+            ApiError::TooManyRequests { .. } => "too_many_requests",
         }
     }
 
@@ -116,7 +123,9 @@ impl IntoResponse for ApiError {
             "error": { "code": self.code(), "message": self.to_string() }
         });
         let retry_after = match &self {
-            ApiError::Refused { retry_after_s, .. } | ApiError::Busy { retry_after_s, .. } => {
+            ApiError::Refused { retry_after_s, .. }
+            | ApiError::Busy { retry_after_s, .. }
+            | ApiError::TooManyRequests { retry_after_s } => {
                 body["error"]["retry_after_s"] = (*retry_after_s).into();
                 Some(*retry_after_s)
             }

@@ -12,12 +12,14 @@
 //!
 //! New entries come from the process's shared reader ([`crate::hub`]); what the client has not
 //! seen from before it joined is read from the stream directly. Each open stream holds a slot of
-//! [`AppState::stream_slots`] (`FREEWAY_MAX_STREAMS`): with none free a new stream is refused
-//! with 503 and `Retry-After`, and a slot is free again when its client goes away.
+//! [`AppState::stream_slots`] (`FREEWAY_MAX_STREAMS`, counted per run and per user): with none
+//! free for it a new stream is refused with 503 and `Retry-After`, and a slot is free again when
+//! its client goes away.
 
 use super::AppState;
-use super::auth::require_api;
+use super::auth::{presents_admin, require_api};
 use super::error::{ApiError, PathParams};
+use super::stream_slots::{self, Full, Reader, StreamSlot};
 use super::user::ForUser;
 use crate::hub::{Lost, Subscription};
 use crate::stream::{self, BATCH, Entry, StreamId, parse_event_id};
@@ -35,7 +37,6 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::OwnedSemaphorePermit;
 
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// A stream with nothing new for this long asks whether its run is over.
@@ -63,19 +64,30 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|r| ApiError::InvalidRequest(r.body_text()))?;
-    match (&query.token, &state.signer) {
-        (Some(token), Some(signer)) => signer
-            .verify(&id, token, freeway::clock::epoch_ms())
-            .map_err(|e| ApiError::Forbidden(e.to_string()))?,
+    let signed = match (&query.token, &state.signer) {
+        (Some(token), Some(signer)) => {
+            signer
+                .verify(&id, token, freeway::clock::epoch_ms())
+                .map_err(|e| ApiError::Forbidden(e.to_string()))?;
+            true
+        }
         (Some(_), None) => {
             return Err(ApiError::Forbidden(
                 "events tokens are not accepted: the server has no FREEWAY_SECRET_KEY".into(),
             ));
         }
-        (None, _) => require_api(&state.tokens, &headers)?,
-    }
+        (None, _) => {
+            require_api(&state.tokens, &headers)?;
+            false
+        }
+    };
+    let reader = match (&query.user_id, signed) {
+        (_, false) if presents_admin(&state.tokens, &headers) => Reader::Operator,
+        (Some(user), false) => Reader::User(user.clone()),
+        _ => Reader::Anyone,
+    };
     let user = ForUser::of(query.user_id)?;
-    let events = relay(state.clone(), id, user, &headers).await?;
+    let events = relay(state.clone(), id, user, &reader, &headers).await?;
     let mut response = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response();
@@ -102,6 +114,7 @@ async fn relay(
     state: Arc<AppState>,
     id: String,
     user: ForUser,
+    reader: &Reader,
     headers: &HeaderMap,
 ) -> Result<impl Stream<Item = Result<SseEvent, Infallible>> + use<>, ApiError> {
     let after = match headers.get("last-event-id") {
@@ -116,10 +129,16 @@ async fn relay(
     user.run(&state.store, &id).await?;
     let slot = state
         .stream_slots
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::Busy {
-            message: "too many event streams are open".into(),
+        .take(&id, reader)
+        .map_err(|full| ApiError::Busy {
+            message: match full {
+                Full::Process => "too many event streams are open".into(),
+                Full::Run => format!(
+                    "this run has {} event streams open already",
+                    stream_slots::PER_RUN
+                ),
+                Full::User => "this user has its share of event streams open".into(),
+            },
             retry_after_s: RETRY_AFTER_S,
         })?;
     let key = freeway::events::stream_key(state.enqueuer.namespace(), &id);
@@ -172,7 +191,7 @@ struct Relay {
     /// once instead of one idle period later.
     check_over: bool,
     /// Held while the response is open.
-    _slot: OwnedSemaphorePermit,
+    _slot: StreamSlot,
 }
 
 impl Relay {

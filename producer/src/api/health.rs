@@ -1,5 +1,6 @@
-//! `GET /healthz`: Redis reachability and the store's writability, for a liveness probe. (`GET
-//! /metrics` is in [`super::metrics`].)
+//! `GET /healthz`: Redis taking writes, and the store's writers taking writes: the producer's own
+//! and every worker replica's (each reports its probe, `queue::health`), for a liveness probe.
+//! (`GET /metrics` is in [`super::metrics`].)
 
 use super::AppState;
 use axum::Json;
@@ -8,29 +9,39 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use std::sync::Arc;
 
-/// `200 {"redis":"ok","store":"ok"}`, or `503` with `"failed"` for what did not answer.
+/// `200 {"redis":"ok","store":"ok"}`, or `503` with `"failed"` for what does not take writes,
+/// and under `"writers"` each replica whose store writer fails, with its error.
 pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let redis = match state.enqueuer.queue().ping().await {
-        Ok(_) => "ok",
+    let health = queue::Health::new(state.enqueuer.connection(), state.enqueuer.namespace());
+    let redis = match health.redis_writable().await {
+        Ok(()) => "ok",
         Err(error) => {
-            tracing::warn!(%error, "healthz: redis failed");
+            tracing::warn!(%error, "healthz: redis takes no writes");
             "failed"
         }
     };
-    let store = match state.store.check_writable().await {
-        Ok(_) => "ok",
-        Err(error) => {
-            tracing::warn!(%error, "healthz: store failed");
-            "failed"
-        }
-    };
+    let mut failing = Vec::new();
+    if let Err(error) = state.store.check_writable().await {
+        tracing::warn!(%error, "healthz: the producer's store writer failed");
+        failing.push(("producer".to_string(), error.to_string()));
+    }
+    match health.fleet().await {
+        Ok(fleet) => failing.extend(fleet.failing_writers),
+        Err(error) => tracing::warn!(%error, "healthz: cannot read the replicas' reports"),
+    }
+    let store = if failing.is_empty() { "ok" } else { "failed" };
     let status = if redis == "ok" && store == "ok" {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        status,
-        Json(serde_json::json!({ "redis": redis, "store": store })),
-    )
+    let writers: serde_json::Map<String, serde_json::Value> = failing
+        .into_iter()
+        .map(|(replica, error)| (replica, serde_json::Value::String(error)))
+        .collect();
+    let mut body = serde_json::json!({ "redis": redis, "store": store });
+    if !writers.is_empty() {
+        body["writers"] = serde_json::Value::Object(writers);
+    }
+    (status, Json(body))
 }

@@ -25,11 +25,13 @@ pub mod json_only;
 pub mod metrics;
 pub mod origin;
 pub mod pools;
+pub mod rate_limit;
 pub mod rests;
 pub mod route_history;
 pub mod run_actions;
 pub mod run_list;
 pub mod runs;
+pub mod stream_slots;
 pub mod tenants;
 pub mod user;
 
@@ -44,7 +46,7 @@ use freeway::signed::EventsSigner;
 use freeway::store::{SecretKey, SqlStore};
 use queue::enqueue::Enqueuer;
 use std::sync::Arc;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 /// The largest request body (docs/api.md §5.1): 256 KiB.
 pub const BODY_LIMIT: usize = 256 * 1024;
@@ -58,8 +60,10 @@ pub struct AppState {
     pub store: SqlStore,
     /// The shared reader of the runs' event streams, for every open `…/events` response.
     pub hub: Hub,
-    /// One permit per open event stream (`FREEWAY_MAX_STREAMS`).
-    pub stream_slots: Arc<Semaphore>,
+    /// One slot per open event stream (`FREEWAY_MAX_STREAMS`), counted per run and per user.
+    pub stream_slots: Arc<stream_slots::StreamSlots>,
+    /// Each credential's request rate (`FREEWAY_RATE_LIMIT`).
+    pub rate_limits: rate_limit::RateLimits,
     pub tokens: auth::Tokens,
     /// `FREEWAY_SECRET_KEY`: without it connections cannot be stored.
     pub secret_key: Option<SecretKey>,
@@ -131,6 +135,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            rate_limit::limit,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             origin::loopback_only,

@@ -2,6 +2,7 @@
 //! Redis and the store with one clear line on failure.
 
 pub mod enqueue;
+pub mod listen;
 pub mod serve;
 pub mod status;
 

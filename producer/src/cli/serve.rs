@@ -1,16 +1,18 @@
 //! `producer serve [--addr A]`: the HTTP API until SIGINT or SIGTERM, then a graceful shutdown
 //! (open event streams are ended so in-flight requests can finish).
 
-use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, open_store, redis_client};
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, listen, open_store, redis_client};
 use freeway::config::Settings;
 use freeway::signed::EventsSigner;
+use producer::api::rate_limit::RateLimits;
+use producer::api::stream_slots::StreamSlots;
 use producer::api::{self, AppState, auth::Tokens};
 use producer::hub::Hub;
 use queue::Enqueuer;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
     if settings.api_token.is_none() && !addr.ip().is_loopback() {
@@ -35,7 +37,8 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         .keeping_events(settings.events_keep_s);
     let state = Arc::new(AppState {
         hub: Hub::new(redis, enqueuer.connection(), settings.max_streams),
-        stream_slots: Arc::new(Semaphore::new(settings.max_streams)),
+        stream_slots: StreamSlots::new(settings.max_streams),
+        rate_limits: RateLimits::new(settings.rate_limit),
         enqueuer,
         store,
         tokens: Tokens {
@@ -53,18 +56,23 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         Err(e) => return fail(EXIT_FAILED, &format!("cannot listen on {addr}: {e}")),
     };
     let bound = listener.local_addr().unwrap_or(addr);
-    tracing::info!(addr = %bound, auth = settings.api_token.is_some(), "producer listening");
-    let served = axum::serve(listener, api::router(state))
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            tracing::info!("shutting down");
-            let _ = shutdown_tx.send(true);
-        })
-        .await;
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(EXIT_FAILED, &format!("server error: {e}")),
-    }
+    let file_limit = listen::file_limit();
+    let limits = listen::Limits::for_file_limit(file_limit);
+    tracing::info!(
+        addr = %bound,
+        auth = settings.api_token.is_some(),
+        file_limit,
+        connections = limits.connections,
+        header_timeout_s = limits.header_timeout.as_secs(),
+        "producer listening"
+    );
+    listen::serve(listener, api::router(state), limits, async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = shutdown_tx.send(true);
+    })
+    .await;
+    ExitCode::SUCCESS
 }
 
 /// SIGINT or SIGTERM.

@@ -2,7 +2,12 @@
 //! one continuation per answer, and a denial the model is told of.
 
 use crate::common::{JsonBody, Server, json_of, run_body};
-use crate::{awaiting_run, code};
+use crate::{awaiting_run, code, tokens};
+use freeway::chat::ToolCall;
+use freeway::job::RunRequest;
+use freeway::run::RunStatus;
+use freeway::store::Store;
+use queue::Outcome;
 use serde_json::{Value, json};
 
 async fn approve(s: &Server, run_id: &str, body: Value) -> (u16, Value) {
@@ -121,4 +126,73 @@ async fn a_denial_tells_the_model_the_user_said_no() {
         job.continuation.expect("continuation").result,
         "denied by the user"
     );
+}
+
+/// An approval and a cancel sent at the same moment: exactly one wins, decided by the store in
+/// one step. A cancelled run gets no continuation; an approved one cannot be cancelled after.
+/// (Both answered 202, and the "cancelled" run's continuation called the model.)
+#[tokio::test]
+async fn an_approval_and_a_cancel_at_once_have_exactly_one_winner() {
+    let s = Server::start(tokens(), None).await;
+    let post = |path: String, body: Option<Value>| {
+        let mut req = s.http.post(s.url(&path)).bearer_auth("admin-token-1");
+        if let Some(b) = body {
+            req = req.json_body(&b);
+        }
+        async move {
+            let resp = req.send().await.expect("POST");
+            let status = resp.status().as_u16();
+            (status, json_of(resp).await)
+        }
+    };
+    let mut approved = 0;
+    let tries = 12;
+    for _ in 0..tries {
+        let run = paused(&s).await;
+        let yes = json!({ "tool_call_id": "call_1", "decision": "approve" });
+        let ((approve_status, approval), (cancel_status, cancelled)) = tokio::join!(
+            post(format!("/v1/runs/{run}/approvals"), Some(yes)),
+            post(format!("/v1/runs/{run}/cancel"), None)
+        );
+        let stored = s.store.run(&run).await.expect("read").expect("run");
+        match (approve_status, cancel_status) {
+            (202, 409) => {
+                approved += 1;
+                assert_eq!(stored.status.as_str(), "succeeded");
+                assert_eq!(code(&cancelled), "conflict");
+            }
+            (409, 202) => {
+                assert_eq!(stored.status.as_str(), "cancelled");
+                assert_eq!(code(&approval), "conflict");
+            }
+            other => panic!("both or neither won: {other:?}: {approval} {cancelled}"),
+        }
+    }
+    let waiting = s.enqueuer.queue().depths().await.expect("depths").waiting;
+    assert_eq!(
+        waiting,
+        tries + approved,
+        "one continuation per approval that won, none for a cancel that did"
+    );
+}
+
+/// A run enqueued through the library and paused on the tool call `call_1`.
+async fn paused(s: &Server) -> String {
+    let body = json!({ "user_id": "u1", "input": "mail Bob", "routes": [{ "model": "vendor/m" }],
+        "tools": [{ "name": "send_email", "approval": "required" }] });
+    let request = RunRequest::from_json(body.to_string().as_bytes(), s.enqueuer.catalog())
+        .expect("a valid request");
+    let Outcome::Enqueued { run_id } = s.enqueuer.enqueue(request).await.expect("enqueued") else {
+        panic!("not enqueued");
+    };
+    let mut rec = s.store.run(&run_id).await.expect("read").expect("run");
+    rec.status = RunStatus::AwaitingApproval;
+    rec.pending_tool_call = Some(ToolCall {
+        id: "call_1".into(),
+        name: "send_email".into(),
+        arguments: r#"{"to":"bob"}"#.into(),
+        extra_content: None,
+    });
+    s.store.save_run(&rec).await.expect("saved");
+    run_id
 }

@@ -86,6 +86,31 @@ async fn invalid_requests_are_400_naming_the_field() {
     assert_eq!(s.stored_runs().await, 0);
 }
 
+/// Tool parameters nested deeper than a worker could read back once they are a job are refused
+/// at enqueue, at every depth between the limit and what the body parser takes; nothing is
+/// written. (They were accepted, then dead-lettered, and the run stayed `queued`.)
+#[tokio::test]
+async fn tool_parameters_too_deep_for_a_job_are_400_and_write_nothing() {
+    let s = Server::open().await;
+    for levels in [33, 64, 118, 121, 123, 124] {
+        let mut schema = json!(1);
+        for _ in 0..levels {
+            schema = json!({ "p": schema });
+        }
+        let mut body = run_body("u1", "vendor/m:free");
+        body["tools"] =
+            json!([{ "name": "t", "parameters": { "type": "object", "properties": schema } }]);
+        let (status, err) = s.post_run(&body).await;
+        assert_eq!(status, 400, "{levels} levels: {err}");
+        let message = err["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("tools[0].parameters:") || message.starts_with("body:"),
+            "{levels} levels: {message}"
+        );
+    }
+    assert_eq!(s.stored_runs().await, 0);
+}
+
 /// The built-in catalog with a `pro` tier.
 fn tiered() -> freeway::catalog::Catalog {
     freeway::catalog::Catalog::from_toml("[tiers.pro]\nweight = 4\n").expect("a valid file")

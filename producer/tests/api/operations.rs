@@ -103,7 +103,16 @@ async fn healthz_names_what_fails() {
     s.store.close().await;
     let (status, body) = s.get_json("/healthz").await;
     assert_eq!(status, 503);
-    assert_eq!(body, json!({ "redis": "ok", "store": "failed" }));
+    assert_eq!(
+        (&body["redis"], &body["store"]),
+        (&json!("ok"), &json!("failed"))
+    );
+    assert!(
+        body["writers"]["producer"]
+            .as_str()
+            .is_some_and(|e| e.contains("closed")),
+        "the failing writer is named with its error: {body}"
+    );
 }
 
 #[tokio::test]

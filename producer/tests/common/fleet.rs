@@ -17,7 +17,7 @@ pub const PLATFORM_KEY: &str = "sk-or-v1-fleet-platform-key-7d1c0a55";
 pub const API_TOKEN: &str = "fw-api-token-5be3c1f09a";
 pub const ADMIN_TOKEN: &str = "fw-admin-token-c4e18d2b77";
 /// `FREEWAY_SECRET_KEY` (seals users' keys): a secret too.
-pub const SECRET_KEY: &str = "9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0";
+pub const SECRET_KEY: &str = "397e71bb7869e794e09c90cb524a17a4af0389a5e1a66992c8a7d5e728862043";
 
 /// How a fleet's processes log.
 #[derive(Clone, Copy)]
@@ -128,15 +128,54 @@ impl Fleet {
             Path::new(env!("CARGO_BIN_EXE_producer")),
             &["serve", "--addr", &addr],
         );
-        for n in 0..workers {
-            fleet.spawn(
-                &format!("worker-{n}"),
-                &worker_bin(),
-                &["--heartbeat-s", "1", "--grace-s", "5", "--concurrency", "8"],
-            );
+        for _ in 0..workers {
+            fleet.add_worker();
         }
         fleet.wait_healthy().await;
         fleet
+    }
+
+    /// Kill `name` at once (SIGKILL), as a crash or the OOM killer would, and reap it.
+    pub fn kill9(&mut self, name: &str) {
+        if let Some(i) = self.children.iter().position(|(n, _)| n == name) {
+            let (_, mut child) = self.children.remove(i);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `producer serve` again on the fleet's address, as `name` (after [`Fleet::kill9`]).
+    pub async fn restart_producer(&mut self, name: &str) {
+        let addr = self.base.trim_start_matches("http://").to_string();
+        self.spawn(
+            name,
+            Path::new(env!("CARGO_BIN_EXE_producer")),
+            &["serve", "--addr", &addr],
+        );
+        self.wait_healthy().await;
+    }
+
+    /// The process id of `name`.
+    pub fn pid(&self, name: &str) -> u32 {
+        self.children
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.id())
+            .unwrap_or_else(|| panic!("no process {name}"))
+    }
+
+    /// One more worker replica, `worker-N`.
+    pub fn add_worker(&mut self) {
+        let n = self
+            .children
+            .iter()
+            .filter(|(n, _)| n.starts_with("worker-"))
+            .count();
+        self.spawn(
+            &format!("worker-{n}"),
+            &worker_bin(),
+            &["--heartbeat-s", "1", "--grace-s", "5", "--concurrency", "8"],
+        );
     }
 
     fn spawn(&mut self, name: &str, bin: &Path, args: &[&str]) {

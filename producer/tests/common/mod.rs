@@ -16,9 +16,9 @@ use redis::aio::ConnectionManager;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
-pub const SECRET_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+pub const SECRET_HEX: &str = "5f5dbb7fe192bcc2bf10bb66a83d5c1e39035bd981ba29773d79e7f3ff225967";
 
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
@@ -110,7 +110,10 @@ impl Server {
                 conn.clone(),
                 max_streams,
             ),
-            stream_slots: Arc::new(Semaphore::new(max_streams)),
+            stream_slots: producer::api::stream_slots::StreamSlots::new(max_streams),
+            rate_limits: producer::api::rate_limit::RateLimits::new(
+                freeway::config::DEFAULT_RATE_LIMIT,
+            ),
             tokens,
             signer: secret_key.as_ref().map(freeway::signed::EventsSigner::new),
             cors_origins: vec![CORS_ORIGIN.to_string()],

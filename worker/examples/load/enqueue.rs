@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-const API_TOKEN: &str = "load-api-token";
+const API_TOKEN: &str = "load-api-token-3f9c0a7e";
 /// Clients posting single runs at once.
 const CLIENTS: u64 = 256;
 /// Bodies a batch request carries, and batch requests in flight at once.

@@ -76,14 +76,15 @@ impl Cluster {
         let n = self.workers.len();
         let log = std::fs::File::create(self.dir.join(format!("worker-{n}.log"))).unwrap();
         // A 1 s heartbeat makes crash recovery quick; a test may ask for another.
-        let heartbeat: &[&str] = if args.contains(&"--heartbeat-s") {
-            &[]
-        } else {
-            &["--heartbeat-s", "1"]
+        let unless_given = |flag: &'static str, value: &'static str| -> Vec<&str> {
+            match args.contains(&flag) {
+                true => Vec::new(),
+                false => vec![flag, value],
+            }
         };
         let child = Command::new(env!("CARGO_BIN_EXE_worker"))
-            .args(heartbeat)
-            .args(["--grace-s", "5"])
+            .args(unless_given("--heartbeat-s", "1"))
+            .args(unless_given("--grace-s", "5"))
             .args(args)
             .env("REDIS_URL", &self.redis_url)
             .env("DATABASE_URL", &self.db_url)

@@ -1,0 +1,124 @@
+//! A request rate per credential (`FREEWAY_RATE_LIMIT` requests a second, bursts of twice that):
+//! past it, `429` with `Retry-After`.
+//!
+//! Every other limit of the API bounds what one request may hold (a body, a stream, a
+//! connection); this one bounds how often a credential may ask, so a leaked run token or a web
+//! app in a retry loop cannot take the producer's time from everyone else. A credential is the
+//! token a request presents (the API, admin or metrics token, each counted apart) or the run a
+//! signed `events_url` is for. A request without a credential is left to the token checks (an
+//! open server has none, and listens on loopback only).
+
+use super::AppState;
+use super::error::ApiError;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Buckets kept before full ones are forgotten (a signed URL per run makes many credentials).
+const MAX_BUCKETS: usize = 10_000;
+
+/// One token bucket per credential.
+pub struct RateLimits {
+    per_s: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl RateLimits {
+    /// `per_s` requests a second per credential, in bursts of up to twice that.
+    pub fn new(per_s: u32) -> RateLimits {
+        RateLimits {
+            per_s: f64::from(per_s.max(1)),
+            burst: 2.0 * f64::from(per_s.max(1)),
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Take one request of `credential`'s allowance; when none is left, the seconds until one is.
+    pub fn take(&self, credential: &str) -> Result<(), u64> {
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if buckets.len() >= MAX_BUCKETS {
+            let (per_s, burst) = (self.per_s, self.burst);
+            buckets.retain(|_, b| b.refilled(now, per_s, burst) < burst);
+        }
+        let bucket = buckets.entry(credential.to_string()).or_insert(Bucket {
+            tokens: self.burst,
+            at: now,
+        });
+        bucket.tokens = bucket.refilled(now, self.per_s, self.burst);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(((1.0 - bucket.tokens) / self.per_s).ceil().max(1.0) as u64)
+        }
+    }
+}
+
+impl Bucket {
+    fn refilled(&self, now: Instant, per_s: f64, burst: f64) -> f64 {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        (self.tokens + elapsed * per_s).min(burst)
+    }
+}
+
+/// Middleware for every route: count the request against its credential.
+pub async fn limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let credential = super::auth::credential(&state.tokens, request.headers()).or_else(|| {
+        signed_run(request.uri().path(), request.uri().query()).map(|run| format!("run:{run}"))
+    });
+    if let Some(credential) = credential
+        && let Err(retry_after_s) = state.rate_limits.take(&credential)
+    {
+        return ApiError::TooManyRequests { retry_after_s }.into_response();
+    }
+    next.run(request).await
+}
+
+/// The run of a signed `events_url` request (`/v1/runs/{id}/events?token=…`); checking the
+/// token is the handler's.
+fn signed_run<'a>(path: &'a str, query: Option<&str>) -> Option<&'a str> {
+    let run = path.strip_prefix("/v1/runs/")?.strip_suffix("/events")?;
+    let signed = query?.split('&').any(|pair| pair.starts_with("token="));
+    (signed && freeway::job::is_id(run)).then_some(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_credential_gets_its_burst_then_its_rate_and_others_are_apart() {
+        let limits = RateLimits::new(5);
+        for _ in 0..10 {
+            assert_eq!(limits.take("api"), Ok(()));
+        }
+        assert_eq!(limits.take("api"), Err(1));
+        assert_eq!(
+            limits.take("admin"),
+            Ok(()),
+            "another credential has its own"
+        );
+    }
+
+    #[test]
+    fn only_a_signed_events_url_names_its_run() {
+        assert_eq!(
+            signed_run("/v1/runs/run_1/events", Some("token=x")),
+            Some("run_1")
+        );
+        assert_eq!(signed_run("/v1/runs/run_1/events", Some("user_id=u")), None);
+        assert_eq!(signed_run("/v1/runs/run_1", Some("token=x")), None);
+        assert_eq!(signed_run("/v1/runs/a b/events", Some("token=x")), None);
+    }
+}
