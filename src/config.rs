@@ -82,9 +82,11 @@ pub struct Settings {
 pub const MIN_TOKEN_CHARS: usize = 16;
 /// The longest `FREEWAY_EVENTS_KEEP_S`: a week.
 const MAX_EVENTS_KEEP_S: u64 = 7 * 24 * 3600;
-/// Requests a second one credential may send the producer unless `FREEWAY_RATE_LIMIT` says
-/// otherwise (in bursts of twice that): far past a web app's needs, well short of a loop's.
-pub const DEFAULT_RATE_LIMIT: u32 = 200;
+/// Requests a second one token may send the producer unless `FREEWAY_RATE_LIMIT` says otherwise
+/// (in bursts of twice that; a run's signed URL a hundredth): a web app's backend sends every
+/// user's requests with one token, so this is a safety valve near what a producer serves on two
+/// cores, not a quota.
+pub const DEFAULT_RATE_LIMIT: u32 = 2_000;
 const MAX_RATE_LIMIT: u32 = 1_000_000;
 /// Event streams one producer serves at once unless `FREEWAY_MAX_STREAMS` says otherwise.
 pub const DEFAULT_MAX_STREAMS: usize = 1_000;

@@ -1,5 +1,6 @@
-//! A request rate per credential (`FREEWAY_RATE_LIMIT` requests a second, bursts of twice that):
-//! past it, `429` with `Retry-After`.
+//! A request rate per credential (`FREEWAY_RATE_LIMIT` requests a second for a token, a
+//! hundredth of that for a run's signed `events_url`; bursts of twice the rate): past it, `429`
+//! with `Retry-After`.
 //!
 //! Every other limit of the API bounds what one request may hold (a body, a stream, a
 //! connection); this one bounds how often a credential may ask, so a leaked run token or a web
@@ -22,9 +23,27 @@ const MAX_BUCKETS: usize = 10_000;
 
 /// One token bucket per credential.
 pub struct RateLimits {
+    /// A token's rate: the web app's backend sends every user's requests with one.
+    tokens: Rate,
+    /// A run's signed `events_url`: one browser's reconnects.
+    runs: Rate,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+#[derive(Clone, Copy)]
+struct Rate {
     per_s: f64,
     burst: f64,
-    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl Rate {
+    fn of(per_s: u32) -> Rate {
+        let per_s = f64::from(per_s.max(1));
+        Rate {
+            per_s,
+            burst: 2.0 * per_s,
+        }
+    }
 }
 
 struct Bucket {
@@ -33,42 +52,51 @@ struct Bucket {
 }
 
 impl RateLimits {
-    /// `per_s` requests a second per credential, in bursts of up to twice that.
+    /// `per_s` requests a second per token and a hundredth of that (at least one) per run's
+    /// signed URL, in bursts of up to twice the rate.
     pub fn new(per_s: u32) -> RateLimits {
         RateLimits {
-            per_s: f64::from(per_s.max(1)),
-            burst: 2.0 * f64::from(per_s.max(1)),
+            tokens: Rate::of(per_s),
+            runs: Rate::of(per_s / 100),
             buckets: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Take one request of `credential`'s allowance; when none is left, the seconds until one is.
+    /// Take one request of `credential`'s allowance (a role, or `run:{id}`); when none is left,
+    /// the seconds until one is.
     pub fn take(&self, credential: &str) -> Result<(), u64> {
+        let rate_of = |key: &str| match key.starts_with("run:") {
+            true => self.runs,
+            false => self.tokens,
+        };
         let now = Instant::now();
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if buckets.len() >= MAX_BUCKETS {
-            let (per_s, burst) = (self.per_s, self.burst);
-            buckets.retain(|_, b| b.refilled(now, per_s, burst) < burst);
+            buckets.retain(|key, b| {
+                let rate = rate_of(key);
+                b.refilled(now, rate) < rate.burst
+            });
         }
+        let rate = rate_of(credential);
         let bucket = buckets.entry(credential.to_string()).or_insert(Bucket {
-            tokens: self.burst,
+            tokens: rate.burst,
             at: now,
         });
-        bucket.tokens = bucket.refilled(now, self.per_s, self.burst);
+        bucket.tokens = bucket.refilled(now, rate);
         bucket.at = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
             Ok(())
         } else {
-            Err(((1.0 - bucket.tokens) / self.per_s).ceil().max(1.0) as u64)
+            Err(((1.0 - bucket.tokens) / rate.per_s).ceil().max(1.0) as u64)
         }
     }
 }
 
 impl Bucket {
-    fn refilled(&self, now: Instant, per_s: f64, burst: f64) -> f64 {
+    fn refilled(&self, now: Instant, rate: Rate) -> f64 {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        (self.tokens + elapsed * per_s).min(burst)
+        (self.tokens + elapsed * rate.per_s).min(rate.burst)
     }
 }
 
@@ -108,6 +136,14 @@ mod tests {
             limits.take("admin"),
             Ok(()),
             "another credential has its own"
+        );
+        for _ in 0..2 {
+            assert_eq!(limits.take("run:run_1"), Ok(()));
+        }
+        assert_eq!(
+            limits.take("run:run_1"),
+            Err(1),
+            "a run's URL: a hundredth, at least 1/s"
         );
     }
 
