@@ -518,6 +518,78 @@ async fn an_answer_the_store_could_not_take_is_kept_and_not_bought_again() {
     assert_eq!(c.sim.calls().len(), 1, "the answer was bought once");
 }
 
+/// PostgreSQL refuses the worker's connections (its database closed to connections and its
+/// sessions ended, as a server stopping does) while a run's call is in flight: the answer is
+/// kept in Redis, and once PostgreSQL takes connections again the run succeeds with one call.
+/// Skipped, loudly, without `PG_URL` (`scripts/test.sh` starts a server).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_kept_through_a_postgres_outage_is_bought_once() {
+    let Some(admin_url) = std::env::var("PG_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!("PG_URL is not set: the PostgreSQL outage test is SKIPPED");
+        return;
+    };
+    let admin = sqlx::PgPool::connect(&admin_url)
+        .await
+        .expect("PG_URL answers");
+    let sql = |text: String| {
+        let admin = admin.clone();
+        async move {
+            sqlx::query(sqlx::AssertSqlSafe(text))
+                .execute(&admin)
+                .await
+                .expect("the admin statement runs");
+        }
+    };
+    let db = format!(
+        "e2e_pg_{}",
+        ulid::Ulid::generate().to_string().to_lowercase()
+    );
+    sql(format!("CREATE DATABASE {db}")).await;
+    let (base, _) = admin_url.rsplit_once('/').expect("a database in PG_URL");
+    let config = sim::SimConfig {
+        latency_ms: 2_000,
+        ..sim::SimConfig::default()
+    };
+    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let db_url = format!("{base}/{db}");
+    let mut c = Cluster::start_with("pgdown", config, redis_url, Some(db_url)).await;
+    c.spawn_worker(&[]);
+    let job = c
+        .enqueue(request("u1", "through the outage", &[PAID]))
+        .await;
+    c.wait_for(&job.run_id, WAIT, |e| e["type"] == "attempt")
+        .await;
+    // The outage: nobody may connect to the database, and its sessions end.
+    sql(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false")).await;
+    sql(format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'"
+    ))
+    .await;
+    let kept = format!("{}:run:{}:unsaved", c.ns, job.run_id);
+    let mut conn = c.conn.clone();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&kept)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if exists {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the answer was not kept: {}",
+            c.log_tail(0)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sql(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true")).await;
+    let run = stored_settled(&c, &job.run_id, Duration::from_secs(60)).await;
+    assert_eq!(run.status.as_str(), "succeeded");
+    assert_eq!(c.sim.calls().len(), 1, "the answer was bought once");
+}
+
 /// `n` one-call runs on the paid route, from fifty users.
 fn paid_runs(n: usize) -> Vec<freeway::job::RunJob> {
     (0..n)

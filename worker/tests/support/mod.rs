@@ -39,6 +39,16 @@ impl Cluster {
 
     /// A cluster on the Redis at `redis_url` (a test's own server, to flush or stop).
     pub async fn start_on(name: &str, sim_config: sim::SimConfig, redis_url: String) -> Cluster {
+        Cluster::start_with(name, sim_config, redis_url, None).await
+    }
+
+    /// A cluster whose store is the database at `db_url` (`None`: a SQLite file of its own).
+    pub async fn start_with(
+        name: &str,
+        sim_config: sim::SimConfig,
+        redis_url: String,
+        db_url: Option<String>,
+    ) -> Cluster {
         freeway::provider::install_crypto();
         let ns = format!(
             "e2e-{name}-{}",
@@ -46,7 +56,8 @@ impl Cluster {
         );
         let dir = std::env::temp_dir().join(&ns);
         std::fs::create_dir_all(&dir).unwrap();
-        let db_url = format!("sqlite://{}", dir.join("freeway.db").display());
+        let db_url =
+            db_url.unwrap_or_else(|| format!("sqlite://{}", dir.join("freeway.db").display()));
         let store = SqlStore::open(&db_url).await.unwrap();
         let sim = sim::start(sim_config, "127.0.0.1:0".parse().unwrap())
             .await
