@@ -37,8 +37,6 @@ struct Report {
 pub struct FleetHealth {
     /// Replicas whose last writer probe failed, with the error.
     pub failing_writers: Vec<(String, String)>,
-    /// Replicas that reported recently.
-    pub reporting: usize,
 }
 
 /// Reads and writes the health reports of one namespace.
@@ -92,7 +90,6 @@ impl Health {
         for (replica, text) in reports {
             match serde_json::from_str::<Report>(&text) {
                 Ok(r) if now.saturating_sub(r.t_ms) <= REPORT_FRESH_MS => {
-                    health.reporting += 1;
                     if let Some(error) = r.error {
                         health.failing_writers.push((replica, error));
                     }

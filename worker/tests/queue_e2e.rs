@@ -493,24 +493,7 @@ async fn an_answer_the_store_could_not_take_is_kept_and_not_bought_again() {
     };
     // Not one more byte: the save after the answer fails as on a full disk.
     limit("1");
-    let kept = format!("{}:run:{}:unsaved", c.ns, job.run_id);
-    let mut conn = c.conn.clone();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(&kept)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if exists {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the answer was not kept"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    answer_kept(&c, &job.run_id).await;
     limit("unlimited");
     let run = stored_settled(&c, &job.run_id, Duration::from_secs(60)).await;
     assert_eq!(run.status.as_str(), "succeeded");
@@ -565,7 +548,16 @@ async fn an_answer_kept_through_a_postgres_outage_is_bought_once() {
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'"
     ))
     .await;
-    let kept = format!("{}:run:{}:unsaved", c.ns, job.run_id);
+    answer_kept(&c, &job.run_id).await;
+    sql(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true")).await;
+    let run = stored_settled(&c, &job.run_id, Duration::from_secs(60)).await;
+    assert_eq!(run.status.as_str(), "succeeded");
+    assert_eq!(c.sim.calls().len(), 1, "the answer was bought once");
+}
+
+/// Block until the writes of `run_id`'s refused save are kept in Redis (`freeway::unsaved`).
+async fn answer_kept(c: &Cluster, run_id: &str) {
+    let kept = format!("{}:run:{run_id}:unsaved", c.ns);
     let mut conn = c.conn.clone();
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -575,7 +567,7 @@ async fn an_answer_kept_through_a_postgres_outage_is_bought_once() {
             .await
             .unwrap();
         if exists {
-            break;
+            return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -584,10 +576,6 @@ async fn an_answer_kept_through_a_postgres_outage_is_bought_once() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    sql(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true")).await;
-    let run = stored_settled(&c, &job.run_id, Duration::from_secs(60)).await;
-    assert_eq!(run.status.as_str(), "succeeded");
-    assert_eq!(c.sim.calls().len(), 1, "the answer was bought once");
 }
 
 /// `n` one-call runs on the paid route, from fifty users.
