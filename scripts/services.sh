@@ -58,6 +58,19 @@ pg_bindir() {
     return 1
 }
 
+# `pg_server start|stop DIR`: start, or stop (fast: sessions are cut), the cluster start_postgres
+# made in DIR. A test's outage is a real server going away.
+pg_server() {
+    local bin as=()
+    bin=$(pg_bindir) || { echo "PostgreSQL server binaries not found" >&2; return 1; }
+    [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
+    case $1 in
+        start) "${as[@]}" "$bin/pg_ctl" -D "$2/data" -l "$2/postgres.log" -w -t 60 start ;;
+        stop) "${as[@]}" "$bin/pg_ctl" -D "$2/data" -m fast -w -t 60 stop ;;
+        *) echo "pg_server start|stop DIR" >&2; return 2 ;;
+    esac
+}
+
 # Start a throwaway PostgreSQL on a free loopback port, its cluster in a temporary directory, and
 # create a database for the tests; exports PG_URL. PostgreSQL refuses to run as root, so as root
 # the server runs as the `postgres` user the Debian package creates.
@@ -76,8 +89,10 @@ start_postgres() {
     PG_PORT=$(free_port)
     "${PG_AS[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U freeway --auth=trust -E UTF8 --no-locale \
         >"$PG_DIR/initdb.log" 2>&1 || { echo "initdb failed: see $PG_DIR/initdb.log" >&2; return 1; }
-    "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/postgres.log" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DIR" start >/dev/null ||
+    # In its configuration, not on pg_ctl's command line, so that `pg_server start` restarts it.
+    printf "listen_addresses = '127.0.0.1'\nport = %s\nunix_socket_directories = '%s'\n" \
+        "$PG_PORT" "$PG_DIR" >>"$PG_DIR/data/postgresql.conf"
+    pg_server start "$PG_DIR" >/dev/null ||
         { echo "postgres did not start: see $PG_DIR/postgres.log" >&2; return 1; }
     "${PG_AS[@]}" "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U freeway freeway_test ||
         { echo "cannot create the test database" >&2; return 1; }

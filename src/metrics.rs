@@ -19,9 +19,14 @@
 //! | `ns:metrics:spend` | `["<tier>","<provider>"]` | nano-dollars spent on priced routes (never a tenant: its values are unbounded) |
 //! | `ns:metrics:minute:<m>` | `["<route>","<outcome>"]`, `["<route>","le:<ms>"]` | one minute's calls and latencies per route |
 //!
-//! The counters never expire: their size is bounded by the routes in use. A minute's hash
-//! (`m` is epoch minutes) expires [`MINUTES_KEPT`] minutes after it began: the board charts the
-//! last hour from them.
+//! A labelled series (a field of `calls`, `rests`, `canary_failures` or `spend`) that no replica
+//! has added to for [`SERIES_KEPT_MS`] is dropped at the next scrape: each write also stamps its
+//! fields in `<key>:seen` (a sorted set scored by the write's epoch ms), and [`Metrics::read`]
+//! deletes what is older first. Labels are bounded by the configuration (a model no pool names is
+//! counted as `other`), but configurations change, and a series for a route that was removed must
+//! not live for ever. Histogram buckets are fixed and never expire (a dropped bucket would read as a
+//! counter reset). A minute's hash (`m` is epoch minutes) expires [`MINUTES_KEPT`] minutes after
+//! it began: the board charts the last hour from them.
 //! Recording never fails a run; a failed write is logged and that count is lost.
 
 use crate::fleet::FleetError;
@@ -74,6 +79,23 @@ pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(10
 
 /// How long a minute of per-route counts is kept.
 pub const MINUTES_KEPT: u64 = 120;
+
+/// How long a labelled series is kept after its last count: a day.
+pub const SERIES_KEPT_MS: u64 = 24 * 60 * 60 * 1_000;
+
+/// The families whose fields are label pairs, and so expire when idle.
+const LABELLED: [&str; 4] = [CALLS, RESTS, CANARY_FAILURES, SPEND];
+
+/// Drops the fields of hash `KEYS[1]` whose stamp in `KEYS[2]` is at most `ARGV[1]`, a bounded
+/// number at a time (the rest go at the next scrape).
+const DROP_IDLE: &str = r"
+local idle = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, 1000)
+if #idle > 0 then
+  redis.call('HDEL', KEYS[1], unpack(idle))
+  redis.call('ZREM', KEYS[2], unpack(idle))
+end
+return #idle
+";
 
 /// One provider call at `at_ms`: `outcome` is [`OK`] or the failure's verdict.
 pub fn call(route: &str, outcome: &str, latency_ms: u64, at_ms: u64) -> Vec<Increment> {
@@ -278,9 +300,19 @@ impl RedisMetrics {
             return None;
         }
         held.last_write = std::time::Instant::now();
+        let now_ms = crate::clock::epoch_ms();
         let mut pipe = redis::pipe();
+        let mut seen: HashMap<String, Vec<(u64, String)>> = HashMap::new();
         for ((key, field), by) in held.sums.drain() {
-            pipe.hincr(key, field, by).ignore();
+            pipe.hincr(&key, &field, by).ignore();
+            if LABELLED.iter().any(|f| key == self.key(f)) {
+                seen.entry(format!("{key}:seen"))
+                    .or_default()
+                    .push((now_ms, field));
+            }
+        }
+        for (key, stamps) in seen {
+            pipe.zadd_multiple(key, &stamps).ignore();
         }
         for m in held.minutes.drain(..) {
             let expires_s = (m + MINUTES_KEPT) * 60;
@@ -331,6 +363,17 @@ impl Metrics for RedisMetrics {
 
     async fn read(&self) -> Result<Snapshot, FleetError> {
         let mut conn = self.conn.clone();
+        let cutoff = crate::clock::epoch_ms().saturating_sub(SERIES_KEPT_MS);
+        let drop_idle = redis::Script::new(DROP_IDLE);
+        for family in LABELLED {
+            let key = self.key(family);
+            drop_idle
+                .key(&key)
+                .key(format!("{key}:seen"))
+                .arg(cutoff)
+                .invoke_async::<u64>(&mut conn)
+                .await?;
+        }
         let families: [Fields; 6] = redis::pipe()
             .hgetall(self.key(CALLS))
             .hgetall(self.key(RESTS))

@@ -407,25 +407,8 @@ async fn serve(env: &Env, vars: &[(&str, &str)]) -> (tokio::process::Child, Stri
 }
 
 async fn serve_as(mut cmd: Command, vars: &[(&str, &str)]) -> (tokio::process::Child, String) {
-    freeway::provider::install_crypto();
-    cmd.env("FREEWAY_LOG_FORMAT", "json")
-        .envs(vars.iter().copied());
-    let mut child = cmd.spawn().expect("spawns");
-    let mut logs = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = loop {
-        let line = logs
-            .next_line()
-            .await
-            .expect("stderr")
-            .expect("a listening line before the end");
-        let log: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
-        if log["fields"]["message"] == "producer listening" {
-            break log["fields"]["addr"].as_str().expect("addr").to_string();
-        }
-    };
-    // Keep reading its logs: a closed pipe would fail its writes.
-    tokio::spawn(async move { while let Ok(Some(_)) = logs.next_line().await {} });
-    (child, format!("http://{addr}"))
+    cmd.envs(vars.iter().copied());
+    common::listening(cmd).await
 }
 
 #[tokio::test]
@@ -791,18 +774,170 @@ async fn slow_clients_past_the_file_limit_leave_the_api_reachable() {
         .timeout(Duration::from_secs(40))
         .build()
         .expect("a client");
+    let took = healthy_in(&http, &base).await;
+    eprintln!(
+        "slow client probe: /healthz answered in {took:?} behind 150 slow clients at a file limit of 160"
+    );
+    drop(slow);
+}
+
+/// How long `/healthz` took to answer 200.
+async fn healthy_in(http: &reqwest::Client, base: &str) -> Duration {
     let started = std::time::Instant::now();
     let resp = http
         .get(format!("{base}/healthz"))
         .send()
         .await
-        .expect("answered while the slow clients hold on");
+        .expect("answered while the clients hold on");
     assert_eq!(resp.status().as_u16(), 200);
-    eprintln!(
-        "slow client probe: /healthz answered in {:?} behind 150 slow clients at a file limit of 160",
-        started.elapsed()
+    started.elapsed()
+}
+
+/// A client that sends its headers and then trickles its body gets `408 request_timeout` once the
+/// body timeout passes, and its connection is closed. (Only the headers had a timeout: a body
+/// sent a byte at a time held its connection as long as the client liked.)
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_is_408_and_the_connection_closes() {
+    use tokio::io::AsyncWriteExt;
+    let env = Env::new();
+    let (_server, base) = serve(&env, &[]).await;
+    let addr = base.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connects");
+    conn.write_all(
+        b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"input\":",
+    )
+    .await
+    .expect("the headers and a little of the body");
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        producer::api::BODY_TIMEOUT + Duration::from_secs(10),
+        conn.read_to_end(&mut answer),
+    )
+    .await
+    .expect("answered, and the connection closed, soon after the body timeout")
+    .expect("read");
+    let waited = started.elapsed();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    assert!(
+        waited >= producer::api::BODY_TIMEOUT - Duration::from_millis(500),
+        "not before the timeout: {waited:?}"
     );
-    drop(slow);
+}
+
+/// 3,000 clients open event streams against a producer whose file limit is 1,024 (a common
+/// default): the streams it serves stop at half its connections, less the operator's reserve;
+/// the others are refused with 503 and their connections closed; meanwhile `/healthz` answers
+/// and the operator still opens a stream. (3,000 SSE clients made the API unreachable for
+/// 15–20 s: the streams could take every connection.)
+#[tokio::test(flavor = "multi_thread")]
+async fn three_thousand_stream_clients_leave_requests_and_the_operator_a_way_in() {
+    use tokio::io::AsyncWriteExt;
+    const API: &str = "api-token-stream-flood-51c2";
+    const ADMIN: &str = "admin-token-stream-flood-51c2";
+    const CLIENTS: usize = 3_000;
+    let env = Env::new();
+    let vars = [
+        ("FREEWAY_API_TOKEN", API),
+        ("FREEWAY_ADMIN_TOKEN", ADMIN),
+        ("FREEWAY_SECRET_KEY", common::SECRET_HEX),
+    ];
+    let (_server, base) = serve_as(
+        env.limited(1_024, &["serve", "--addr", "127.0.0.1:0"]),
+        &vars,
+    )
+    .await;
+    let addr = base.trim_start_matches("http://").to_string();
+    let http = reqwest::Client::new();
+    // Four clients per run: the most one run may have.
+    let runs: Vec<_> = (0..CLIENTS / 4 + 1)
+        .map(|i| run_body(&format!("u{i}"), "vendor/m"))
+        .collect();
+    let resp = http
+        .post(format!("{base}/v1/runs:batch"))
+        .bearer_auth(API)
+        .json_body(&json!({ "runs": runs[..CLIENTS / 4] }))
+        .send()
+        .await
+        .expect("batch");
+    let batch = json_of(resp).await;
+    let urls: Vec<String> = batch["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["events_url"].as_str().expect("an events_url").to_string())
+        .collect();
+    assert_eq!(urls.len(), CLIENTS / 4, "{batch}");
+    let open = |path: String, auth: Option<&'static str>| {
+        let addr = addr.clone();
+        async move {
+            let mut conn = tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connects");
+            let auth = auth.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+            conn.write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Accept: text/event-stream\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await
+            .expect("a request");
+            let mut head = [0u8; 12];
+            conn.read_exact(&mut head).await.expect("a status line");
+            let status: u16 = String::from_utf8_lossy(&head[9..12])
+                .parse()
+                .expect("a status");
+            (status, conn)
+        }
+    };
+    let clients: Vec<_> = urls
+        .iter()
+        .flat_map(|u| std::iter::repeat_n(u.clone(), 4))
+        .map(|u| tokio::spawn(open(u, None)))
+        .collect();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for client in clients {
+        let (status, conn) = client.await.expect("a client");
+        match status {
+            200 => held.push(conn),
+            503 => refused += 1,
+            other => panic!("a stream answered {other}"),
+        }
+    }
+    // 960 connections at a file limit of 1,024; streams take at most half, 480; a twentieth of
+    // those, 24, are the operator's.
+    eprintln!(
+        "stream flood: {} of {CLIENTS} streams served, {refused} refused",
+        held.len()
+    );
+    assert_eq!((held.len(), refused), (456, CLIENTS - 456));
+
+    let took = healthy_in(&http, &base).await;
+    eprintln!(
+        "stream flood: /healthz answered in {took:?} behind {} open streams",
+        held.len()
+    );
+    let resp = http
+        .post(format!("{base}/v1/runs"))
+        .bearer_auth(API)
+        .json_body(&runs[CLIENTS / 4])
+        .send()
+        .await
+        .expect("enqueue");
+    assert_eq!(resp.status().as_u16(), 202, "requests still get through");
+    let run_id = json_of(resp).await["run_id"]
+        .as_str()
+        .expect("run id")
+        .to_string();
+    let path = format!("/v1/runs/{run_id}/events");
+    let (status, _user) = open(format!("{path}?user_id=u{}", CLIENTS / 4), Some(API)).await;
+    assert_eq!(status, 503, "a user's stream waits for a slot");
+    let (status, _operator) = open(path, Some(ADMIN)).await;
+    assert_eq!(status, 200, "the operator's reserve is there");
 }
 
 /// A credential past `FREEWAY_RATE_LIMIT` gets 429 with `Retry-After`; another credential is not

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A redis-server of the test's own (`--save ""`), and a connection to it.
-async fn own_redis() -> (std::process::Child, redis::aio::ConnectionManager) {
+async fn own_redis() -> (u16, std::process::Child, redis::aio::ConnectionManager) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -37,12 +37,12 @@ async fn own_redis() -> (std::process::Child, redis::aio::ConnectionManager) {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    (redis, conn.expect("the private Redis answers"))
+    (port, redis, conn.expect("the private Redis answers"))
 }
 
 #[tokio::test]
 async fn an_enqueue_during_a_redis_outage_leaves_no_run_behind() {
-    let (mut redis, conn) = own_redis().await;
+    let (_, mut redis, conn) = own_redis().await;
     let dir = common::temp_dir("outage");
     let store = SqlStore::open(&format!("sqlite://{}", dir.join("freeway.db").display()))
         .await
@@ -74,33 +74,56 @@ async fn an_enqueue_during_a_redis_outage_leaves_no_run_behind() {
 }
 
 /// A Redis that answers `PING` but refuses writes (`maxmemory` reached, `noeviction`) is not
-/// healthy: `/healthz` probes it with a write. (It said 200.)
+/// healthy: a producer's `/healthz` says 503 with `"redis":"failed"` while it lasts, and 200 once
+/// Redis takes writes again. (It said 200.)
 #[tokio::test]
 async fn healthz_fails_while_redis_refuses_writes_at_maxmemory() {
-    let (mut redis, mut conn) = own_redis().await;
-    let health = queue::Health::new(conn.clone(), "maxmem");
-    health.redis_writable().await.expect("writable at first");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("noeviction")
-        .query_async(&mut conn)
-        .await
-        .expect("CONFIG SET");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("1")
-        .query_async(&mut conn)
-        .await
-        .expect("CONFIG SET");
-    let refused = health.redis_writable().await;
-    assert!(refused.is_err(), "a write at maxmemory: {refused:?}");
+    let (port, mut redis, conn) = own_redis().await;
+    let dir = common::temp_dir("maxmem");
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_producer"));
+    cmd.args(["serve", "--addr", "127.0.0.1:0"])
+        .env("REDIS_URL", format!("redis://127.0.0.1:{port}"))
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}", dir.join("freeway.db").display()),
+        )
+        .env("FREEWAY_NAMESPACE", "maxmem")
+        .env_remove("FREEWAY_API_TOKEN")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let (_producer, base) = common::listening(cmd).await;
+    let healthz = || async {
+        let resp = reqwest::get(format!("{base}/healthz"))
+            .await
+            .expect("answered");
+        let status = resp.status().as_u16();
+        (status, common::json_of(resp).await)
+    };
+    assert_eq!(healthz().await.0, 200);
+    let set = |name: &'static str, value: &'static str| {
+        let mut conn = conn.clone();
+        async move {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(value)
+                .query_async(&mut conn)
+                .await
+                .expect("CONFIG SET");
+        }
+    };
+    set("maxmemory-policy", "noeviction").await;
+    set("maxmemory", "1").await;
+    let (status, body) = healthz().await;
+    assert_eq!((status, &body["redis"]), (503, &"failed".into()), "{body}");
     let pong: String = redis::cmd("PING")
-        .query_async(&mut conn)
+        .query_async(&mut conn.clone())
         .await
         .expect("PING still answers");
-    assert_eq!(pong, "PONG");
+    assert_eq!(pong, "PONG", "only writes are refused");
+    set("maxmemory", "0").await;
+    assert_eq!(healthz().await.0, 200, "healthy again");
     let _ = redis.kill();
     let _ = redis.wait();
 }

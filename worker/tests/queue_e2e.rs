@@ -313,6 +313,65 @@ async fn the_reconciler_is_not_blinded_by_runs_it_cannot_act_on() {
     assert!(c.log(0).contains("cannot be read"), "{}", c.log_tail(0));
 }
 
+/// A round that stops short leaves its cursor in Redis: the next round starts after it, and the
+/// round that reaches the end clears it, so the one after starts over from the oldest run.
+/// (Each round read the same oldest runs: runs it could not act on filled it every time.)
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reconciler_resumes_at_its_cursor_and_starts_over_after_the_end() {
+    use freeway::store::Store;
+    let c = Cluster::start("cursor", sim::SimConfig::default()).await;
+    let mut lost = Vec::new();
+    for i in 0..3 {
+        let job = freeway::job::RunJob::new(
+            request(&format!("u{i}"), "lost", &[PAID]),
+            freeway::clock::epoch_ms(),
+        );
+        c.store.create_queued(&job, 1_000 + i).await.unwrap();
+        lost.push(job);
+    }
+    let enqueuer =
+        queue::enqueue::Enqueuer::new(c.conn.clone(), &c.ns, std::sync::Arc::new(c.store.clone()));
+    // Where a round that stopped after the first run would have left it.
+    let first = c
+        .store
+        .unsettled_jobs(i64::MAX as u64, i64::MAX as u64, None, 1)
+        .await
+        .unwrap()
+        .remove(0)
+        .cursor();
+    assert_eq!(first.run_id, lost[0].run_id);
+    let cursor = format!("{}:reconcile:cursor", c.ns);
+    let mut conn = c.conn.clone();
+    let _: () = redis::cmd("SET")
+        .arg(&cursor)
+        .arg(format!("{} {}", first.updated_ms, first.run_id))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let round = Duration::from_millis(1);
+    let pushed = |r: Option<queue::enqueue::Reconciled>| r.expect("this round's turn").pushed;
+    let done = enqueuer.reconcile(Duration::ZERO, round).await.unwrap();
+    assert_eq!(
+        pushed(done),
+        2,
+        "the runs after the cursor, not the one before it"
+    );
+    let left: Option<String> = redis::cmd("GET")
+        .arg(&cursor)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        left, None,
+        "the round reached the end: the next starts over"
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await; // the 1 ms turn of the last round
+    let done = enqueuer.reconcile(Duration::ZERO, round).await.unwrap();
+    assert_eq!(pushed(done), 1, "the run before the old cursor, now");
+    let depth = c.queue.snapshot().await.unwrap().0;
+    assert_eq!(depth.waiting, 3, "{depth:?}");
+}
+
 /// Entries whose bytes are not a JSON value at all: apalis cannot decode them before the handler.
 fn undecodable_entries() -> Vec<Vec<u8>> {
     let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n)).into_bytes();
@@ -501,56 +560,98 @@ async fn an_answer_the_store_could_not_take_is_kept_and_not_bought_again() {
     assert_eq!(c.sim.calls().len(), 1, "the answer was bought once");
 }
 
-/// PostgreSQL refuses the worker's connections (its database closed to connections and its
-/// sessions ended, as a server stopping does) while a run's call is in flight: the answer is
-/// kept in Redis, and once PostgreSQL takes connections again the run succeeds with one call.
-/// Skipped, loudly, without `PG_URL` (`scripts/test.sh` starts a server).
+/// A PostgreSQL server of the test's own (`scripts/services.sh`), stopped for real during the
+/// test and removed when it ends.
+struct OwnPostgres {
+    dir: String,
+    url: String,
+}
+
+impl OwnPostgres {
+    fn start() -> OwnPostgres {
+        let out = services(r#"start_postgres >&2 && echo "$PG_URL $PG_DIR""#);
+        let (url, dir) = out.trim().split_once(' ').expect("a URL and a directory");
+        OwnPostgres {
+            dir: dir.to_string(),
+            url: url.to_string(),
+        }
+    }
+
+    fn stop(&self) {
+        services(&format!("pg_server stop {}", self.dir));
+    }
+
+    fn restart(&self) {
+        services(&format!("pg_server start {}", self.dir));
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                ". {}/../scripts/services.sh && pg_server stop {dir} >/dev/null 2>&1; rm -rf {dir}",
+                env!("CARGO_MANIFEST_DIR"),
+                dir = self.dir
+            ))
+            .status();
+    }
+}
+
+/// What `script` prints, run with `scripts/services.sh`'s functions; it must succeed.
+fn services(script: &str) -> String {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            ". {}/../scripts/services.sh && {script}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{script} failed");
+    String::from_utf8(out.stdout).expect("text")
+}
+
+/// The PostgreSQL server stops (a fast shutdown: every session cut) while a run's call is in
+/// flight: the answer is kept in Redis, and once the server is back the run succeeds with one
+/// call. (Its answer could not be saved, and the call was made again.) Skipped, loudly, without
+/// `PG_URL`: `scripts/test.sh` sets it where PostgreSQL is installed.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_answer_kept_through_a_postgres_outage_is_bought_once() {
-    let Some(admin_url) = std::env::var("PG_URL").ok().filter(|u| !u.is_empty()) else {
+    if std::env::var("PG_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .is_none()
+    {
         eprintln!("PG_URL is not set: the PostgreSQL outage test is SKIPPED");
         return;
-    };
-    let admin = sqlx::PgPool::connect(&admin_url)
+    }
+    let pg = tokio::task::spawn_blocking(OwnPostgres::start)
         .await
-        .expect("PG_URL answers");
-    let sql = |text: String| {
-        let admin = admin.clone();
-        async move {
-            sqlx::query(sqlx::AssertSqlSafe(text))
-                .execute(&admin)
-                .await
-                .expect("the admin statement runs");
-        }
-    };
-    let db = format!(
-        "e2e_pg_{}",
-        ulid::Ulid::generate().to_string().to_lowercase()
-    );
-    sql(format!("CREATE DATABASE {db}")).await;
-    let (base, _) = admin_url.rsplit_once('/').expect("a database in PG_URL");
+        .expect("a server of its own");
     let config = sim::SimConfig {
         latency_ms: 2_000,
         ..sim::SimConfig::default()
     };
     let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let db_url = format!("{base}/{db}");
-    let mut c = Cluster::start_with("pgdown", config, redis_url, Some(db_url)).await;
+    let mut c = Cluster::start_with("pgdown", config, redis_url, Some(pg.url.clone())).await;
     c.spawn_worker(&[]);
     let job = c
         .enqueue(request("u1", "through the outage", &[PAID]))
         .await;
     c.wait_for(&job.run_id, WAIT, |e| e["type"] == "attempt")
         .await;
-    // The outage: nobody may connect to the database, and its sessions end.
-    sql(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false")).await;
-    sql(format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}'"
-    ))
-    .await;
+    let stopped = std::time::Instant::now();
+    tokio::task::block_in_place(|| pg.stop());
     answer_kept(&c, &job.run_id).await;
-    sql(format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true")).await;
+    tokio::task::block_in_place(|| pg.restart());
     let run = stored_settled(&c, &job.run_id, Duration::from_secs(60)).await;
+    eprintln!(
+        "postgres outage: the run was stored {:?} after the server stopped",
+        stopped.elapsed()
+    );
     assert_eq!(run.status.as_str(), "succeeded");
     assert_eq!(c.sim.calls().len(), 1, "the answer was bought once");
 }
@@ -694,8 +795,9 @@ async fn sigterm_lets_the_running_run_finish_then_exits_cleanly() {
 }
 
 /// A SIGTERM whose grace ends before the call does: the replica hands the run's lease back as it
-/// exits, so another replica can take the run at once (the lease was left to expire, 30 s), and
-/// the run then succeeds once.
+/// exits, so another replica takes the run at once (the lease was left to expire, 30 s), and
+/// the provider's call log shows one answered call: the cut call was never answered, and no
+/// answer was bought twice.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_past_its_grace_hands_the_runs_lease_back() {
     let mut c = Cluster::start("sigtermgrace", sim::SimConfig::default()).await;
@@ -729,6 +831,24 @@ async fn sigterm_past_its_grace_hands_the_runs_lease_back() {
         "{}",
         c.log_tail(n)
     );
+    let next = c.spawn_worker(&[]);
+    let started = std::time::Instant::now();
+    let events = c.wait(&job.run_id, WAIT).await;
+    let took = started.elapsed();
+    eprintln!("sigterm past grace: the next replica finished the run in {took:?}");
+    assert!(
+        took < freeway::lease::LEASE_TTL / 2,
+        "taken without waiting for the lease to expire: {took:?}"
+    );
+    assert_eq!(last(&events)["status"], "succeeded", "{}", c.log_tail(next));
+    let answered = c
+        .sim
+        .calls()
+        .iter()
+        .filter(|call| call.variant == "ok")
+        .count();
+    assert_eq!(answered, 1, "one answered call: {:?}", c.sim.calls());
+    c.assert_budgets(&[job]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -42,6 +42,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The body did not arrive within [`super::BODY_TIMEOUT`]: 408, and the connection closes.
+    #[error("{0}")]
+    RequestTimeout(String),
     /// A body that is not JSON (see [`super::json_only`]).
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -83,6 +86,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Refused { .. } | ApiError::TooManyRequests { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
@@ -102,6 +106,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::RequestTimeout(_) => "request_timeout",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Refused { code, .. } => code.as_str(),
             ApiError::NotConfigured(_) => "not_configured",
@@ -131,11 +136,20 @@ impl IntoResponse for ApiError {
             }
             _ => None,
         };
+        // A client past a limit, or too slow to send its body, gives its connection back: kept
+        // open, it would hold one of the process's connections while it waits to retry.
+        let close = retry_after.is_some() && !matches!(self, ApiError::Refused { .. })
+            || matches!(self, ApiError::RequestTimeout(_));
         let mut response = (self.status(), Json(body)).into_response();
         if let Some(s) = retry_after {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if close {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }
@@ -183,15 +197,23 @@ macro_rules! redis_unavailable {
 
 redis_unavailable!(redis::RedisError, FleetError, QueueError);
 
-/// The request body as bytes, with axum's limit turned into `payload_too_large`.
+/// The request body as bytes, with axum's limit turned into `payload_too_large` and a body that
+/// takes longer than [`super::BODY_TIMEOUT`] into `request_timeout` (a client trickling its body
+/// a byte at a time held a connection as long as it liked).
 pub struct Body(pub Bytes);
 
 impl<S: Send + Sync> FromRequest<S> for Body {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        Bytes::from_request(req, state)
-            .await
+        let read = tokio::time::timeout(super::BODY_TIMEOUT, Bytes::from_request(req, state));
+        read.await
+            .map_err(|_| {
+                ApiError::RequestTimeout(format!(
+                    "the body did not arrive within {} s",
+                    super::BODY_TIMEOUT.as_secs()
+                ))
+            })?
             .map(Body)
             .map_err(|r: BytesRejection| {
                 if r.status() == StatusCode::PAYLOAD_TOO_LARGE {

@@ -50,6 +50,9 @@ use tokio::sync::watch;
 
 /// The largest request body (docs/api.md §5.1): 256 KiB.
 pub const BODY_LIMIT: usize = 256 * 1024;
+/// How long a client has to send a request's body once its headers are in (the accept loop
+/// bounds the headers).
+pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The largest `POST /v1/runs:batch` body: a thousand runs of 16 KiB.
 pub const BATCH_BODY_LIMIT: usize = 16 * 1024 * 1024;
 

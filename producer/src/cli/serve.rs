@@ -31,13 +31,18 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         (Ok(conn), Ok(client)) => (conn, client),
         (Err(code), _) | (_, Err(code)) => return code,
     };
+    let file_limit = listen::file_limit();
+    let limits = listen::Limits::for_file_limit(file_limit);
+    // Streams are held for minutes: half the connections are kept for everything else, or a
+    // flood of streams would leave no connection for a request.
+    let max_streams = settings.max_streams.min(limits.connections / 2);
     let (shutdown_tx, shutdown) = watch::channel(false);
     let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store.clone()))
         .with_catalog(settings.catalog.clone())
         .keeping_events(settings.events_keep_s);
     let state = Arc::new(AppState {
-        hub: Hub::new(redis, enqueuer.connection(), settings.max_streams),
-        stream_slots: StreamSlots::new(settings.max_streams),
+        hub: Hub::new(redis, enqueuer.connection(), max_streams),
+        stream_slots: StreamSlots::new(max_streams),
         rate_limits: RateLimits::new(settings.rate_limit),
         enqueuer,
         store,
@@ -56,14 +61,14 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         Err(e) => return fail(EXIT_FAILED, &format!("cannot listen on {addr}: {e}")),
     };
     let bound = listener.local_addr().unwrap_or(addr);
-    let file_limit = listen::file_limit();
-    let limits = listen::Limits::for_file_limit(file_limit);
     tracing::info!(
         addr = %bound,
         auth = settings.api_token.is_some(),
         file_limit,
         connections = limits.connections,
+        max_streams,
         header_timeout_s = limits.header_timeout.as_secs(),
+        body_timeout_s = api::BODY_TIMEOUT.as_secs(),
         "producer listening"
     );
     listen::serve(listener, api::router(state), limits, async move {

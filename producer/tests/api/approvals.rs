@@ -3,11 +3,7 @@
 
 use crate::common::{JsonBody, Server, json_of, run_body};
 use crate::{awaiting_run, code, tokens};
-use freeway::chat::ToolCall;
-use freeway::job::RunRequest;
-use freeway::run::RunStatus;
 use freeway::store::Store;
-use queue::Outcome;
 use serde_json::{Value, json};
 
 async fn approve(s: &Server, run_id: &str, body: Value) -> (u16, Value) {
@@ -148,7 +144,7 @@ async fn an_approval_and_a_cancel_at_once_have_exactly_one_winner() {
     let mut approved = 0;
     let tries = 12;
     for _ in 0..tries {
-        let run = paused(&s).await;
+        let run = awaiting_run(&s).await;
         let yes = json!({ "tool_call_id": "call_1", "decision": "approve" });
         let ((approve_status, approval), (cancel_status, cancelled)) = tokio::join!(
             post(format!("/v1/runs/{run}/approvals"), Some(yes)),
@@ -174,25 +170,4 @@ async fn an_approval_and_a_cancel_at_once_have_exactly_one_winner() {
         tries + approved,
         "one continuation per approval that won, none for a cancel that did"
     );
-}
-
-/// A run enqueued through the library and paused on the tool call `call_1`.
-async fn paused(s: &Server) -> String {
-    let body = json!({ "user_id": "u1", "input": "mail Bob", "routes": [{ "model": "vendor/m" }],
-        "tools": [{ "name": "send_email", "approval": "required" }] });
-    let request = RunRequest::from_json(body.to_string().as_bytes(), s.enqueuer.catalog())
-        .expect("a valid request");
-    let Outcome::Enqueued { run_id } = s.enqueuer.enqueue(request).await.expect("enqueued") else {
-        panic!("not enqueued");
-    };
-    let mut rec = s.store.run(&run_id).await.expect("read").expect("run");
-    rec.status = RunStatus::AwaitingApproval;
-    rec.pending_tool_call = Some(ToolCall {
-        id: "call_1".into(),
-        name: "send_email".into(),
-        arguments: r#"{"to":"bob"}"#.into(),
-        extra_content: None,
-    });
-    s.store.save_run(&rec).await.expect("saved");
-    run_id
 }

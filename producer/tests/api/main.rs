@@ -58,14 +58,18 @@ fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<no code>")
 }
 
-/// Enqueue a run with a tool that needs approval and make it wait on `call_1`, as the worker
-/// would.
+/// Enqueue a run with a tool that needs approval (through the library, so whatever tokens the
+/// server wants) and make it wait on `call_1`, as the worker would.
 async fn awaiting_run(s: &Server) -> String {
     let body = json!({ "user_id": "u1", "input": "mail Bob", "routes": [{ "model": "vendor/m" }],
         "tools": [{ "name": "send_email", "approval": "required" }] });
-    let (status, body) = s.post_run(&body).await;
-    assert_eq!(status, 202, "{body}");
-    let run_id = body["run_id"].as_str().expect("run id").to_string();
+    let request =
+        freeway::job::RunRequest::from_json(body.to_string().as_bytes(), s.enqueuer.catalog())
+            .expect("a valid request");
+    let queue::Outcome::Enqueued { run_id } = s.enqueuer.enqueue(request).await.expect("enqueued")
+    else {
+        panic!("not enqueued");
+    };
     let mut rec = s.store.run(&run_id).await.expect("read").expect("run");
     rec.status = RunStatus::AwaitingApproval;
     rec.pending_tool_call = Some(ToolCall {

@@ -222,3 +222,28 @@ pub async fn json_of(resp: reqwest::Response) -> serde_json::Value {
 pub fn run_body(user: &str, model: &str) -> serde_json::Value {
     serde_json::json!({ "user_id": user, "input": "hello", "routes": [{ "model": model }] })
 }
+
+/// Spawn `cmd`, a `producer serve` with its stderr piped, and wait for its "producer listening"
+/// log line: the child and the base URL it serves.
+pub async fn listening(mut cmd: tokio::process::Command) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    freeway::provider::install_crypto();
+    cmd.env("FREEWAY_LOG_FORMAT", "json");
+    let mut child = cmd.spawn().expect("spawns");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let mut logs = tokio::io::BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = logs
+            .next_line()
+            .await
+            .expect("stderr")
+            .expect("a listening line before the end");
+        let log: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+        if log["fields"]["message"] == "producer listening" {
+            break log["fields"]["addr"].as_str().expect("addr").to_string();
+        }
+    };
+    // Keep reading its logs: a closed pipe would fail its writes.
+    tokio::spawn(async move { while let Ok(Some(_)) = logs.next_line().await {} });
+    (child, format!("http://{addr}"))
+}
