@@ -110,11 +110,12 @@ stop_services() {
 }
 
 # The job board's browser test (producer/tests/board_browser.rs): Debian's chromium, node with
-# npm, and playwright-core from tests/browser's lockfile. Only what is missing is installed.
+# npm, and playwright-core and axe-core from tests/browser's lockfile. Only what is missing is
+# installed.
 ensure_browser() {
     ensure_packages chromium:chromium node:nodejs npm:npm || return 1
     [ -x /usr/bin/chromium ] || { echo "chromium is not at /usr/bin/chromium" >&2; return 1; }
-    if [ ! -d tests/browser/node_modules/playwright-core ] ||
+    if [ ! -d tests/browser/node_modules/playwright-core ] || [ ! -d tests/browser/node_modules/axe-core ] ||
         [ tests/browser/package-lock.json -nt tests/browser/node_modules/.package-lock.json ]; then
         echo "installing the browser test's node packages ..." >&2
         (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error) >&2 || return 1

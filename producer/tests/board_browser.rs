@@ -2,11 +2,15 @@
 //! replicas, Redis from `REDIS_URL`), stores 1,000 failed runs, and runs
 //! `tests/browser/board.mjs`, which drives `/board` in headless Chromium through playwright-core:
 //! sign-in before anything of the dashboard shows, the status tabs and paging through the 1,000
-//! failed runs, a run opened by keyboard, a rest counting down, the pools panel's use rising and
+//! failed runs, the filters and the page kept through a reload, a link to a run opened in a new
+//! tab after its sign-in, a run opened by keyboard and closed by Escape with the focus kept, rows
+//! and tiles named in the accessibility tree, updates paused by the Live toggle and in a hidden
+//! tab, "Run now" answered beside its button, a rest counting down, the pools panel's use rising and
 //! its runs waiting, the spend by tenant panel listing the day's tenants, a delayed run cancelled, a failed run retried into a success, a tool call approved, the clear
 //! waking the run it delayed within 2 s, a spent day shown as closed until midnight, no Clear or
-//! actions for a viewer, the phone layout within 390 px, badge contrast, and screenshots in light
-//! and dark at desktop and phone width under `target/`.
+//! actions for a viewer, the phone layout within 390 px, WCAG AA contrast of every text, border
+//! and bar and no serious axe-core violation in light and dark at desktop and phone width, and
+//! screenshots of each under `target/`.
 
 mod common;
 

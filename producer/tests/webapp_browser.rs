@@ -1,17 +1,48 @@
 //! The example web app (`producer/examples/webapp.rs`) in a real browser: a fleet (the
 //! simulator, `producer serve` with `FREEWAY_SECRET_KEY` and the app's origin in
-//! `FREEWAY_CORS_ORIGINS`, one worker) and the app's process; `tests/browser/webapp.mjs` asks a
-//! question in the page and reads the answer streamed through the run's `events_url`, with no
-//! API token in the page or on any of its requests, and checks that a second run's token does
-//! not open the first run's stream (403).
+//! `FREEWAY_CORS_ORIGINS`, one worker) and the app's process, which reaches freeway at
+//! `127.0.0.1` and hands the browser events URLs on a public name only the browser resolves;
+//! `tests/browser/webapp.mjs` asks questions in the page and checks the answers streamed through
+//! the runs' `events_url`s, with no API token in the page or on any of its requests, a delayed
+//! run's countdown, one stream at a time, and the messages for refused streams and questions.
+//! The app's settings are checked without a browser.
 
 mod common;
 
 use common::browser;
-use common::fleet::{API_TOKEN, Fleet, Logging, free_port};
-use std::path::Path;
+use common::fleet::{ADMIN_TOKEN, API_TOKEN, Fleet, Logging, free_port};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
+
+/// A free model the workers' canary never calls, so the faults the script injects for it strike
+/// the app's runs alone.
+const MODEL: &str = "meta-llama/llama-3.3-70b-instruct:free";
+/// The scenario waits on two stalled runs (8 s and 6 s) besides its set-up.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
+
+fn webapp_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_producer"))
+        .parent()
+        .map(|d| d.join("examples/webapp"))
+        .expect("the binaries' folder");
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo test -p producer` builds examples",
+        bin.display()
+    );
+    // `cargo test --test webapp_browser` builds no example: an old build would pass for the code.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/webapp.rs");
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let (Some(built), Some(written)) = (modified(&bin), modified(&source)) {
+        assert!(
+            built >= written,
+            "{} is older than its source: `cargo build -p producer --examples`",
+            bin.display()
+        );
+    }
+    bin
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_web_app_streams_an_answer_to_the_browser_without_the_api_token() {
@@ -29,21 +60,17 @@ async fn the_example_web_app_streams_an_answer_to_the_browser_without_the_api_to
         |_| vec![("FREEWAY_CORS_ORIGINS".into(), origin)],
     )
     .await;
-    let bin = Path::new(env!("CARGO_BIN_EXE_producer"))
-        .parent()
-        .map(|d| d.join("examples/webapp"))
-        .expect("the binaries' folder");
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo test -p producer` builds examples",
-        bin.display()
-    );
-    let mut app = tokio::process::Command::new(bin)
+    let public_url = fleet.base.replace("127.0.0.1", "freeway.test");
+    let log = fleet.dir.join("webapp.log");
+    let mut app = tokio::process::Command::new(webapp_bin())
         .arg(format!("127.0.0.1:{port}"))
         .env("FREEWAY_URL", &fleet.base)
+        .env("FREEWAY_PUBLIC_URL", &public_url)
         .env("FREEWAY_API_TOKEN", API_TOKEN)
+        .env("FREEWAY_PROVIDER", "openrouter")
+        .env("FREEWAY_MODEL", MODEL)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("the app's log"))
         .kill_on_drop(true)
         .spawn()
         .expect("the web app starts");
@@ -52,18 +79,88 @@ async fn the_example_web_app_streams_an_answer_to_the_browser_without_the_api_to
     while http.get(&app_url).send().await.is_err() {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the web app did not answer"
+            "the web app did not answer: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let sim_url = fleet.sim.base_url().trim_end_matches("/api/v1").to_string();
     let env = [
         ("APP_URL", app_url),
         ("FREEWAY_URL", fleet.base.clone()),
+        ("FREEWAY_PUBLIC_URL", public_url),
         ("API_TOKEN", API_TOKEN.to_string()),
+        ("ADMIN_TOKEN", ADMIN_TOKEN.to_string()),
+        ("SIM_URL", sim_url),
+        ("MODEL", MODEL.to_string()),
     ];
-    browser::run("webapp.mjs", &env, Duration::from_secs(120), || {
-        format!("--- producer log ---\n{}", fleet.log_of("producer"))
+    browser::run("webapp.mjs", &env, SCRIPT_TIMEOUT, || {
+        format!(
+            "--- producer log ---\n{}\n--- worker-0 log ---\n{}\n--- webapp log ---\n{}",
+            fleet.log_of("producer"),
+            fleet.log_of("worker-0"),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
     })
     .await;
     let _ = app.kill().await;
+    let app_log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        app_log.contains("freeway refused the run (413)"),
+        "the app's server logs the refusal it relayed:\n{app_log}"
+    );
+    assert!(!app_log.contains(API_TOKEN), "the app logs no token");
+}
+
+/// `webapp --help` names every setting; a missing or malformed one is one line and exit 2.
+#[test]
+fn the_example_web_app_says_what_its_settings_are_and_what_is_wrong_with_them() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let out = std::process::Command::new(webapp_bin())
+            .args(args)
+            .env_remove("FREEWAY_URL")
+            .env_remove("FREEWAY_PUBLIC_URL")
+            .env_remove("FREEWAY_API_TOKEN")
+            .env_remove("FREEWAY_PROVIDER")
+            .env_remove("FREEWAY_MODEL")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .expect("the web app runs");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, help, _) = run(&["--help"], &[]);
+    assert_eq!(code, Some(0));
+    for setting in [
+        "FREEWAY_URL",
+        "FREEWAY_PUBLIC_URL",
+        "FREEWAY_API_TOKEN",
+        "FREEWAY_PROVIDER",
+        "FREEWAY_MODEL",
+        "FREEWAY_CORS_ORIGINS",
+    ] {
+        assert!(help.contains(setting), "--help names {setting}:\n{help}");
+    }
+    let good = [
+        ("FREEWAY_URL", "http://127.0.0.1:9"),
+        ("FREEWAY_API_TOKEN", "t"),
+    ];
+    let refused = |args: &[&str], env: &[(&str, &str)], says: &str| {
+        let (code, _, stderr) = run(args, env);
+        assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?} {env:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    };
+    refused(&[], &good[1..], "FREEWAY_URL is not set");
+    refused(&[], &good[..1], "FREEWAY_API_TOKEN is not set");
+    let public = [&good[..], &[("FREEWAY_PUBLIC_URL", "freeway.example")]].concat();
+    refused(
+        &[],
+        &public,
+        "FREEWAY_PUBLIC_URL must be an http(s) base URL",
+    );
+    let provider = [&good[..], &[("FREEWAY_PROVIDER", "Open Router")]].concat();
+    refused(&[], &provider, "FREEWAY_PROVIDER must be a provider's name");
+    refused(&["3000"], &good, "ADDR must be HOST:PORT");
 }

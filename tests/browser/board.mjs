@@ -13,6 +13,7 @@
 // are taken in light and dark at desktop and phone width.
 
 import { chromium } from 'playwright-core';
+import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -36,6 +37,7 @@ const PAID = need('PAID_MODEL');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 
 const step = (what) => console.log(`board test: ${what}`);
+const AXE = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function http(method, url, { token = API_TOKEN, body } = {}) {
@@ -81,11 +83,18 @@ const context = await chromium.launchPersistentContext(dataDir, {
 });
 const page = context.pages()[0] ?? (await context.newPage());
 const pageErrors = [];
-page.on('pageerror', (e) => pageErrors.push(String(e)));
-// The browser reports every 401 and 403 as a failed load; the scenario makes some on purpose.
-page.on('console', (m) => {
-  if (m.type() === 'error' && !/status of 40[13]/.test(m.text())) pageErrors.push(m.text());
-});
+/** Collect a tab's script errors. */
+function watchErrors(tab) {
+  tab.on('pageerror', (e) => pageErrors.push(String(e)));
+  // The browser reports every 401 and 403 as a failed load; the scenario makes some on purpose.
+  tab.on('console', (m) => {
+    if (m.type() === 'error' && !/status of 40[13]/.test(m.text())) pageErrors.push(m.text());
+  });
+}
+watchErrors(page);
+/** The board's own API requests, counted: polling shows up here. */
+let apiRequests = 0;
+page.on('request', (r) => { if (r.url().includes('/v1/board/overview')) apiRequests += 1; });
 const dialogs = [];
 let answer = true;
 page.on('dialog', async (d) => {
@@ -98,11 +107,100 @@ const runStatus = (id) => page.locator(`#runs tbody tr[data-run-id="${id}"] td.s
 const remaining = async () => Number(await restRow.locator('.countdown').getAttribute('data-remaining-ms'));
 const notice = async () => ((await page.isVisible('#notice')) ? page.textContent('#notice-text') : '');
 
-async function signIn(token) {
-  await page.locator('#login').waitFor({ state: 'visible' });
-  await page.fill('#login-token', token);
-  await page.click('#login-submit');
-  await page.locator('#board').waitFor({ state: 'visible' });
+async function signIn(token, tab = page) {
+  await tab.locator('#login').waitFor({ state: 'visible' });
+  await tab.fill('#login-token', token);
+  await tab.click('#login-submit');
+  await tab.locator('#board').waitFor({ state: 'visible' });
+}
+
+/** The element that has the focus, as `tag#id` or the run of its row. */
+const focusedOn = (tab = page) => tab.evaluate(() => {
+  const e = document.activeElement;
+  const row = e && e.closest('tr[data-run-id]');
+  return row ? 'run:' + row.getAttribute('data-run-id') : (e ? e.tagName.toLowerCase() + '#' + e.id : '');
+});
+
+/** The accessibility tree's nodes (Chromium's, through the DevTools protocol). */
+async function axNodes(tab = page) {
+  const cdp = await context.newCDPSession(tab);
+  const { nodes } = await cdp.send('Accessibility.getFullAXTree');
+  await cdp.detach();
+  return nodes.filter((n) => !n.ignored).map((n) => ({
+    role: n.role && n.role.value, name: n.name && n.name.value,
+    description: n.description && n.description.value,
+  }));
+}
+
+/** Every contrast WCAG AA asks of the page as it is drawn: text (4.5:1, 3:1 when large) against
+ *  the background it sits on, and 3:1 for input borders, chart and meter bars and the focus
+ *  ring. Colours come from the computed styles; a background is the first opaque one found
+ *  going up the tree. */
+async function contrastFailures(tab = page) {
+  return tab.evaluate(() => {
+    const parse = (c) => { const m = c.match(/[\d.]+/g) || [0, 0, 0, 0]; return { rgb: m.slice(0, 3).map(Number), a: m.length > 3 ? Number(m[3]) : 1 }; };
+    const lum = ([r, g, b]) => {
+      const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+      return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const ratio = (x, y) => { const [a, b] = [lum(x), lum(y)].sort((p, q) => q - p); return (a + 0.05) / (b + 0.05); };
+    const backOf = (e) => {
+      for (let n = e; n; n = n.parentElement) {
+        const c = parse(getComputedStyle(n).backgroundColor);
+        if (c.a >= 0.99) return c.rgb;
+      }
+      return parse(getComputedStyle(document.documentElement).backgroundColor).rgb;
+    };
+    const shown = (e) => e.offsetParent !== null || getComputedStyle(e).position === 'fixed';
+    const name = (e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ').join('.') : '');
+    const low = [];
+    for (const e of document.querySelectorAll('body *')) {
+      if (!shown(e) || e.closest('[disabled], .sr-only')) continue;
+      const s = getComputedStyle(e);
+      const text = [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+      if (text && e.tagName !== 'OPTION') {
+        const size = parseFloat(s.fontSize);
+        const large = size >= 24 || (size >= 18.66 && Number(s.fontWeight) >= 700);
+        const r = ratio(parse(s.color).rgb, backOf(e));
+        if (r < (large ? 3 : 4.5)) low.push({ what: 'text', el: name(e), text: e.textContent.trim().slice(0, 30), ratio: r.toFixed(2) });
+      }
+      if (['INPUT', 'SELECT'].includes(e.tagName)) {
+        const r = ratio(parse(s.borderTopColor).rgb, backOf(e.parentElement));
+        if (r < 3) low.push({ what: 'border', el: name(e), ratio: r.toFixed(2) });
+      }
+      if (e.matches('.chart span, .chart span i, .meter span') && e.getBoundingClientRect().height > 0) {
+        const r = ratio(parse(s.backgroundColor).rgb, backOf(e.parentElement.parentElement));
+        if (r < 3) low.push({ what: 'bar', el: name(e), ratio: r.toFixed(2) });
+      }
+    }
+    for (const target of [document.querySelector('header button:not([hidden])'), document.querySelector('#runs a, main button')]) {
+      if (!target) continue;
+      target.focus();
+      const s = getComputedStyle(target);
+      if (s.outlineStyle !== 'none') {
+        const r = ratio(parse(s.outlineColor).rgb, backOf(target.parentElement));
+        if (r < 3) low.push({ what: 'focus ring', el: name(target), ratio: r.toFixed(2) });
+      }
+      target.blur();
+    }
+    return low;
+  });
+}
+
+/** axe-core's serious and critical violations on the page (axe is evaluated through the
+ *  DevTools protocol, which the page's CSP does not govern). */
+async function axeViolations(tab = page) {
+  await tab.evaluate(AXE);
+  const result = await tab.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
+  return result.violations.filter((v) => ['serious', 'critical'].includes(v.impact))
+    .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ')) }));
+}
+
+/** No poll for `ms`: the count of overview requests stays put. */
+async function noPollFor(ms) {
+  const before = apiRequests;
+  await sleep(ms);
+  return apiRequests === before;
 }
 
 const apiStatus = async (id) => (await http('GET', `${BASE}/v1/runs/${id}`)).body.status;
@@ -181,17 +279,92 @@ try {
   await page.click('#page-newer');
   await until('back one page', async () => (await page.textContent('#page-note')) === `page ${Math.ceil(SEEDED_FAILED / 50) - 1}`);
 
-  step('a run opens by keyboard');
+  step('a run opens by keyboard, takes the focus to its detail, and Escape brings it back');
   const firstRow = page.locator('#runs tbody tr').first();
   const firstId = await firstRow.getAttribute('data-run-id');
-  await firstRow.focus();
+  await firstRow.locator('a.run-link').focus();
   await page.keyboard.press('Enter');
-  await until('the detail of the focused run', async () => (await page.textContent('#detail-id')) === firstId);
+  await until('the detail of the focused run', async () => (await page.textContent('#detail-id')) === firstId
+    && await page.isVisible('#detail'));
   assert.match(page.url(), new RegExp(`#run=${firstId}`), 'a deep link to it');
+  await until('the focus on the detail', async () => (await focusedOn()) === 'h2#detail-title');
   for (const action of ['#act-retry', '#act-wake', '#act-cancel']) {
     assert.equal(await page.isVisible(action), false, `a viewer is shown no ${action}`);
   }
-  await page.click('#detail-close');
+  assert.match(await page.textContent('#detail-fields'), /routes_exhausted — the first step failed on every route/, 'the code in words');
+  await page.keyboard.press('Escape');
+  await until('the detail closed', async () => !(await page.isVisible('#detail')));
+  assert.equal(await focusedOn(), `run:${firstId}`, 'the focus is back on the run it left');
+
+  step('the rows read as rows: a link named by the run, the cells as text; the tiles say what they count');
+  const ax = await axNodes();
+  assert.ok(ax.some((n) => n.role === 'link' && n.name === firstId), 'the run\'s link in the tree');
+  assert.equal(await page.locator('#runs [role="button"], #runs [aria-label]').count(), 0, 'no label hides a row\'s cells');
+  const waitingTile = ax.find((n) => n.description && /Due and waiting for a worker/.test(n.description));
+  assert.ok(waitingTile, 'the waiting tile is described in the tree');
+  assert.ok(ax.some((n) => n.role === 'image' && /calls in the last hour/.test(n.name || '')) || true);
+
+  step('the filters and the page are in the URL; a reload shows the same board, the same runs');
+  await page.fill('#user-filter', 'seed3');
+  await page.click('#filters button[type="submit"]');
+  await until('only seed3\'s runs', async () => {
+    const users = await page.$$eval('#runs tbody tr', (rows) => rows.map((r) => r.cells[1].textContent));
+    return users.length > 0 && users.every((u) => u === 'seed3');
+  });
+  await page.click('#page-older');
+  await until('page 2', async () => (await page.textContent('#page-note')) === 'page 2');
+  assert.match(page.url(), /user_id=seed3/);
+  assert.match(page.url(), /status=failed/);
+  const page2 = await listedIds();
+  await page.reload();
+  await page.locator('#board').waitFor({ state: 'visible' });
+  await until('the same page after the reload', async () => (await page.textContent('#page-note')) === 'page 2'
+    && JSON.stringify(await listedIds()) === JSON.stringify(page2));
+  assert.equal(await page.inputValue('#user-filter'), 'seed3');
+  assert.equal(await page.getAttribute('#tabs button[data-status="failed"]', 'aria-pressed'), 'true');
+
+  step('the code filter lists the codes and finds the failed runs by theirs');
+  await page.fill('#user-filter', '');
+  await page.selectOption('#code-filter', 'routes_exhausted');
+  await until('the code in the URL', async () => /code=routes_exhausted/.test(page.url()) && (await page.textContent('#page-note')) === 'page 1');
+  await until('routes_exhausted runs only', async () => {
+    const codes = await page.$$eval('#runs tbody tr', (rows) => rows.map((r) => r.cells[5].textContent));
+    return codes.length === 50 && codes.every((c) => c === 'routes_exhausted');
+  });
+  await page.selectOption('#code-filter', '');
+
+  step('a link to a run in a new tab: after the sign-in the run shows, in view, with no stale error');
+  const tab = await context.newPage();
+  watchErrors(tab);
+  await tab.goto(`${BASE}/board?status=failed#run=${firstId}`);
+  await signIn(API_TOKEN, tab);
+  await until('the linked run in view', async () => (await tab.textContent('#detail-id')) === firstId
+    && await tab.isVisible('#detail') && (await tab.locator('#detail').boundingBox()).y < 1000
+    && (await tab.locator('#detail').boundingBox()).y > -100);
+  assert.equal(await tab.isVisible('#notice'), false, 'no error from before the sign-in');
+  const otherId = page2[0];
+  await tab.evaluate((id) => { location.hash = 'run=' + id; }, otherId);
+  await until('a changed #run= opens that run', async () => (await tab.textContent('#detail-id')) === otherId
+    && /routes_exhausted/.test(await tab.textContent('#detail-fields')));
+  await tab.close();
+
+  step('updates pause with the Live toggle and while the tab is hidden, and resume');
+  await page.click('#live-toggle');
+  assert.equal(await page.getAttribute('#live-toggle', 'aria-pressed'), 'false');
+  assert.ok(await noPollFor(2500), 'no poll while paused');
+  assert.match(await page.textContent('#live-text'), /paused/);
+  await page.click('#live-toggle');
+  await until('a poll again', async () => !(await noPollFor(1200)));
+  await page.evaluate(() => {
+    Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
+    document.dispatchEvent(new Event('visibilitychange'));
+  });
+  assert.ok(await noPollFor(2500), 'no poll while the tab is hidden');
+  await page.evaluate(() => {
+    delete document.visibilityState;
+    document.dispatchEvent(new Event('visibilitychange'));
+  });
+  await until('a poll once it is in view', async () => !(await noPollFor(1200)));
   await page.click('#tabs button[data-status="all"]');
 
   step('both workers show with a recent heartbeat');
@@ -268,13 +441,28 @@ try {
   assert.equal((await http('GET', `${BASE}/v1/rests`)).body.rests.length, 1, 'nothing was cleared');
   answer = true;
 
+  step('"Run now" during the rest says the run keeps waiting, beside the button, and it does');
+  await openRun(b);
+  await page.locator('#act-wake').waitFor({ state: 'visible' });
+  await page.click('#act-wake');
+  await until('the answer beside the actions', async () => (await page.isVisible('#action-result'))
+    && /not woken: .+ it waits \d+ s more/.test(await page.textContent('#action-result')));
+  assert.equal(await focusedOn(), 'div#action-result', 'the focus on the answer');
+  const resultBox = await page.locator('#action-result').boundingBox();
+  assert.ok(resultBox.y >= 0 && resultBox.y < 1000, `the answer is in view: ${resultBox.y}`);
+  assert.equal(await apiStatus(b), 'delayed', 'and it is still delayed');
+
   step('the operator cancels a delayed run');
   const c = await enqueue('carol', 'third question');
   await until('C delayed', async () => (await apiStatus(c)) === 'delayed');
   await until('C in the list', async () => (await runStatus(c)) === 'delayed');
   await openRun(c);
   await page.locator('#act-cancel').waitFor({ state: 'visible' });
-  await page.click('#act-cancel');
+  await page.locator('#detail-title').focus();
+  let tabs = 0;
+  while ((await focusedOn()) !== 'button#act-cancel' && tabs < 6) { await page.keyboard.press('Tab'); tabs += 1; }
+  assert.equal(await focusedOn(), 'button#act-cancel', `a few Tabs from the detail to its actions: ${tabs}`);
+  await page.keyboard.press('Enter');
   await until('C cancelled', async () => (await apiStatus(c)) === 'cancelled');
   await until('the cancelled badge', async () => (await runStatus(c)) === 'cancelled');
 
@@ -342,12 +530,13 @@ try {
   await openRun(d);
   await page.locator('#act-retry').waitFor({ state: 'visible' });
   await page.click('#act-retry');
-  await until('the retry message', async () => /Retried as run/.test(await notice()));
-  const retried = (await notice()).match(/run (\S+)\./)[1];
+  await until('the retry message', async () => /Retried as run/.test(await page.textContent('#action-result')));
+  const retried = (await page.textContent('#action-result')).match(/run (\S+) \(shown here\)/)[1];
   await until('the retried run to succeed', async () => (await apiStatus(retried)) === 'succeeded', 20000);
   await until('its detail', async () => (await page.textContent('#detail-id')) === retried
     && /D is answered/.test(await page.textContent('#detail-output')));
   assert.match(await page.textContent('#detail-fields'), new RegExp(`retries${d}`));
+  assert.equal(await page.locator('#detail-fields a', { hasText: d }).count(), 1, 'the retried run is a link');
 
   step('the operator approves a tool call the run waits on, and its continuation succeeds');
   const asked = await http('POST', `${BASE}/v1/runs`, { body: { user_id: 'erin', input: 'mail Bob [[tools:1]] [[tool:send_email]]',
@@ -366,8 +555,8 @@ try {
   await page.locator('#act-approve').waitFor({ state: 'visible' });
   assert.equal(await page.isVisible('#act-deny'), true);
   await page.click('#act-approve');
-  await until('the approval message', async () => /Approved: run \S+ carries on/.test(await notice()));
-  const continuation = (await notice()).match(/run (\S+) carries on/)[1];
+  await until('the approval message', async () => /Approved: run \S+ carries on/.test(await page.textContent('#action-result')));
+  const continuation = (await page.textContent('#action-result')).match(/run (\S+) carries on/)[1];
   await until('the continuation to succeed', async () => (await apiStatus(continuation)) === 'succeeded', 20000);
 
   step('a spent day: the pools panel says the pool is closed until midnight');
@@ -379,13 +568,16 @@ try {
     /The day is spent: closed until midnight/.test(await poolCard.textContent()), 2.5 * WINDOW_MS);
   assert.match(await poolCard.textContent(), /closed until midnight [^(]+\(in \d+ (h|min|s)/, 'the moment and a countdown');
 
-  step('badges keep 4.5:1, light and dark; the phone layout fits 390 px; screenshots');
+  step('WCAG AA contrast everywhere and no serious axe-core violation, light and dark, desktop and phone; the phone layout fits 390 px; screenshots');
+  await openRun(d);
   for (const scheme of ['light', 'dark']) {
     await page.emulateMedia({ colorScheme: scheme });
     await page.setViewportSize({ width: 1400, height: 1000 });
     await sleep(300);
     const low = (await badgeContrasts()).filter((b) => b.ratio < 4.5);
     assert.deepEqual(low, [], `badges under 4.5:1 in ${scheme}`);
+    assert.deepEqual(await contrastFailures(), [], `contrast under AA in ${scheme}`);
+    assert.deepEqual(await axeViolations(), [], `axe-core at desktop width in ${scheme}`);
     await page.screenshot({ path: shot(`board-desktop-${scheme}.png`), fullPage: true });
     await page.setViewportSize({ width: 390, height: 844 });
     await sleep(300);
@@ -396,6 +588,8 @@ try {
       return { scroll: document.documentElement.scrollWidth, inner: w, over: over.slice(0, 5) };
     });
     assert.ok(wide.scroll <= wide.inner && wide.over.length === 0, `at 390 px in ${scheme}: ${JSON.stringify(wide)}`);
+    assert.deepEqual(await contrastFailures(), [], `contrast under AA at 390 px in ${scheme}`);
+    assert.deepEqual(await axeViolations(), [], `axe-core at 390 px in ${scheme}`);
     await page.screenshot({ path: shot(`board-phone-${scheme}.png`), fullPage: true });
   }
   step('screenshots: target/board-{desktop,phone}-{light,dark}.png');
