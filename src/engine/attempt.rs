@@ -244,7 +244,7 @@ impl Engine {
             }
             Err(error) => {
                 let class = classify::classify(&error, route, finished);
-                record_failure(&mut record, &error, &class);
+                record_failure(&mut record, &error, &class, &target.api_key);
                 let failure = Failure { error, class };
                 self.write_rests(run, index, &record, &failure).await?;
                 Err(Miss::Failed(Box::new(failure)))
@@ -452,6 +452,7 @@ pub(super) fn record_failure(
     record: &mut AttemptRecord,
     error: &CallError,
     class: &Classification,
+    key: &crate::provider::ApiKey,
 ) {
     record.http_status = match error {
         CallError::Http { status, .. } => Some(*status),
@@ -459,7 +460,7 @@ pub(super) fn record_failure(
         CallError::Transport(_) => None,
     };
     record.error = Some(crate::text::cut(
-        &error.to_string(),
+        &error.detail(key),
         crate::text::MAX_ERROR_BYTES,
     ));
     record.verdict = Some(class.verdict);

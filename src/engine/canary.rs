@@ -112,7 +112,7 @@ impl Engine {
             }
             Err(error) => {
                 let class = classify::classify(&error, route, finished);
-                record_failure(&mut attempt, &error, &class);
+                record_failure(&mut attempt, &error, &class, &target.api_key);
                 self.write_rest(route, &attempt, &error, &class).await?;
             }
         }

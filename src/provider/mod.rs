@@ -209,6 +209,31 @@ pub enum CallError {
     Transport(TransportError),
 }
 
+/// The most of a provider's error body an attempt keeps: enough for its message and metadata.
+pub const MAX_ERROR_BODY: usize = 2_048;
+
+impl CallError {
+    /// What the attempt log keeps of the failure: [`Display`](fmt::Display), and for an HTTP
+    /// error the provider's body (its words say more than the status), its whitespace folded,
+    /// cut to [`MAX_ERROR_BODY`], and `key` wherever it is echoed replaced by `[key]`.
+    pub fn detail(&self, key: &ApiKey) -> String {
+        let CallError::Http { body, .. } = self else {
+            return self.to_string();
+        };
+        let text = String::from_utf8_lossy(body);
+        let folded = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if folded.is_empty() {
+            return self.to_string();
+        }
+        let secret = key.expose();
+        let folded = match secret.is_empty() {
+            true => folded,
+            false => folded.replace(secret, "[key]"),
+        };
+        format!("{self}: {}", crate::text::cut(&folded, MAX_ERROR_BODY))
+    }
+}
+
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -299,5 +324,39 @@ mod tests {
         deltas.push(", world");
         assert_eq!(deltas.take().as_deref(), Some(", world"));
         assert_eq!(deltas.take(), None);
+    }
+
+    /// An HTTP failure keeps the provider's words, folded and cut, and never the key it was
+    /// called with, even when the provider echoes it; other failures keep their line.
+    #[test]
+    fn an_http_failure_keeps_the_providers_words_without_the_key() {
+        let key = ApiKey::new("sk-or-v1-secret-key-123");
+        let body = format!(
+            "{{\"error\": {{\n  \"message\": \"Invalid key {} for model x\",\n  \"code\": 401}}}}",
+            key.expose()
+        );
+        let http = |body: &str| CallError::Http {
+            status: 401,
+            headers: Headers::default(),
+            body: bytes::Bytes::from(body.to_string()),
+        };
+        let detail = http(&body).detail(&key);
+        assert_eq!(
+            detail,
+            r#"HTTP 401: {"error": { "message": "Invalid key [key] for model x", "code": 401}}"#
+        );
+        assert_eq!(
+            http(" \n ").detail(&key),
+            "HTTP 401",
+            "an empty body adds nothing"
+        );
+        let long = http(&"x".repeat(10 * MAX_ERROR_BODY)).detail(&key);
+        assert!(
+            long.len() <= MAX_ERROR_BODY + "HTTP 401: ".len(),
+            "{}",
+            long.len()
+        );
+        let cut = CallError::Transport(TransportError::Deadline);
+        assert_eq!(cut.detail(&key), cut.to_string());
     }
 }

@@ -1,6 +1,7 @@
 //! An in-process [`Store`]: everything in maps behind one lock, for tests and benchmarks that
 //! need the engine without a database. It keeps the SQL store's contract, not its durability.
 
+use super::audit::{AuditEntry, AuditLog};
 use super::usage::{check_usage_args, day_of, sort_tenants, sort_usage};
 use super::{
     ConnectionInfo, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage, StatusCount, Store,
@@ -30,6 +31,7 @@ struct Memory {
     owners: HashMap<String, String>,
     jobs: HashMap<String, String>,
     canaries: Vec<AttemptRecord>,
+    audit: Vec<AuditEntry>,
 }
 
 impl MemoryStore {
@@ -72,6 +74,18 @@ impl Store for MemoryStore {
 
     async fn job(&self, run_id: &str) -> Result<Option<String>, StoreError> {
         self.with(|m| m.jobs.get(run_id).cloned())
+    }
+
+    async fn retried_as(&self, run_id: &str) -> Result<Vec<String>, StoreError> {
+        self.with(|m| {
+            let mut retries: Vec<&RunRecord> = m
+                .runs
+                .values()
+                .filter(|r| r.retry_of.as_deref() == Some(run_id))
+                .collect();
+            retries.sort_by(|a, b| (a.created_ms, &a.run_id).cmp(&(b.created_ms, &b.run_id)));
+            retries.into_iter().map(|r| r.run_id.clone()).collect()
+        })
     }
 
     async fn unsettled_jobs(
@@ -375,6 +389,32 @@ impl Store for MemoryStore {
             sort_tenants(&mut tenants);
             tenants.truncate(limit);
             tenants
+        })
+    }
+}
+
+#[async_trait]
+impl AuditLog for MemoryStore {
+    async fn record_action(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        self.with(|m| m.audit.push(entry.clone()))
+    }
+
+    async fn actions(
+        &self,
+        before: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let limit = limit.clamp(1, super::MAX_AUDIT_PAGE) as usize;
+        self.with(|m| {
+            let mut older: Vec<AuditEntry> = m
+                .audit
+                .iter()
+                .filter(|e| before.is_none_or(|b| e.id.as_str() < b))
+                .cloned()
+                .collect();
+            older.sort_by(|a, b| b.id.cmp(&a.id));
+            older.truncate(limit);
+            older
         })
     }
 }

@@ -46,6 +46,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "tenants",
         include_str!("../../migrations/0009_tenants.sql"),
     ),
+    (10, "audit", include_str!("../../migrations/0010_audit.sql")),
 ];
 
 pub(super) fn migrator() -> Migrator {
@@ -77,7 +78,7 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    const PINNED: [(i64, u64); 9] = [
+    const PINNED: [(i64, u64); 10] = [
         (1, 0xe69cb70d1b7d5fbf),
         (2, 0x8a2f765eeb19a40e),
         (3, 0xd7ae84a71a3089de),
@@ -87,6 +88,7 @@ mod tests {
         (6, 0x9def6c565ac5b24e),
         (8, 0x75e6eae18d9b0785),
         (9, 0x95e7dce655e6adf2),
+        (10, 0x3fbbcccbe9c81455),
     ];
 
     /// FNV-1a: a fingerprint of a migration's text, enough to notice an edit.

@@ -6,6 +6,7 @@
 //! benchmarks. Users' provider keys live in the SQL store too, sealed with `FREEWAY_SECRET_KEY`
 //! (see [`SecretKey`]), and [`StoreTargets`] opens them only at call time.
 
+mod audit;
 mod connections;
 mod file_lock;
 mod list;
@@ -15,6 +16,7 @@ mod retention;
 mod sql;
 mod usage;
 
+pub use audit::{AuditEntry, AuditLog, MAX_AUDIT_DETAIL, MAX_AUDIT_PAGE};
 pub use connections::{
     ConnectionInfo, NewConnection, Resealed, SecretKey, SecretKeyError, SecretKeys, StoreTargets,
 };
@@ -149,6 +151,8 @@ pub trait Store: Send + Sync {
     /// The job a run was enqueued as, if the producer kept it: what a retry or an approval
     /// reads once Redis has let go of its copy.
     async fn job(&self, run_id: &str) -> Result<Option<String>, StoreError>;
+    /// The runs that retry `run_id` (`retry_of`), oldest first.
+    async fn retried_as(&self, run_id: &str) -> Result<Vec<String>, StoreError>;
     /// Forget a run that was created but could not be enqueued (the request is answered with an
     /// error): a queued run that made no call, and its job. Anything else is left as it is.
     async fn discard_queued(&self, run_id: &str) -> Result<(), StoreError>;

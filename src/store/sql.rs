@@ -233,6 +233,7 @@ const RUN_AND_TRANSCRIPT: &str = concat!(
 const COUNT_BY_STATUS: &str =
     "SELECT status, code, COUNT(*) AS runs FROM runs GROUP BY status, code";
 
+mod audit;
 mod list;
 mod open;
 mod usage;
@@ -280,6 +281,12 @@ impl Store for SqlStore {
                 .map(|row| row.text("job"))
                 .transpose()
         })
+    }
+
+    async fn retried_as(&self, run_id: &str) -> Result<Vec<String>, StoreError> {
+        const SQL: &str =
+            "SELECT run_id FROM runs WHERE retry_of = $1 ORDER BY created_ms, run_id LIMIT 100";
+        rows_for!(self, SQL, run_id, |row| row.text("run_id"))
     }
 
     async fn unsettled_jobs(

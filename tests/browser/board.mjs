@@ -97,9 +97,13 @@ let apiRequests = 0;
 page.on('request', (r) => { if (r.url().includes('/v1/board/overview')) apiRequests += 1; });
 const dialogs = [];
 let answer = true;
+/** What a prompt is answered with. */
+let typed = '';
 page.on('dialog', async (d) => {
   dialogs.push(d.message());
-  if (answer) await d.accept(); else await d.dismiss();
+  if (!answer) await d.dismiss();
+  else if (d.type() === 'prompt') await d.accept(typed);
+  else await d.accept();
 });
 
 const restRow = page.locator('#rests tbody tr[data-scope="pool"][data-key="openrouter-free"]');
@@ -237,7 +241,7 @@ async function attemptRows() {
   return page.$$eval('#attempts tbody tr', (rows) => rows.map((r) => {
     const c = [...r.cells].map((td) => td.textContent);
     return { n: c[0], step: c[1], route: c[2], http: c[3], verdict: c[4], latency: c[5], retry: c[6],
-      left: c[7], provider: c[8], error: c[9] };
+      left: c[7], provider: c[8], cost: c[9], error: c[10] };
   }));
 }
 
@@ -415,6 +419,10 @@ try {
   assert.equal(rows[0].http, '429');
   assert.equal(rows[0].verdict, 'account');
   assert.equal(rows[0].left, '0', 'the rate-limit headroom the 429 reported');
+  assert.match(rows[0].error, /^HTTP 429: .*Rate limit exceeded: free-models-per-min/, 'the provider\'s own words');
+  assert.match(await page.textContent('#detail-input'), /second question/, 'the input it was asked');
+  const wakes = await page.textContent('#detail-fields');
+  assert.match(wakes, /wakes.*(waiting its turn in the pool's limiter|the shared pool is used up)/, `the delay's reason in words: ${wakes}`);
   assert.match(await page.textContent('#events'), /delayed/);
   assert.match(await page.textContent('#detail-fields'), /wakes/);
 
@@ -471,6 +479,7 @@ try {
   await until('the learned limit', async () => /provider says 1/.test(await poolCard.locator('.limit-origin').first().textContent()));
   assert.match(await poolCard.textContent(), /configured 20/);
   assert.match(await poolCard.textContent(), /pacing misses: 1/);
+  assert.match(await poolCard.locator('.reserved').textContent(), /^reserved: \d+ slots of later windows held by waiting runs$/);
 
   step('each pool says how many runs of how many tenants wait; spend by tenant lists the day\'s tenants');
   const waitingLine = poolCard.locator('.waiting').first();
@@ -521,6 +530,17 @@ try {
   await page.locator('#detail').screenshot({ path: detailShot });
   step(`screenshot of a run's detail: ${detailShot}`);
 
+  step('the operator pauses the pool with a reason: it rests for every replica, says why, and resumes');
+  typed = 'provider maintenance';
+  await poolCard.locator('button.pause').first().click();
+  await until('the pause in the rests list', async () => (await restRow.count()) === 1
+    && /Paused by an operator: provider maintenance/.test(await restRow.locator('td').nth(2).textContent()));
+  assert.equal(await restRow.locator('button.clear').textContent(), 'Resume');
+  const paused = (await http('GET', `${BASE}/v1/rests`)).body.rests.find((r) => r.scope === 'pool');
+  assert.ok(paused && paused.remaining_ms > 24 * 3600 * 1000, `a pause lasts until the resume: ${JSON.stringify(paused)}`);
+  await restRow.locator('button.clear').click();
+  await until('the resume', async () => (await restRow.count()) === 0);
+
   step('the operator retries a failed run, and the new run succeeds');
   const faults = { kind: 'server_500', model: PAID, count: 2 };
   assert.equal((await http('POST', `${SIM}/_sim/faults`, { token: null, body: faults })).status, 201);
@@ -559,6 +579,27 @@ try {
   const continuation = (await page.textContent('#action-result')).match(/run (\S+) carries on/)[1];
   await until('the continuation to succeed', async () => (await apiStatus(continuation)) === 'succeeded', 20000);
 
+  step('a bulk retry: the count is confirmed, it is one action, and the audit lists every action');
+  await page.click('#tabs button[data-status="failed"]');
+  await page.fill('#user-filter', 'seed3');
+  await page.click('#filters button[type="submit"]');
+  await until('seed3\'s failed runs', async () => /user_id=seed3/.test(page.url()) && (await listedIds()).length === 50);
+  const seed3 = (await http('GET', `${BASE}/v1/runs?status=failed&user_id=seed3&limit=1`)).body.counts.failed;
+  const dialogsBefore = dialogs.length;
+  await page.click('#bulk-retry');
+  await until('the bulk result', async () => /runs retried as new runs/.test(await page.textContent('#bulk-result')));
+  assert.match(dialogs[dialogsBefore], new RegExp(`^Retry ${seed3} runs as new runs`), 'the confirmation names the count');
+  assert.match(await page.textContent('#bulk-result'), new RegExp(`^${seed3} runs retried`));
+  assert.equal(await focusedOn(), 'div#bulk-result', 'the answer has the focus');
+  await until('the audit trail on the board', async () => {
+    const actions = await page.$$eval('#audit tbody tr', (rows) => rows.map((r) => r.getAttribute('data-action')));
+    return ['bulk_retry', 'retry', 'approve', 'clear', 'pause', 'cancel', 'wake'].every((a) => actions.includes(a)) ? actions : null;
+  });
+  assert.match(await page.locator('#audit tbody tr[data-action="bulk_retry"]').first().textContent(), /status in \(failed\) · user seed3/);
+  await page.fill('#user-filter', '');
+  await page.click('#filters button[type="submit"]');
+  await page.click('#tabs button[data-status="all"]');
+
   step('a spent day: the pools panel says the pool is closed until midnight');
   // One free call a day from now on: the quota endpoint (or else the next free call's refusal)
   // shows the day spent.
@@ -569,7 +610,11 @@ try {
   assert.match(await poolCard.textContent(), /closed until midnight [^(]+\(in \d+ (h|min|s)/, 'the moment and a countdown');
 
   step('WCAG AA contrast everywhere and no serious axe-core violation, light and dark, desktop and phone; the phone layout fits 390 px; screenshots');
-  await openRun(d);
+  // A run's detail open (by its link: the list's first page has newer runs now).
+  await page.evaluate((id) => { location.hash = 'run=' + id; }, d);
+  await until('the detail of D', async () => (await page.textContent('#detail-id')) === d && await page.isVisible('#detail'));
+  assert.match(await page.textContent('#detail-fields'), new RegExp(`retried as${retried}`), 'the original shows its retry');
+  assert.match(await page.textContent('#detail-fields'), /took\d/, 'how long it took');
   for (const scheme of ['light', 'dark']) {
     await page.emulateMedia({ colorScheme: scheme });
     await page.setViewportSize({ width: 1400, height: 1000 });

@@ -302,3 +302,59 @@ async fn what_a_sqlite_store_writes_reaches_its_file_while_writes_go_on() {
     store.close().await;
     drop_database(cleanup).await;
 }
+
+/// The audit trail keeps each operator action whole, newest first, paged by the id it hands
+/// out, on both backends and in memory alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_trail_pages_newest_first_and_keeps_each_entry_whole() {
+    use freeway::store::{AuditEntry, AuditLog, MemoryStore};
+    let entries: Vec<AuditEntry> = (0..5)
+        .map(|i| {
+            let mut e = AuditEntry::now(
+                "admin token",
+                "cancel",
+                &format!("run_{i}"),
+                &format!("cancelled; it was delayed ({i})"),
+            );
+            // Ids a millisecond apart sort as their times.
+            e.id = format!("01J0000000000000000000000{i}");
+            e
+        })
+        .collect();
+    let long = AuditEntry::now("admin token", "pause", "pool/x", &"reason ".repeat(500));
+    assert!(
+        long.detail.len() <= freeway::store::MAX_AUDIT_DETAIL,
+        "a long reason is cut"
+    );
+    let check = |label: &str, got: Vec<AuditEntry>, want: &[&AuditEntry]| {
+        let want: Vec<AuditEntry> = want.iter().map(|e| (*e).clone()).collect();
+        assert_eq!(got, want, "{label}");
+    };
+    let memory = MemoryStore::default();
+    let mut logs: Vec<(String, Box<dyn AuditLog>)> = vec![("memory".into(), Box::new(memory))];
+    let dbs = fresh("audit").await;
+    for db in &dbs {
+        logs.push((db.label.to_string(), Box::new(db.store.clone())));
+    }
+    for (label, log) in &logs {
+        for e in &entries {
+            log.record_action(e).await.unwrap();
+        }
+        let first = log.actions(None, 2).await.unwrap();
+        check(label, first, &[&entries[4], &entries[3]]);
+        let next = log.actions(Some(&entries[3].id), 2).await.unwrap();
+        check(label, next, &[&entries[2], &entries[1]]);
+        let last = log.actions(Some(&entries[1].id), 50).await.unwrap();
+        check(label, last, &[&entries[0]]);
+        assert!(
+            log.actions(Some(&entries[0].id), 50)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{label}"
+        );
+    }
+    for db in dbs {
+        db.finish().await;
+    }
+}

@@ -531,3 +531,40 @@ async fn tenant_tier_priority_cap_and_cost_round_trip() {
         db.finish().await;
     }
 }
+
+/// The runs that retry a run are found from it, oldest first, and only those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_names_the_runs_that_retry_it() {
+    let memory = freeway::store::MemoryStore::default();
+    let dbs = fresh("retried_as").await;
+    let mut stores: Vec<(String, &dyn Store)> = vec![("memory".into(), &memory)];
+    for db in &dbs {
+        stores.push((db.label.to_string(), &db.store));
+    }
+    for (label, store) in stores {
+        let original = record(&unique("run"), &unique("conv"));
+        store.create_run(&original).await.unwrap();
+        let mut retries = Vec::new();
+        for i in 0..2 {
+            let mut retry = record(&unique("run"), &unique("conv"));
+            retry.retry_of = Some(original.run_id.clone());
+            retry.created_ms = original.created_ms + 10 + i;
+            store.create_run(&retry).await.unwrap();
+            retries.push(retry.run_id);
+        }
+        let other = record(&unique("run"), &unique("conv"));
+        store.create_run(&other).await.unwrap();
+        assert_eq!(
+            store.retried_as(&original.run_id).await.unwrap(),
+            retries,
+            "{label}"
+        );
+        assert!(
+            store.retried_as(&other.run_id).await.unwrap().is_empty(),
+            "{label}"
+        );
+    }
+    for db in dbs {
+        db.finish().await;
+    }
+}

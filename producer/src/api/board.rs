@@ -43,6 +43,8 @@ const MAX_EVENTS: usize = 500;
 const MAX_MESSAGES: usize = 200;
 /// The most workers listed: apalis keeps a gracefully stopped worker until an orphan sweep.
 const MAX_WORKERS: usize = 200;
+/// The most of a run's input the detail shows.
+const MAX_INPUT_SHOWN: usize = 4_096;
 
 /// `GET /board`: the page, with a fresh CSP nonce.
 pub async fn page() -> Response {
@@ -176,6 +178,11 @@ pub struct Detail {
     /// The conversation's last [`MAX_MESSAGES`] messages (the run's turns and those before it).
     transcript: Vec<Message>,
     transcript_total: usize,
+    /// The input the run was asked (its kept job's), cut to [`MAX_INPUT_SHOWN`]: a queued or
+    /// delayed run has no message in its conversation yet.
+    input: Option<String>,
+    /// The runs that retry this one, oldest first.
+    retried_as: Vec<String>,
 }
 
 /// `GET /v1/board/runs/{id}`: the run with its attempt log, events and transcript.
@@ -205,10 +212,20 @@ pub async fn run_detail(
     let mut transcript = state.store.transcript(&run.conversation_id).await?;
     let transcript_total = transcript.len();
     transcript.drain(..transcript_total.saturating_sub(MAX_MESSAGES));
+    let input = state
+        .store
+        .job(&id)
+        .await?
+        .and_then(|text| serde_json::from_str::<freeway::job::RunJob>(&text).ok())
+        .and_then(|job| job.request.input)
+        .map(|input| freeway::text::cut(&input, MAX_INPUT_SHOWN));
+    let retried_as = state.store.retried_as(&id).await?;
     Ok(Json(Detail {
         run,
         events,
         transcript,
         transcript_total,
+        input,
+        retried_as,
     }))
 }

@@ -15,8 +15,10 @@
 //! ([`crate::hub`]).
 
 pub mod approvals;
+pub mod audit;
 pub mod auth;
 pub mod board;
+pub mod bulk;
 pub mod connections;
 pub mod error;
 pub mod events;
@@ -98,6 +100,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/runs:batch",
             post(runs::create_batch).layer(DefaultBodyLimit::max(BATCH_BODY_LIMIT)),
         )
+        .route("/runs:bulk", post(bulk::bulk))
         .route("/runs/{id}", get(runs::show))
         .route("/runs/{id}/approvals", post(approvals::create))
         .route("/runs/{id}/cancel", post(run_actions::cancel))
@@ -113,7 +116,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/routes", get(route_history::history))
         .route("/tenants", get(tenants::list))
         .route("/tenants/{id}/usage", get(tenants::usage))
-        .route("/rests/{scope}/{*key}", delete(rests::clear))
+        .route(
+            "/rests/{scope}/{*key}",
+            delete(rests::clear).post(rests::pause),
+        )
+        .route("/audit", get(audit::list))
         .route("/board/overview", get(board::overview))
         .route("/board/runs/{id}", get(board::run_detail))
         .route_layer(middleware::from_fn(json_only::require_json))

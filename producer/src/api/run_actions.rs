@@ -1,9 +1,10 @@
 //! `POST /v1/runs/{id}/cancel`, `/retry` and `/wake`: acting on a run after it was enqueued
 //! (docs/api.md). A caller scoped to one user (`?user_id=`) acts on that user's runs with the
 //! API token; acting on any run is the operator's and needs the admin token. Every action is
-//! logged with who asked.
+//! in the audit trail ([`super::audit`]) with who asked.
 
 use super::AppState;
+use super::audit;
 use super::auth::require_admin;
 use super::error::{ApiError, PathParams};
 use super::runs::{accepted, enqueued};
@@ -40,7 +41,11 @@ pub async fn cancel(
         Cancelled::Now => "cancelled",
         Cancelled::BeforeNextCall => "running",
     };
-    tracing::warn!(run_id = %id, %by, status, "run cancelled");
+    let detail = match cancelled {
+        Cancelled::Now => "cancelled",
+        Cancelled::BeforeNextCall => "cancelled: it stops before its next call",
+    };
+    audit::record(&state, &by, "cancel", &id, detail).await;
     let body = serde_json::json!({ "run_id": id, "status": status });
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
@@ -56,7 +61,7 @@ pub async fn retry(
     let by = actor(&state, &headers, &user)?;
     let (outcome, deadline_s) = state.enqueuer.retry(&id, user.0.as_deref()).await?;
     let run_id = enqueued(outcome)?;
-    tracing::warn!(run_id = %id, retry = %run_id, %by, "run retried");
+    audit::record(&state, &by, "retry", &id, &format!("retried as {run_id}")).await;
     Ok(accepted(&state, run_id, deadline_s))
 }
 
@@ -82,7 +87,7 @@ pub async fn wake(
     let woken = state.enqueuer.wake(&id, user.0.as_deref()).await?;
     let answer = match woken {
         Woken::Now => {
-            tracing::warn!(run_id = %id, %by, "delayed run woken");
+            audit::record(&state, &by, "wake", &id, "woken: it runs now").await;
             WakeAnswer {
                 run_id: id,
                 status: "queued",
@@ -91,10 +96,11 @@ pub async fn wake(
             }
         }
         Woken::Waits { until_ms, reason } => {
-            tracing::info!(run_id = %id, %by, until_ms, %reason, "run now asked; the run's routes are still closed, it keeps waiting");
             let in_s = until_ms
                 .saturating_sub(freeway::clock::epoch_ms())
                 .div_ceil(1000);
+            let detail = format!("not woken: {reason}; it waits {in_s} s more");
+            audit::record(&state, &by, "wake", &id, &detail).await;
             WakeAnswer {
                 run_id: id,
                 status: "delayed",

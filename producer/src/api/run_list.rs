@@ -17,7 +17,7 @@ const DEFAULT_LIMIT: u32 = 50;
 /// The longest `q` or `route` taken: a model id is at most 200 characters.
 const MAX_TEXT: usize = 200;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     user_id: Option<String>,
@@ -97,7 +97,7 @@ pub struct RunList {
 }
 
 /// Check every field of the query; a field that is empty counts as not given.
-fn filter_of(query: ListQuery) -> Result<(RunFilter, Option<RunCursor>, u32), ApiError> {
+pub fn run_filter(query: ListQuery) -> Result<(RunFilter, Option<RunCursor>, u32), ApiError> {
     let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
     let bad = |m: &str| Err(ApiError::InvalidRequest(m.to_string()));
     let (user_id, tenant) = (given(query.user_id), given(query.tenant));
@@ -142,7 +142,7 @@ pub async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<RunList>, ApiError> {
     let Query(query) = query.map_err(|r| ApiError::InvalidRequest(r.body_text()))?;
-    let (filter, cursor, limit) = filter_of(query)?;
+    let (filter, cursor, limit) = run_filter(query)?;
     let page = state
         .store
         .list_runs(&filter, cursor.as_ref(), limit)

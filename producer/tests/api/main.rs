@@ -13,6 +13,7 @@ mod enqueue;
 mod events;
 mod guards;
 mod operations;
+mod operator;
 mod pools;
 mod requests;
 mod tenants;
