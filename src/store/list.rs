@@ -19,7 +19,7 @@ pub struct RunFilter {
     /// A model one of the run's routes names.
     pub model: Option<String>,
     pub code: Option<Code>,
-    /// A prefix of the run's id, or text of its output (either case).
+    /// A prefix of the run's id, or text of its input or its output (either case).
     pub q: Option<String>,
 }
 
@@ -47,8 +47,9 @@ impl RunFilter {
         }
     }
 
-    /// Whether `run` is in the list (the in-process store's reading of the SQL conditions).
-    pub fn matches(&self, run: &RunRecord) -> bool {
+    /// Whether `run`, asked `input`, is in the list (the in-process store's reading of the SQL
+    /// conditions).
+    pub fn matches(&self, run: &RunRecord, input: Option<&str>) -> bool {
         let q = self.q.as_deref().map(str::to_lowercase);
         self.user_id.as_ref().is_none_or(|u| *u == run.user_id)
             && self.tenant.as_ref().is_none_or(|t| *t == run.tenant)
@@ -59,7 +60,9 @@ impl RunFilter {
                 .as_ref()
                 .is_none_or(|m| run.routes.iter().any(|r| r.model == *m))
             && q.is_none_or(|q| {
-                run.run_id.to_lowercase().starts_with(&q) || run.output.to_lowercase().contains(&q)
+                run.run_id.to_lowercase().starts_with(&q)
+                    || run.output.to_lowercase().contains(&q)
+                    || input.is_some_and(|i| i.to_lowercase().contains(&q))
             })
     }
 }

@@ -277,7 +277,10 @@ impl Store for MemoryStore {
             let mut runs: Vec<RunRecord> = m
                 .runs
                 .values()
-                .filter(|r| filter.matches(r) && after.is_none_or(|c| c.precedes(r)))
+                .filter(|r| {
+                    filter.matches(r, input_of(m, &r.run_id).as_deref())
+                        && after.is_none_or(|c| c.precedes(r))
+                })
                 .cloned()
                 .collect();
             runs.sort_by(|a, b| (b.created_ms, &b.run_id).cmp(&(a.created_ms, &a.run_id)));
@@ -291,7 +294,11 @@ impl Store for MemoryStore {
         let filter = filter.any_status();
         self.with(|m| {
             let mut counts: Vec<(RunStatus, u64)> = Vec::new();
-            for run in m.runs.values().filter(|r| filter.matches(r)) {
+            let matching = m
+                .runs
+                .values()
+                .filter(|r| filter.matches(r, input_of(m, &r.run_id).as_deref()));
+            for run in matching {
                 match counts.iter_mut().find(|(s, _)| *s == run.status) {
                     Some((_, n)) => *n += 1,
                     None => counts.push((run.status, 1)),
@@ -417,4 +424,10 @@ impl AuditLog for MemoryStore {
             older
         })
     }
+}
+
+/// The input run `run_id` was asked, from its kept job.
+fn input_of(m: &Memory, run_id: &str) -> Option<String> {
+    let job = m.jobs.get(run_id)?;
+    serde_json::from_str::<RunJob>(job).ok()?.request.input
 }

@@ -236,6 +236,7 @@ const COUNT_BY_STATUS: &str =
 mod audit;
 mod list;
 mod open;
+mod search;
 mod usage;
 mod writer;
 use writer::{AttemptRow, Write, Writer};

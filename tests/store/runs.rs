@@ -568,3 +568,84 @@ async fn a_run_names_the_runs_that_retry_it() {
         db.finish().await;
     }
 }
+
+/// Text search finds a run by its input (a queued run, with no answer yet), by its answer, by
+/// its id's start in either case, reads `%`, `_` and quotes literally, and finds nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_finds_a_run_by_its_input_its_answer_or_its_id() {
+    on_every_store("search", async |store: &dyn Store, label: &str| {
+        let catalog = freeway::catalog::Catalog::builtin();
+        let mut jobs = Vec::new();
+        for (input, output) in [
+            ("Translate the Kraken manual", ""),
+            ("plain question", "The answer is 42% of \"it\"_all"),
+            ("another question", "nothing to see"),
+        ] {
+            let body = serde_json::json!({ "user_id": "u1", "input": input,
+                "routes": [{ "model": "vendor/m" }] });
+            let request =
+                freeway::job::RunRequest::from_json(body.to_string().as_bytes(), &catalog).unwrap();
+            let job = freeway::job::RunJob::new(request, epoch_ms());
+            store.create_queued(&job, job.enqueued_ms).await.unwrap();
+            if !output.is_empty() {
+                let mut rec = freeway::run::RunRecord::queued(&job, job.enqueued_ms);
+                rec.status = RunStatus::Succeeded;
+                rec.output = output.into();
+                store.save_run(&rec).await.unwrap();
+            }
+            jobs.push(job.run_id);
+        }
+        let found = async |q: &str| -> Vec<String> {
+            let filter = RunFilter {
+                q: Some(q.into()),
+                ..RunFilter::default()
+            };
+            let page = store.list_runs(&filter, None, 10).await.unwrap();
+            let counted: u64 = store
+                .count_runs(&filter)
+                .await
+                .unwrap()
+                .iter()
+                .map(|(_, n)| n)
+                .sum();
+            assert_eq!(
+                counted as usize,
+                page.runs.len(),
+                "{label}: {q:?} counted as listed"
+            );
+            let mut ids: Vec<String> = page.runs.into_iter().map(|r| r.run_id).collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(
+            found("kraken").await,
+            [jobs[0].clone()],
+            "{label}: the input of a queued run"
+        );
+        assert_eq!(
+            found("42% OF \"IT\"_ALL").await,
+            [jobs[1].clone()],
+            "{label}: the answer, literally"
+        );
+        assert!(
+            found("42%_of").await.is_empty(),
+            "{label}: % and _ are no wildcards"
+        );
+        assert_eq!(
+            found(&jobs[2][..jobs[2].len() - 1].to_lowercase())
+                .await
+                .len(),
+            1,
+            "{label}: an id prefix, any case"
+        );
+        let mut questions = vec![jobs[1].clone(), jobs[2].clone()];
+        questions.sort();
+        assert_eq!(
+            found("question").await,
+            questions,
+            "{label}: every input with the word"
+        );
+        assert!(found("zebra").await.is_empty(), "{label}");
+    })
+    .await;
+}

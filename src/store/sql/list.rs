@@ -1,8 +1,9 @@
 //! The SQL of run lists ([`crate::store::list`]): one statement built from the filter's set
-//! fields, each value a bound parameter. Substrings are found with the backend's own function
-//! (`instr`, `strpos`), which reads no pattern syntax and is case-sensitive on both.
+//! fields, each value a bound parameter. A route's model is found with the backend's own substring
+//! function (`instr`, `strpos`), which reads no pattern syntax; a text search goes through the
+//! search index ([`super::search`]).
 
-use super::Backend;
+use super::{Backend, search};
 use crate::store::list::{RunCursor, RunFilter};
 
 /// A value bound to the statement, in parameter order.
@@ -53,12 +54,27 @@ fn conditions(backend: Backend, filter: &RunFilter, after: Option<&RunCursor>) -
         clauses.push(contains("routes", &p));
     }
     if let Some(q) = &filter.q {
+        let ids: Vec<(String, String)> = search::id_ranges(q)
+            .into_iter()
+            .map(|(from, to)| {
+                let from = param(Bind::Text(from), &mut binds);
+                (from, param(Bind::Text(to), &mut binds))
+            })
+            .collect();
         let q = q.to_lowercase();
-        let p = param(Bind::Text(q), &mut binds);
-        clauses.push(format!(
-            "(substr(lower(run_id), 1, length({p})) = {p} OR {})",
-            contains("lower(output)", &p)
-        ));
+        let clause = match (backend, search::fts_phrase(&q)) {
+            (Backend::Sqlite, None) => {
+                search::short_condition(&ids, &param(Bind::Text(q), &mut binds))
+            }
+            (Backend::Sqlite, Some(phrase)) => {
+                search::condition(backend, &ids, &param(Bind::Text(phrase), &mut binds))
+            }
+            (Backend::Postgres, _) => {
+                let like = param(Bind::Text(search::like_anywhere(&q)), &mut binds);
+                search::condition(backend, &ids, &like)
+            }
+        };
+        clauses.push(clause);
     }
     if let Some(cursor) = after {
         let created = param(Bind::Int(to_i64(cursor.created_ms)), &mut binds);

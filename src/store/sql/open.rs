@@ -58,6 +58,7 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<Sqlite, StoreError>
             .await
             .map_err(unreachable)?;
         migrator().run(&pool).await.map_err(migrate_error)?;
+        super::search::ensure_sqlite(&pool).await?;
         return Ok(Sqlite {
             readers: Db::Sqlite(pool.clone()),
             writer: Db::Sqlite(pool),
@@ -86,6 +87,7 @@ pub(super) async fn sqlite(url: &str, shown: &str) -> Result<Sqlite, StoreError>
         .await
         .map_err(unreachable)?;
     migrator().run(&first).await.map_err(migrate_error)?;
+    super::search::ensure_sqlite(&first).await?;
     first.close().await;
     drop(lock);
     let pool = |connections, options: SqliteConnectOptions| {
@@ -144,6 +146,7 @@ pub(super) async fn postgres(url: &str, shown: &str) -> Result<Db, StoreError> {
     // sqlx's migrator holds a PostgreSQL advisory lock while it works, so replicas starting at
     // once apply each migration exactly once.
     migrator().run(&pool).await.map_err(migrate_error)?;
+    super::search::ensure_postgres(&pool).await?;
     Ok(Db::Postgres(pool))
 }
 

@@ -24,6 +24,8 @@
 //!   `--weights`: two backlogged tenants of tiers weighing 4 and 1.
 //! - `spend`: spend caps (docs/design.md §4.9): 20 tenants capped at $0.10 a day race for a
 //!   priced model on K replicas (`--runs` in all); each tenant's recorded spend against its cap.
+//! - `search`: the run list's text search: `--runs` runs stored (inputs and answers of a
+//!   5,000-word vocabulary), then each kind of search the board makes timed, median of 20.
 //!
 //! `cargo build --release -p worker -p producer --bins --examples && target/release/examples/load --help`
 
@@ -33,6 +35,7 @@ mod latency;
 mod measure;
 mod oracle;
 mod quota;
+mod search;
 mod spend;
 mod store_probe;
 mod tenants;
@@ -100,6 +103,8 @@ enum Scenario {
     Tenants,
     /// 20 tenants at a daily spend cap racing for a priced model (docs/design.md §4.9).
     Spend,
+    /// The run list's text search over `--runs` stored runs.
+    Search,
 }
 
 #[derive(Parser)]
@@ -263,6 +268,7 @@ async fn run(args: &Args, worker: &std::path::Path) -> Result<(), BoxError> {
         Scenario::Enqueue => enqueue::run(args, worker).await?,
         Scenario::Tenants => tenants::run(args, worker).await?,
         Scenario::Spend => spend::run(args, worker).await?,
+        Scenario::Search => search::run(args).await?,
         Scenario::Throughput | Scenario::Quota | Scenario::Both => {}
     }
     println!("load average at the end: {}", measure::load_average());
