@@ -4,8 +4,8 @@
 use super::audit::{AuditEntry, AuditLog};
 use super::usage::{check_usage_args, day_of, sort_tenants, sort_usage};
 use super::{
-    ConnectionInfo, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage, StatusCount, Store,
-    StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob, newest_per_provider,
+    ConnectionInfo, EndedCount, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage, StatusCount,
+    Store, StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob, newest_per_provider,
     sort_counts,
 };
 use crate::canary::CanaryRecord;
@@ -321,6 +321,30 @@ impl Store for MemoryStore {
                 .collect();
             sort_counts(&mut counts);
             counts
+        })
+    }
+
+    async fn ended_since(
+        &self,
+        from_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<EndedCount>, StoreError> {
+        self.with(|m| {
+            let mut counts: HashMap<(RunStatus, u64), u64> = HashMap::new();
+            for r in m.runs.values() {
+                if super::ENDED.contains(&r.status) && r.updated_ms >= from_ms {
+                    let bucket = (r.updated_ms - from_ms) / bucket_ms.max(1);
+                    *counts.entry((r.status, bucket)).or_default() += 1;
+                }
+            }
+            counts
+                .into_iter()
+                .map(|((status, bucket), runs)| EndedCount {
+                    status,
+                    bucket,
+                    runs,
+                })
+                .collect()
         })
     }
 

@@ -41,6 +41,22 @@ pub struct StatusCount {
     pub runs: u64,
 }
 
+/// How many runs ended with one status in one bucket of time ([`Store::ended_since`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct EndedCount {
+    pub status: RunStatus,
+    pub bucket: u64,
+    pub runs: u64,
+}
+
+/// The statuses a run ends with.
+pub const ENDED: [RunStatus; 4] = [
+    RunStatus::Succeeded,
+    RunStatus::Failed,
+    RunStatus::Refused,
+    RunStatus::Cancelled,
+];
+
 /// Why the store could not do what was asked. Every variant prints as one line without secrets.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -252,6 +268,14 @@ pub trait Store: Send + Sync {
     /// an index over (status, code): cheap next to a scrape interval, and exact, where a counter
     /// kept beside the store could drift from it.
     async fn count_by_status(&self) -> Result<Vec<StatusCount>, StoreError>;
+    /// Runs that ended (succeeded, failed, refused, cancelled) since `from_ms`, counted by status
+    /// and by the `bucket_ms` their last update falls in (bucket `i` starts at
+    /// `from_ms + i * bucket_ms`); a range of the index over (status, updated time).
+    async fn ended_since(
+        &self,
+        from_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<EndedCount>, StoreError>;
     /// What the runs of `tenants` (a run that named none is its user's) called and spent, from
     /// the attempt log: one row per tenant, day and route with calls, sorted by tenant, day,
     /// then route. `bounds` are the days' starts in epoch ms, strictly ascending, then the last

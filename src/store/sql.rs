@@ -13,9 +13,9 @@
 use super::file_lock::FileLock;
 use super::usage::{check_usage_args, sort_tenants, sort_usage};
 use super::{
-    Attached, ConnectionInfo, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage, StatusCount,
-    Store, StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob, newest_per_provider,
-    sort_counts,
+    Attached, ConnectionInfo, EndedCount, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage,
+    StatusCount, Store, StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob,
+    newest_per_provider, sort_counts,
 };
 use crate::canary::CanaryRecord;
 use crate::chat::Message;
@@ -612,6 +612,35 @@ impl Store for SqlStore {
                 .collect::<Result<Vec<_>, StoreError>>()?;
             sort_counts(&mut counts);
             Ok(counts)
+        })
+    }
+
+    async fn ended_since(
+        &self,
+        from_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<Vec<EndedCount>, StoreError> {
+        const SQL: &str = "SELECT status, (updated_ms - $1) / $2 AS bucket, COUNT(*) AS runs \
+             FROM runs WHERE status IN ('succeeded', 'failed', 'refused', 'cancelled') \
+             AND updated_ms >= $1 GROUP BY status, bucket";
+        let from = to_i64(from_ms, "from_ms")?;
+        let bucket = to_i64(bucket_ms.max(1), "bucket_ms")?;
+        on_db!(self, |pool| {
+            let rows = sqlx::query(SQL)
+                .bind(from)
+                .bind(bucket)
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?;
+            rows.iter()
+                .map(|row| {
+                    Ok(EndedCount {
+                        status: enum_from(row.text("status")?, "status")?,
+                        bucket: from_i64(row.int("bucket")?, "bucket")?,
+                        runs: from_i64(row.int("runs")?, "runs")?,
+                    })
+                })
+                .collect()
         })
     }
 

@@ -308,6 +308,12 @@ try {
   assert.ok(waitingTile, 'the waiting tile is described in the tree');
   assert.ok(ax.some((n) => n.role === 'image' && /calls in the last hour/.test(n.name || '')) || true);
 
+  step('the day\'s totals count the runs that ended, by outcome, ten minutes a bar');
+  await until('the seeded failures in the day\'s totals', async () =>
+    Number(await page.getAttribute('#totals-summary', 'data-failed')) >= SEEDED_FAILED);
+  assert.equal(await page.locator('#totals-chart span').count(), 144, 'a bar each ten minutes');
+  assert.match(await page.getAttribute('#totals-chart', 'aria-label'), new RegExp(`${SEEDED_FAILED} failed`), 'the chart says it in words');
+
   step('the filters and the page are in the URL; a reload shows the same board, the same runs');
   await page.fill('#user-filter', 'seed3');
   await page.click('#filters button[type="submit"]');

@@ -649,3 +649,46 @@ async fn a_search_finds_a_run_by_its_input_its_answer_or_its_id() {
     })
     .await;
 }
+
+/// The runs that ended since a moment are counted by status and by bucket of their last
+/// update; runs still under way, and runs that ended before it, are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_runs_are_counted_by_status_and_bucket() {
+    on_every_store("ended", async |store: &dyn Store, label: &str| {
+        let from = 1_000_000_000_000;
+        for (status, updated_ms) in [
+            (RunStatus::Succeeded, from + 10),
+            (RunStatus::Succeeded, from + 599_999),
+            (RunStatus::Succeeded, from + 600_000),
+            (RunStatus::Failed, from + 1_200_001),
+            (RunStatus::Cancelled, from + 5),
+            (RunStatus::Refused, from - 1),
+            (RunStatus::Running, from + 7),
+        ] {
+            let mut rec = record(&unique("run"), &unique("conv"));
+            rec.status = status;
+            rec.created_ms = updated_ms;
+            rec.updated_ms = updated_ms;
+            store.save_run(&rec).await.unwrap();
+        }
+        let mut counts: Vec<(&str, u64, u64)> = store
+            .ended_since(from, 600_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.status.as_str(), c.bucket, c.runs))
+            .collect();
+        counts.sort();
+        assert_eq!(
+            counts,
+            [
+                ("cancelled", 0, 1),
+                ("failed", 2, 1),
+                ("succeeded", 0, 2),
+                ("succeeded", 1, 1)
+            ],
+            "{label}"
+        );
+    })
+    .await;
+}

@@ -229,3 +229,35 @@ pub async fn run_detail(
         retried_as,
     }))
 }
+
+/// The span `GET /v1/board/totals` covers: the last 24 hours.
+const TOTALS_SPAN_MS: u64 = 24 * 3_600_000;
+/// Its buckets: ten minutes, 144 of them.
+const TOTALS_BUCKET_MS: u64 = 600_000;
+
+#[derive(Serialize)]
+pub struct Totals {
+    /// The first bucket's start, epoch ms.
+    from_ms: u64,
+    bucket_ms: u64,
+    buckets: u64,
+    /// Each status and bucket with runs, in any order (bucket `i` starts at
+    /// `from_ms + i * bucket_ms`).
+    counts: Vec<freeway::store::EndedCount>,
+}
+
+/// `GET /v1/board/totals`: the runs that ended in the last 24 hours, by outcome, ten minutes at
+/// a time.
+pub async fn totals(State(state): State<Arc<AppState>>) -> Result<Json<Totals>, ApiError> {
+    let now = freeway::clock::epoch_ms();
+    // Whole buckets, the last one holding now.
+    let end = (now / TOTALS_BUCKET_MS + 1) * TOTALS_BUCKET_MS;
+    let from_ms = end - TOTALS_SPAN_MS;
+    let counts = state.store.ended_since(from_ms, TOTALS_BUCKET_MS).await?;
+    Ok(Json(Totals {
+        from_ms,
+        bucket_ms: TOTALS_BUCKET_MS,
+        buckets: TOTALS_SPAN_MS / TOTALS_BUCKET_MS,
+        counts,
+    }))
+}

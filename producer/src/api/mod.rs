@@ -123,6 +123,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/audit", get(audit::list))
         .route("/board/overview", get(board::overview))
         .route("/board/runs/{id}", get(board::run_detail))
+        .route("/board/totals", get(board::totals))
         .route_layer(middleware::from_fn(json_only::require_json))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -318,3 +318,34 @@ async fn the_audit_trail_is_the_operators_and_pages_by_its_own_cursor() {
     assert_eq!(targets, newest_first);
     assert!(second["next"].is_null(), "{second}");
 }
+
+/// The day's totals count the runs that ended, by status, in ten-minute buckets of the last
+/// 24 hours; a run still queued is not counted.
+#[tokio::test]
+async fn the_days_totals_count_ended_runs_by_status_in_ten_minute_buckets() {
+    let s = Server::start(tokens(), None).await;
+    failed_runs(&s, 3).await;
+    let body = run_body("u1", "vendor/m");
+    let (status, _) = call(&s, "POST", "/v1/runs", API, body).await;
+    assert_eq!(status, 202, "a queued run, not counted");
+    let (status, totals) = call(&s, "GET", "/v1/board/totals", API, Value::Null).await;
+    assert_eq!(status, 200, "{totals}");
+    assert_eq!(
+        (&totals["bucket_ms"], &totals["buckets"]),
+        (&json!(600_000), &json!(144))
+    );
+    let from = totals["from_ms"].as_u64().unwrap();
+    let now = freeway::clock::epoch_ms();
+    assert_eq!(from % 600_000, 0, "whole buckets");
+    assert!(
+        from + 24 * 3_600_000 > now && from + 23 * 3_600_000 < now,
+        "{totals}"
+    );
+    let counts = totals["counts"].as_array().unwrap();
+    let last = (now - from) / 600_000;
+    assert_eq!(
+        counts.as_slice(),
+        [json!({ "status": "failed", "bucket": last, "runs": 3 })],
+        "{totals}"
+    );
+}

@@ -89,14 +89,34 @@ const PG_INDEX: [&str; 2] = [
 ];
 
 /// Create the PostgreSQL indexes unless they are there; replicas starting at once take turns
-/// (an advisory lock), as they do for the migrations.
+/// (an advisory lock), as they do for the migrations. Indexes that exist are found in the
+/// catalog, which locks no table: a `CREATE INDEX IF NOT EXISTS` locks its table even when it
+/// does nothing, and with a replica's prune deleting from both tables in the other order, that
+/// was a deadlock.
 pub(super) async fn ensure_postgres(pool: &PgPool) -> Result<(), StoreError> {
     const LOCK: &str = "SELECT pg_advisory_xact_lock(7465786530001)";
+    const THERE: &str = "SELECT to_regclass('runs_output_trgm') IS NOT NULL \
+         AND to_regclass('run_jobs_input_trgm') IS NOT NULL";
+    let (there,): (bool,) = sqlx::query_as(THERE)
+        .fetch_one(pool)
+        .await
+        .map_err(db_error)?;
+    if there {
+        return Ok(());
+    }
     let mut tx = pool.begin().await.map_err(db_error)?;
     sqlx::query(LOCK)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
+    // Another replica may have made them while this one waited for its turn.
+    let (there,): (bool,) = sqlx::query_as(THERE)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error)?;
+    if there {
+        return Ok(());
+    }
     if let Err(error) = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_trgm")
         .execute(&mut *tx)
         .await
