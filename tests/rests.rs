@@ -830,7 +830,7 @@ async fn list_and_clear(f: Fixture) {
         .write(
             &route_scope("openai/gpt-4o-mini"),
             RestLength::For(80_000),
-            "paid",
+            &ActiveRest::pause_reason("maintenance"),
         )
         .await
         .expect("write");
@@ -862,8 +862,18 @@ async fn list_and_clear(f: Fixture) {
                 "platform:openrouter/meta-llama/llama-3.3-70b-instruct:free",
                 "route"
             ),
-            ("route", "platform:openrouter/openai/gpt-4o-mini", "paid"),
+            (
+                "route",
+                "platform:openrouter/openai/gpt-4o-mini",
+                "paused by the operator: maintenance"
+            ),
         ]
+    );
+    let paused: Vec<bool> = listed.iter().map(|r| r.paused).collect();
+    assert_eq!(
+        paused,
+        [false, false, false, true],
+        "only the operator's pause lists as one"
     );
     assert!(
         listed

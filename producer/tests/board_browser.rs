@@ -6,11 +6,12 @@
 //! tab after its sign-in, a run opened by keyboard and closed by Escape with the focus kept, rows
 //! and tiles named in the accessibility tree, updates paused by the Live toggle and in a hidden
 //! tab, "Run now" answered beside its button, a rest counting down, the pools panel's use rising and
-//! its runs waiting, the spend by tenant panel listing the day's tenants, a delayed run cancelled, a failed run retried into a success, a tool call approved, the clear
+//! its runs waiting, the spend by tenant panel listing the day's tenants, a delayed run cancelled, a failed run found by its input and retried into a success by keyboard alone, a tool call approved, the clear
 //! waking the run it delayed within 2 s, a spent day shown as closed until midnight, no Clear or
 //! actions for a viewer, the phone layout within 390 px, WCAG AA contrast of every text, border
 //! and bar and no serious axe-core violation in light and dark at desktop and phone width, and
-//! screenshots of each under `target/`.
+//! screenshots of each under `target/`. A second test opens the board of a server without an API
+//! token (`tests/browser/board_open.mjs`).
 
 mod common;
 
@@ -27,37 +28,6 @@ const SCRIPT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Failed runs stored before the page opens, to filter and page through.
 const SEEDED_FAILED: usize = 1_000;
 
-/// Store `n` failed runs of old users, a millisecond apart, as a burst long past would leave.
-async fn seed_failed_runs(db_url: &str, n: usize) {
-    use freeway::store::Store;
-    let store = freeway::store::SqlStore::open(db_url)
-        .await
-        .expect("the store");
-    let now = freeway::clock::epoch_ms();
-    for i in 0..n {
-        let request = freeway::job::RunRequest::from_json(
-            format!(
-                r#"{{"user_id":"seed{}","input":"old","routes":[{{"model":"{PAID}"}}]}}"#,
-                i % 7
-            )
-            .as_bytes(),
-            &freeway::catalog::Catalog::builtin(),
-        )
-        .expect("a request");
-        let job = freeway::job::RunJob::new(request, now - 3_600_000 + i as u64);
-        // Kept with its job, as the producer keeps a run: a retry reads the request from it.
-        store
-            .create_queued(&job, job.enqueued_ms)
-            .await
-            .expect("a seeded run");
-        let mut rec = freeway::run::RunRecord::queued(&job, job.enqueued_ms);
-        rec.status = freeway::run::RunStatus::Failed;
-        rec.code = Some(freeway::run::Code::RoutesExhausted);
-        store.save_run(&rec).await.expect("a seeded run");
-    }
-    store.close().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_clear() {
     if !browser::available("board_browser") {
@@ -70,7 +40,7 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
         ..sim::SimConfig::default()
     };
     let fleet = Fleet::start("board", config, 2, Logging::default()).await;
-    seed_failed_runs(&fleet.db_url, SEEDED_FAILED).await;
+    fleet.seed_failed_runs(SEEDED_FAILED, PAID).await;
     let screenshot = target_dir().join("board-during-rest.png");
     let _ = std::fs::remove_file(&screenshot);
     let sim_url = fleet.sim.base_url().trim_end_matches("/api/v1").to_string();
@@ -140,4 +110,38 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
             "{action} is logged with who asked:\n{log}"
         );
     }
+}
+
+/// A server without an API token (loopback only) shows its board at once, with no sign-in, and
+/// again after a reload; the operator signs in with the admin token for the actions
+/// (`tests/browser/board_open.mjs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_token_shows_its_board_at_once() {
+    if !browser::available("board_browser") {
+        return;
+    }
+    let fleet = Fleet::start_with(
+        "board-open",
+        sim::SimConfig::default(),
+        1,
+        Logging::default(),
+        |_| vec![("FREEWAY_API_TOKEN".into(), String::new())],
+    )
+    .await;
+    let run_id = fleet
+        .enqueue(serde_json::json!({
+            "user_id": "alice", "input": "hello", "routes": [{ "model": PAID }]
+        }))
+        .await;
+    let run = fleet.settled(&run_id, Duration::from_secs(30)).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let env = [
+        ("BOARD_URL", fleet.base.clone()),
+        ("ADMIN_TOKEN", ADMIN_TOKEN.to_string()),
+        ("RUN_ID", run_id),
+    ];
+    browser::run("board_open.mjs", &env, SCRIPT_TIMEOUT, || {
+        fleet.log_of("producer")
+    })
+    .await;
 }

@@ -382,6 +382,30 @@ async fn settled_pushed(fleet: &Fleet, run_id: &str) -> Value {
     }
 }
 
+/// A fleet whose sim and free pool both allow `limit` calls a `WINDOW_S`-second window (`declared`
+/// is what the configuration file says the pool allows).
+async fn fleet_of_free_windows(name: &str, limit: usize, declared: usize) -> Fleet {
+    let config = sim::SimConfig {
+        rpm: limit as u32,
+        rpd: 100_000,
+        window_s: WINDOW_S,
+        ..sim::SimConfig::default()
+    };
+    Fleet::start_with(name, config, 2, Logging::default(), |_| {
+        let dir = std::env::temp_dir().join(format!("freeway-{name}-{}", ulid::Ulid::generate()));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let path = dir.join("freeway.toml");
+        let toml = format!("[pools.openrouter-free]\nrpm = {declared}\nwindow_s = {WINDOW_S}\n");
+        std::fs::write(&path, toml).expect("the configuration file");
+        vec![("FREEWAY_CONFIG".into(), path.display().to_string())]
+    })
+    .await
+}
+
+/// The window of [`fleet_of_free_windows`].
+const WINDOW_S: u64 = 10;
+const WINDOW_MS: u64 = WINDOW_S * 1000;
+
 /// docs/design.md §4.4: every wake goes through the limiter. Another client of the key spends
 /// the account's window; a run's call into it earns the one 429, which rests the pool until the
 /// window's end and marks the limiter's window full. 85 runs queue behind the rest. The
@@ -391,25 +415,10 @@ async fn settled_pushed(fleet: &Fleet, run_id: &str) -> Value {
 /// earns a 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
-    const WINDOW_MS: u64 = 10_000;
     const LIMIT: usize = 40;
     // Declared higher than the account allows: the refusal's headers correct it.
     const CONFIGURED: usize = 60;
-    let config = sim::SimConfig {
-        rpm: LIMIT as u32,
-        rpd: 100_000,
-        window_s: WINDOW_MS / 1000,
-        ..sim::SimConfig::default()
-    };
-    let fleet = Fleet::start_with("clear", config, 2, Logging::default(), |_| {
-        let dir = std::env::temp_dir().join(format!("freeway-clear-{}", ulid::Ulid::generate()));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        let path = dir.join("freeway.toml");
-        let toml = format!("[pools.openrouter-free]\nrpm = {CONFIGURED}\nwindow_s = 10\n");
-        std::fs::write(&path, toml).expect("the configuration file");
-        vec![("FREEWAY_CONFIG".into(), path.display().to_string())]
-    })
-    .await;
+    let fleet = fleet_of_free_windows("clear", LIMIT, CONFIGURED).await;
     // Start early in a window, so the whole set-up happens inside it.
     while freeway::clock::epoch_ms() % WINDOW_MS > 1_500 {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -518,6 +527,76 @@ async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
     assert!(
         per_window.values().all(|&n| n <= LIMIT),
         "at most the limit a window: {per_window:?}"
+    );
+}
+
+/// docs/design.md §4.4: an operator's bulk retry is paced like any enqueue. 35 failed runs on
+/// the free pool, whose account allows 10 calls a window, are retried by one bulk action: the
+/// answer says they wait their turn, and the sim's log shows it: every retried run succeeds
+/// with one call, none earns a 429, at most 10 a window, over at least four windows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_retry_calls_no_faster_than_the_pool_allows() {
+    const LIMIT: usize = 10;
+    const FAILED: usize = 35;
+    let fleet = fleet_of_free_windows("bulkpace", LIMIT, LIMIT).await;
+    fleet.seed_failed_runs(FAILED, FREE).await;
+    let bulk = |body: Value| {
+        fleet
+            .http
+            .post(fleet.url("/v1/runs:bulk"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json_body(&body)
+            .send()
+    };
+    let filter = json!({ "status": "failed" });
+    let counted = bulk(json!({ "action": "retry", "filter": filter, "dry_run": true }))
+        .await
+        .expect("the producer answers");
+    let counted = common::json_of(counted).await;
+    assert_eq!(counted["matched"], FAILED, "{counted}");
+    let retried_at = freeway::clock::epoch_ms();
+    let done = bulk(json!({ "action": "retry", "filter": filter, "expect": FAILED }))
+        .await
+        .expect("the producer answers");
+    assert_eq!(done.status().as_u16(), 200);
+    let done = common::json_of(done).await;
+    assert_eq!(done["done"], FAILED, "{done}");
+    assert!(
+        done["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("waits its turn in its pool's limiter")),
+        "the answer says what will happen: {done}"
+    );
+    let windows = FAILED.div_ceil(LIMIT) as u64 + 2;
+    let within = Duration::from_millis(windows * WINDOW_MS);
+    fleet
+        .json_within("/v1/runs?status=succeeded&limit=1", within, |r| {
+            r["counts"]["succeeded"] == FAILED
+        })
+        .await;
+    let calls: Vec<sim::CallRecord> = fleet
+        .sim
+        .calls()
+        .into_iter()
+        .filter(|c| c.t_ms >= retried_at)
+        .collect();
+    assert_eq!(calls.len(), FAILED, "one call a retried run");
+    assert!(
+        calls.iter().all(|c| c.status == 200),
+        "no retried run earned a 429: {:?}",
+        calls.iter().filter(|c| c.status != 200).collect::<Vec<_>>()
+    );
+    let mut per_window: BTreeMap<u64, usize> = BTreeMap::new();
+    for c in &calls {
+        *per_window.entry(c.t_ms / WINDOW_MS).or_default() += 1;
+    }
+    assert!(
+        per_window.values().all(|&n| n <= LIMIT),
+        "at most the limit a window: {per_window:?}"
+    );
+    assert!(
+        per_window.len() >= FAILED.div_ceil(LIMIT),
+        "spread over the windows the limit needs: {per_window:?}"
     );
 }
 

@@ -246,12 +246,12 @@ impl Rests for MemoryRests {
             .iter()
             .filter_map(|(scope, (until, reason))| {
                 let (kind, key) = listed(scope)?;
-                Some(ActiveRest {
-                    scope: kind.scope_name().to_string(),
-                    key: key.to_string(),
-                    remaining_ms: until - now,
-                    reason: reason.clone(),
-                })
+                Some(ActiveRest::new(
+                    kind,
+                    key.to_string(),
+                    until - now,
+                    reason.clone(),
+                ))
             })
             .collect();
         sort_listing(&mut active);

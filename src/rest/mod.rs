@@ -102,6 +102,10 @@ impl Closure {
     }
 }
 
+/// How the reason of an operator's pause starts: a pause is a rest like any other, and the
+/// reason is what tells it apart (for the board's Resume, and for a delayed run's words).
+pub const PAUSE_REASON: &str = "paused by the operator: ";
+
 /// An active rest, as `GET /v1/rests` and the board list them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ActiveRest {
@@ -110,9 +114,26 @@ pub struct ActiveRest {
     pub key: String,
     pub remaining_ms: u64,
     pub reason: String,
+    /// An operator's pause, which a resume ends, rather than a refusal's rest.
+    pub paused: bool,
 }
 
 impl ActiveRest {
+    pub fn new(kind: RestKind, key: String, remaining_ms: u64, reason: String) -> ActiveRest {
+        ActiveRest {
+            scope: kind.scope_name().to_string(),
+            key,
+            remaining_ms,
+            paused: reason.starts_with(PAUSE_REASON),
+            reason,
+        }
+    }
+
+    /// The reason of a pause for `why`.
+    pub fn pause_reason(why: &str) -> String {
+        format!("{PAUSE_REASON}{why}")
+    }
+
     /// Whether this rest closes a pool for a spent day: only a day refusal rests a pool past
     /// the pool cap (docs/design.md §3.4).
     pub fn is_day_rest(&self) -> bool {

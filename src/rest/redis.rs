@@ -382,12 +382,9 @@ impl Rests for RedisRests {
         let mut gone = Vec::new();
         for (key, state) in members.iter().zip(states) {
             match (parse_rest_key(&self.ns, key), state) {
-                (Some((kind, name)), Some((remaining_ms, reason))) => active.push(ActiveRest {
-                    scope: kind.scope_name().to_string(),
-                    key: name,
-                    remaining_ms,
-                    reason,
-                }),
+                (Some((kind, name)), Some((remaining_ms, reason))) => {
+                    active.push(ActiveRest::new(kind, name, remaining_ms, reason));
+                }
                 _ => gone.push(key.as_str()),
             }
         }

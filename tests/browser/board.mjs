@@ -8,22 +8,15 @@
 // free call (the pools panel's use rises); run B earns the 429, so the pool rests and B is
 // delayed. The page must show the rest with a countdown that goes down (a screenshot is taken
 // then), each run's attempt log, no Clear or run actions for a viewer; the operator cancels a
-// delayed run C, reads who waits for the pool and the spend by tenant, clears the rest (B then calls at the pool's next slot, not into the spent window), retries a failed run D into a
+// delayed run C, reads who waits for the pool and the spend by tenant, clears the rest (B then calls at the pool's next slot, not into the spent window), finds a failed run D by its input and retries it, by keyboard alone, into a
 // success and approves the tool call run E waits on. Last, the page at 390 px fits its width, badges keep 4.5:1 contrast, and screenshots
 // are taken in light and dark at desktop and phone width.
 
-import { chromium } from 'playwright-core';
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-
-function need(name) {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set`);
-  return value;
-}
+import { http as request, launch, need, sleep, until } from './lib.mjs';
 
 const BASE = need('BOARD_URL');
 const SIM = need('SIM_URL');
@@ -34,36 +27,11 @@ const FREE = need('FREE_MODEL');
 const SHOT = need('SCREENSHOT');
 const SEEDED_FAILED = Number(need('SEEDED_FAILED'));
 const PAID = need('PAID_MODEL');
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 
 const step = (what) => console.log(`board test: ${what}`);
 const AXE = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function http(method, url, { token = API_TOKEN, body } = {}) {
-  const headers = {};
-  if (token) headers.Authorization = `Bearer ${token}`;
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
-  const resp = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  const text = await resp.text();
-  return { status: resp.status, body: text ? JSON.parse(text) : null };
-}
-
-/** Poll `check` until it returns a truthy value; fail after `ms` naming `what`. */
-async function until(what, check, ms = 15000) {
-  const end = Date.now() + ms;
-  let last;
-  while (Date.now() < end) {
-    try {
-      const v = await check();
-      if (v) return v;
-    } catch (e) {
-      last = e;
-    }
-    await sleep(150);
-  }
-  throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
-}
+/** A request with the API token unless another (or `null`) is given. */
+const http = (method, url, { token = API_TOKEN, body } = {}) => request(method, url, { token, body });
 
 async function enqueue(user, input, model = FREE) {
   const r = await http('POST', `${BASE}/v1/runs`, {
@@ -73,15 +41,7 @@ async function enqueue(user, input, model = FREE) {
   return r.body.run_id;
 }
 
-const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'freeway-board-chromium-'));
-const context = await chromium.launchPersistentContext(dataDir, {
-  executablePath: CHROMIUM,
-  headless: true,
-  viewport: { width: 1400, height: 1000 },
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
-const page = context.pages()[0] ?? (await context.newPage());
+const { context, page, close } = await launch('board', { viewport: { width: 1400, height: 1000 } });
 const pageErrors = [];
 /** Collect a tab's script errors. */
 function watchErrors(tab) {
@@ -546,22 +506,38 @@ try {
   await restRow.locator('button.clear').click();
   await until('the resume', async () => (await restRow.count()) === 0);
 
-  step('the operator retries a failed run, and the new run succeeds');
+  step('keyboard only: the operator finds a failed run by its input, opens it, retries it; the new run succeeds');
   const faults = { kind: 'server_500', model: PAID, count: 2 };
   assert.equal((await http('POST', `${SIM}/_sim/faults`, { token: null, body: faults })).status, 201);
   const d = await enqueue('dave', 'fourth question [[answer:D is answered]]', PAID);
   await until('D failed', async () => (await apiStatus(d)) === 'failed', 20000);
   await until('D in the list', async () => (await runStatus(d)) === 'failed');
-  await openRun(d);
-  await page.locator('#act-retry').waitFor({ state: 'visible' });
-  await page.click('#act-retry');
+  // Keyboard only, from the search field: the failed run has no answer; its input finds it.
+  await page.locator('#search').focus();
+  await page.keyboard.type('fourth question');
+  await page.keyboard.press('Enter');
+  await until('D alone in the list', async () => /q=fourth\+question/.test(page.url())
+    && JSON.stringify(await listedIds()) === JSON.stringify([d]));
+  let keys = 0;
+  while ((await focusedOn()) !== `run:${d}` && keys < 12) { await page.keyboard.press('Tab'); keys += 1; }
+  assert.equal(await focusedOn(), `run:${d}`, `a few Tabs from the search to the run: ${keys}`);
+  await page.keyboard.press('Enter');
+  await until('D\'s detail, focused', async () => (await page.textContent('#detail-id')) === d
+    && (await focusedOn()) === 'h2#detail-title' && await page.isVisible('#act-retry'));
+  keys = 0;
+  while ((await focusedOn()) !== 'button#act-retry' && keys < 6) { await page.keyboard.press('Tab'); keys += 1; }
+  assert.equal(await focusedOn(), 'button#act-retry', `a few Tabs from the detail to Retry: ${keys}`);
+  await page.keyboard.press('Enter');
   await until('the retry message', async () => /Retried as run/.test(await page.textContent('#action-result')));
+  assert.equal(await focusedOn(), 'div#action-result', 'the focus on the answer');
   const retried = (await page.textContent('#action-result')).match(/run (\S+) \(shown here\)/)[1];
   await until('the retried run to succeed', async () => (await apiStatus(retried)) === 'succeeded', 20000);
   await until('its detail', async () => (await page.textContent('#detail-id')) === retried
     && /D is answered/.test(await page.textContent('#detail-output')));
   assert.match(await page.textContent('#detail-fields'), new RegExp(`retries${d}`));
   assert.equal(await page.locator('#detail-fields a', { hasText: d }).count(), 1, 'the retried run is a link');
+  await page.fill('#search', '');
+  await page.click('#filters button[type="submit"]');
 
   step('the operator approves a tool call the run waits on, and its continuation succeeds');
   const asked = await http('POST', `${BASE}/v1/runs`, { body: { user_id: 'erin', input: 'mail Bob [[tools:1]] [[tool:send_email]]',
@@ -657,7 +633,6 @@ try {
   await page.screenshot({ path: failure, fullPage: true }).catch(() => {});
   console.error(`the page at the failure: ${failure}`);
 } finally {
-  await context.close();
-  fs.rmSync(dataDir, { recursive: true, force: true });
+  await close();
 }
 process.exit(failed ? 1 : 0);

@@ -9,17 +9,11 @@
 // producer/tests/webapp_browser.rs starts the fleet and the app, and runs this script; it exits
 // non-zero on the first failed check.
 
-import { chromium } from 'playwright-core';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { launch, need } from './lib.mjs';
 
-const need = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set`);
-  return value;
-};
 const APP = need('APP_URL');
 // freeway as the app's server and this script reach it, and as the browser does.
 const FREEWAY = need('FREEWAY_URL');
@@ -28,17 +22,11 @@ const API_TOKEN = need('API_TOKEN');
 const ADMIN_TOKEN = need('ADMIN_TOKEN');
 const SIM = need('SIM_URL');
 const MODEL = need('MODEL');
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const step = (what) => console.log(`webapp test: ${what}`);
 
-const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'freeway-webapp-chromium-'));
-const context = await chromium.launchPersistentContext(dataDir, {
-  executablePath: CHROMIUM,
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    // The public name resolves in the browser alone: the app's server cannot use it.
-    `--host-resolver-rules=MAP ${new URL(PUBLIC).hostname} 127.0.0.1`],
+const { context, page, close } = await launch('webapp', {
+  // The public name resolves in the browser alone: the app's server cannot use it.
+  extraArgs: [`--host-resolver-rules=MAP ${new URL(PUBLIC).hostname} 127.0.0.1`],
 });
 // Every EventSource the page makes, to count the open ones.
 await context.addInitScript(() => {
@@ -51,7 +39,6 @@ await context.addInitScript(() => {
     }
   };
 });
-const page = context.pages()[0] ?? (await context.newPage());
 const requests = [];
 page.on('request', (r) => requests.push({ url: r.url(), headers: r.headers() }));
 const errors = [];
@@ -248,7 +235,6 @@ try {
   console.error(`webapp test FAILED: ${error.stack || error}`);
   await page.screenshot({ path: path.join(os.tmpdir(), 'webapp-failure.png') }).catch(() => {});
 } finally {
-  await context.close();
-  fs.rmSync(dataDir, { recursive: true, force: true });
+  await close();
 }
 process.exit(failed ? 1 : 0);

@@ -12,10 +12,13 @@ use freeway::store::{AuditEntry, AuditLog, MAX_AUDIT_PAGE};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+/// The operator, as the audit names whoever presents the admin token.
+pub const ADMIN: &str = "admin token";
+
 /// Who acts, as the audit names it: never the token itself.
 pub fn actor_name(state: &AppState, headers: &HeaderMap, user: Option<&str>) -> String {
     match (presents_admin(&state.tokens, headers), user) {
-        (true, _) => "admin token".into(),
+        (true, _) => ADMIN.into(),
         (false, Some(user)) => format!("api token for user {user}"),
         (false, None) => "api token".into(),
     }

@@ -152,7 +152,7 @@ pub async fn bulk(
             BulkAction::Retry => state.enqueuer.retry(id, None).await.map(|_| ()),
             BulkAction::Cancel => state
                 .enqueuer
-                .cancel(id, None, "admin token (bulk)")
+                .cancel(id, None, &format!("{} (bulk)", audit::ADMIN))
                 .await
                 .map(|_| ()),
         };
@@ -180,7 +180,7 @@ pub async fn bulk(
     let target = describe(&filter, &statuses);
     audit::record(
         &state,
-        "admin token",
+        audit::ADMIN,
         &format!("bulk_{}", action.name()),
         &target,
         &message,

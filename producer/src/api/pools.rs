@@ -86,6 +86,8 @@ struct InstanceRest {
     instance: String,
     remaining_ms: u64,
     reason: String,
+    /// An operator's pause rather than a refusal's rest.
+    paused: bool,
 }
 
 /// The instances of `pool` other than the platform's that runs wait for, among `waiting` (the
@@ -171,6 +173,7 @@ fn rests_of(pool: &Pool, rests: &[ActiveRest]) -> Vec<InstanceRest> {
             instance: r.key.clone(),
             remaining_ms: r.remaining_ms,
             reason: r.reason.clone(),
+            paused: r.paused,
         })
         .collect();
     out.sort_by_key(|r| std::cmp::Reverse(r.remaining_ms));

@@ -70,7 +70,7 @@ pub async fn clear(
         };
         audit::record(
             &state,
-            "admin token",
+            audit::ADMIN,
             "clear",
             &format!("{scope}/{key}"),
             &detail,
@@ -129,7 +129,7 @@ pub async fn pause(
     }
     let rest_scope = paused_scope(&state, &scope, &key).await?;
     let until = freeway::clock::epoch_ms() + for_s * 1000;
-    let why = format!("paused by the operator: {reason}");
+    let why = ActiveRest::pause_reason(reason);
     let remaining_ms = state
         .enqueuer
         .rests()
@@ -142,7 +142,7 @@ pub async fn pause(
     let detail = format!("{why}; for {for_s} s");
     audit::record(
         &state,
-        "admin token",
+        audit::ADMIN,
         "pause",
         &format!("{scope}/{key}"),
         &detail,

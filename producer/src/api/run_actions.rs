@@ -17,15 +17,13 @@ use queue::{Cancelled, Woken};
 use serde::Serialize;
 use std::sync::Arc;
 
-/// Who is acting, for the log: the admin token, or the API token for one user.
+/// Who is acting, for the audit: a caller scoped to one user acts on that user's runs; acting
+/// on any run needs the admin token.
 fn actor(state: &AppState, headers: &HeaderMap, user: &ForUser) -> Result<String, ApiError> {
-    match &user.0 {
-        Some(user) => Ok(format!("api token for user {user}")),
-        None => {
-            require_admin(&state.tokens, headers)?;
-            Ok("admin token".into())
-        }
+    if user.0.is_none() {
+        require_admin(&state.tokens, headers)?;
     }
+    Ok(audit::actor_name(state, headers, user.0.as_deref()))
 }
 
 /// `202 {"run_id","status"}`: `cancelled`, or `running` while its executor stops it.

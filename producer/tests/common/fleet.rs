@@ -341,7 +341,17 @@ impl Fleet {
 
     /// `GET path` until its answer `holds`, at most 30 s.
     pub async fn json_when(&self, path: &str, holds: impl Fn(&Value) -> bool) -> Value {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        self.json_within(path, Duration::from_secs(30), holds).await
+    }
+
+    /// The answer to `GET path` once `holds`, polled until `timeout`.
+    pub async fn json_within(
+        &self,
+        path: &str,
+        timeout: Duration,
+        holds: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let answer = self.json(path).await;
             if holds(&answer) {
@@ -353,6 +363,37 @@ impl Fleet {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Store `n` failed runs on `model`, of users `seed0`..`seed6` in turn, a millisecond apart
+    /// an hour ago, as a burst long past would leave them; each kept with its job, as the
+    /// producer keeps a run, so a retry can read its request.
+    pub async fn seed_failed_runs(&self, n: usize, model: &str) {
+        use freeway::store::Store;
+        let store = freeway::store::SqlStore::open(&self.db_url)
+            .await
+            .expect("the store");
+        let now = freeway::clock::epoch_ms();
+        for i in 0..n {
+            let body = serde_json::json!({
+                "user_id": format!("seed{}", i % 7), "input": "old", "routes": [{ "model": model }]
+            });
+            let request = freeway::job::RunRequest::from_json(
+                body.to_string().as_bytes(),
+                &freeway::catalog::Catalog::builtin(),
+            )
+            .expect("a request");
+            let job = freeway::job::RunJob::new(request, now - 3_600_000 + i as u64);
+            store
+                .create_queued(&job, job.enqueued_ms)
+                .await
+                .expect("a seeded run");
+            let mut rec = freeway::run::RunRecord::queued(&job, job.enqueued_ms);
+            rec.status = freeway::run::RunStatus::Failed;
+            rec.code = Some(freeway::run::Code::RoutesExhausted);
+            store.save_run(&rec).await.expect("a seeded run");
+        }
+        store.close().await;
     }
 
     pub async fn json(&self, path: &str) -> Value {
