@@ -86,7 +86,7 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
         "F waits or is refused for the day: {metrics}"
     );
     // A, B, the retry of D, E (its part done once answered), E's continuation and the bulk
-    // retries of seed3's runs succeeded; C was cancelled; D and the seeded runs failed.
+    // retries of seed3's runs succeeded; C and gus's two runs were cancelled; D and the seeded runs failed.
     let seed3 = (0..SEEDED_FAILED).filter(|i| i % 7 == 3).count() as f64;
     let succeeded = "freeway_runs{status=\"succeeded\",code=\"\"}";
     let metrics = fleet.metrics_showing(succeeded, 5.0 + seed3).await;
@@ -94,7 +94,7 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
     assert_eq!(runs(succeeded), Some(5.0 + seed3), "{metrics}");
     assert_eq!(
         runs("freeway_runs{status=\"cancelled\",code=\"\"}"),
-        Some(1.0),
+        Some(3.0),
         "{metrics}"
     );
     for name in ["desktop-light", "desktop-dark", "phone-light", "phone-dark"] {
@@ -102,7 +102,14 @@ async fn the_board_shows_a_rest_counting_down_attempt_logs_and_an_operator_only_
         assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
     }
     let log = fleet.log_of("producer");
-    for action in ["clear", "pause", "cancel", "retry", "bulk_retry"] {
+    for action in [
+        "clear",
+        "pause",
+        "cancel",
+        "retry",
+        "bulk_retry",
+        "bulk_cancel",
+    ] {
         assert!(
             log.lines().any(|l| l.contains("operator action")
                 && l.contains(action)

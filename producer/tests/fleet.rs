@@ -530,14 +530,15 @@ async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
     );
 }
 
-/// docs/design.md §4.4: an operator's bulk retry is paced like any enqueue. 35 failed runs on
-/// the free pool, whose account allows 10 calls a window, are retried by one bulk action: the
-/// answer says they wait their turn, and the sim's log shows it: every retried run succeeds
-/// with one call, none earns a 429, at most 10 a window, over at least four windows.
+/// docs/design.md §4.4: an operator's bulk retry is paced like any enqueue. 1,000 failed runs on
+/// the free pool, whose account allows 250 calls a window, are retried by one bulk action, one
+/// entry in the audit trail: the answer says they wait their turn, and the sim's log shows it:
+/// every retried run succeeds with one call, none earns a 429, at most 250 a window, over at
+/// least four windows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_retry_calls_no_faster_than_the_pool_allows() {
-    const LIMIT: usize = 10;
-    const FAILED: usize = 35;
+    const LIMIT: usize = 250;
+    const FAILED: usize = 1_000;
     let fleet = fleet_of_free_windows("bulkpace", LIMIT, LIMIT).await;
     fleet.seed_failed_runs(FAILED, FREE).await;
     let bulk = |body: Value| {
@@ -567,6 +568,17 @@ async fn a_bulk_retry_calls_no_faster_than_the_pool_allows() {
             .is_some_and(|m| m.contains("waits its turn in its pool's limiter")),
         "the answer says what will happen: {done}"
     );
+    let audit = fleet
+        .http
+        .get(fleet.url("/v1/audit"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("the producer answers");
+    let audit = common::json_of(audit).await;
+    let entries = audit["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 1, "one action: {audit}");
+    assert_eq!(entries[0]["action"], "bulk_retry", "{audit}");
     let windows = FAILED.div_ceil(LIMIT) as u64 + 2;
     let within = Duration::from_millis(windows * WINDOW_MS);
     fleet

@@ -347,8 +347,12 @@ try {
   assert.equal((await http('POST', `${SIM}/_sim/clock`, { token: null, body: { advance_ms: advance } })).status, 200);
   await until('the pools panel', async () => (await page.locator('#pools [data-pool="openrouter-free"]').count()) === 1);
   const usedBefore = await poolUsed();
+  const kept = await page.locator('#runs tbody tr').first().getAttribute('data-run-id');
+  await page.locator(`#runs tbody tr[data-run-id="${kept}"] a.run-link`).focus();
   const a = await enqueue('alice', 'first question [[answer:A is answered]]');
   await until('run A to succeed', async () => (await apiStatus(a)) === 'succeeded');
+  await until('A listed above the focused run', async () => (await runStatus(a)) === 'succeeded');
+  assert.equal(await focusedOn(), `run:${kept}`, 'a new row takes no focus from the run an operator is on');
   await until('the pool\'s use to rise', async () => (await poolUsed()) > usedBefore);
 
   step('run B earns the 429: the pool rests and B is delayed');
@@ -425,7 +429,7 @@ try {
   assert.ok(resultBox.y >= 0 && resultBox.y < 1000, `the answer is in view: ${resultBox.y}`);
   assert.equal(await apiStatus(b), 'delayed', 'and it is still delayed');
 
-  step('the operator cancels a delayed run');
+  step('the operator cancels a delayed run by keyboard');
   const c = await enqueue('carol', 'third question');
   await until('C delayed', async () => (await apiStatus(c)) === 'delayed');
   await until('C in the list', async () => (await runStatus(c)) === 'delayed');
@@ -439,11 +443,26 @@ try {
   await until('C cancelled', async () => (await apiStatus(c)) === 'cancelled');
   await until('the cancelled badge', async () => (await runStatus(c)) === 'cancelled');
 
+  step('a bulk cancel of one user\'s delayed runs names the count and cancels them');
+  const waiting = [await enqueue('gus', 'while the pool rests'), await enqueue('gus', 'while the pool rests too')];
+  for (const id of waiting) await until('gus\'s run delayed by the rest', async () => (await apiStatus(id)) === 'delayed');
+  await page.fill('#user-filter', 'gus');
+  await page.click('#filters button[type="submit"]');
+  await until('gus\'s two runs listed', async () => (await listedIds()).length === 2);
+  const cancelDialogs = dialogs.length;
+  await page.click('#bulk-cancel');
+  await until('the bulk cancel\'s answer', async () => /^2 runs cancelled/.test(await page.textContent('#bulk-result')));
+  assert.match(dialogs[cancelDialogs], /^Cancel 2 runs/, 'the confirmation names the count');
+  for (const id of waiting) assert.equal(await apiStatus(id), 'cancelled');
+  await page.fill('#user-filter', '');
+  await page.click('#filters button[type="submit"]');
+
   step('the pools panel shows the limit the 429 stated beside the configured one, and the miss');
   const poolCard = page.locator('#pools [data-pool="openrouter-free"]');
   await until('the learned limit', async () => /provider says 1/.test(await poolCard.locator('.limit-origin').first().textContent()));
   assert.match(await poolCard.textContent(), /configured 20/);
   assert.match(await poolCard.textContent(), /pacing misses: 1/);
+  assert.match(await poolCard.textContent(), /ends in \d+ (s|min)/, 'the window\'s end');
   assert.match(await poolCard.locator('.reserved').textContent(), /^reserved: \d+ slots of later windows held by waiting runs$/);
 
   step('each pool says how many runs of how many tenants wait; spend by tenant lists the day\'s tenants');
@@ -535,6 +554,7 @@ try {
   await until('its detail', async () => (await page.textContent('#detail-id')) === retried
     && /D is answered/.test(await page.textContent('#detail-output')));
   assert.match(await page.textContent('#detail-fields'), new RegExp(`retries${d}`));
+  assert.match(await page.textContent('#detail-fields'), /spent\$\d/, 'what it cost');
   assert.equal(await page.locator('#detail-fields a', { hasText: d }).count(), 1, 'the retried run is a link');
   await page.fill('#search', '');
   await page.click('#filters button[type="submit"]');
@@ -560,6 +580,23 @@ try {
   const continuation = (await page.textContent('#action-result')).match(/run (\S+) carries on/)[1];
   await until('the continuation to succeed', async () => (await apiStatus(continuation)) === 'succeeded', 20000);
 
+  step('the model and tenant filters find the runs of a route and of a tenant');
+  await page.click('#tabs button[data-status="all"]');
+  await page.fill('#route-filter', FREE);
+  await page.click('#filters button[type="submit"]');
+  await until('only the free route\'s runs', async () => {
+    const routes = await page.$$eval('#runs tbody tr', (rows) => rows.map((r) => r.cells[7].textContent));
+    const ids = await listedIds();
+    return /route=/.test(page.url()) && ids.includes(a) && ids.includes(b) && !ids.includes(d)
+      && routes.every((r) => r.includes(FREE));
+  });
+  await page.fill('#route-filter', '');
+  await page.fill('#tenant-filter', 'alice');
+  await page.click('#filters button[type="submit"]');
+  await until('only alice\'s runs', async () => /tenant=alice/.test(page.url())
+    && JSON.stringify(await listedIds()) === JSON.stringify([a]));
+  await page.fill('#tenant-filter', '');
+
   step('a bulk retry: the count is confirmed, it is one action, and the audit lists every action');
   await page.click('#tabs button[data-status="failed"]');
   await page.fill('#user-filter', 'seed3');
@@ -574,7 +611,7 @@ try {
   assert.equal(await focusedOn(), 'div#bulk-result', 'the answer has the focus');
   await until('the audit trail on the board', async () => {
     const actions = await page.$$eval('#audit tbody tr', (rows) => rows.map((r) => r.getAttribute('data-action')));
-    return ['bulk_retry', 'retry', 'approve', 'clear', 'pause', 'cancel', 'wake'].every((a) => actions.includes(a)) ? actions : null;
+    return ['bulk_retry', 'bulk_cancel', 'retry', 'approve', 'clear', 'pause', 'cancel', 'wake'].every((a) => actions.includes(a)) ? actions : null;
   });
   assert.match(await page.locator('#audit tbody tr[data-action="bulk_retry"]').first().textContent(), /status in \(failed\) · user seed3/);
   await page.fill('#user-filter', '');

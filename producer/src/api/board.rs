@@ -235,7 +235,7 @@ const TOTALS_SPAN_MS: u64 = 24 * 3_600_000;
 /// Its buckets: ten minutes, 144 of them.
 const TOTALS_BUCKET_MS: u64 = 600_000;
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 pub struct Totals {
     /// The first bucket's start, epoch ms.
     from_ms: u64,
@@ -246,18 +246,36 @@ pub struct Totals {
     counts: Vec<freeway::store::EndedCount>,
 }
 
+/// How long one reading of the totals serves every board.
+const TOTALS_FRESH_MS: u64 = 10_000;
+
+/// The last reading of the totals and when it was taken. They scan a day of ended runs, and
+/// every open board asks for them: one reading a [`TOTALS_FRESH_MS`] serves them all (the lock
+/// is held across the reading, so boards that ask together wait for one scan, not start one
+/// each).
+#[derive(Default)]
+pub struct TotalsCache(tokio::sync::Mutex<Option<(u64, Totals)>>);
+
 /// `GET /v1/board/totals`: the runs that ended in the last 24 hours, by outcome, ten minutes at
 /// a time.
 pub async fn totals(State(state): State<Arc<AppState>>) -> Result<Json<Totals>, ApiError> {
+    let mut cached = state.totals.0.lock().await;
     let now = freeway::clock::epoch_ms();
+    if let Some((at, totals)) = cached.as_ref()
+        && now.saturating_sub(*at) < TOTALS_FRESH_MS
+    {
+        return Ok(Json(totals.clone()));
+    }
     // Whole buckets, the last one holding now.
     let end = (now / TOTALS_BUCKET_MS + 1) * TOTALS_BUCKET_MS;
     let from_ms = end - TOTALS_SPAN_MS;
     let counts = state.store.ended_since(from_ms, TOTALS_BUCKET_MS).await?;
-    Ok(Json(Totals {
+    let totals = Totals {
         from_ms,
         bucket_ms: TOTALS_BUCKET_MS,
         buckets: TOTALS_SPAN_MS / TOTALS_BUCKET_MS,
         counts,
-    }))
+    };
+    *cached = Some((now, totals.clone()));
+    Ok(Json(totals))
 }

@@ -17,11 +17,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use freeway::run::RunStatus;
 use freeway::store::{MAX_PAGE, RunFilter, Store};
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// The most runs one bulk action acts on: a wider filter is refused, to be narrowed.
 pub const MAX_BULK: u64 = 10_000;
+/// Runs acted on at once.
+const BULK_CONCURRENCY: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -145,18 +148,26 @@ pub async fn bulk(
         }
     }
     let ids = matching(&state, &filter, &statuses).await?;
+    let by = format!("{} (bulk)", audit::ADMIN);
+    let act = |id: String| {
+        let (state, by) = (&state, &by);
+        async move {
+            match action {
+                BulkAction::Retry => state.enqueuer.retry(&id, None).await.map(|_| ()),
+                BulkAction::Cancel => state.enqueuer.cancel(&id, None, by).await.map(|_| ()),
+            }
+        }
+    };
+    // A few at once: each is a handful of Redis and store round trips, and 10,000 one after
+    // the other would outlast a client's patience. The calls they lead to are paced all the same.
+    let mut acted = futures_util::stream::iter(ids)
+        .map(act)
+        .buffer_unordered(BULK_CONCURRENCY);
     let (mut done, mut skipped) = (0, 0);
     let mut why_skipped = None;
-    for id in &ids {
-        let acted = match action {
-            BulkAction::Retry => state.enqueuer.retry(id, None).await.map(|_| ()),
-            BulkAction::Cancel => state
-                .enqueuer
-                .cancel(id, None, &format!("{} (bulk)", audit::ADMIN))
-                .await
-                .map(|_| ()),
-        };
-        match acted {
+    let mut failure = None;
+    while let Some(result) = acted.next().await {
+        match result {
             Ok(()) => done += 1,
             // A run that moved on since it was counted, or cannot be retried (its request is
             // gone), is left as it is; the others go ahead.
@@ -164,8 +175,20 @@ pub async fn bulk(
                 skipped += 1;
                 why_skipped.get_or_insert(why);
             }
-            Err(e) => return Err(e.into()),
+            // Redis or the store failed: stop, and keep what was done in the audit trail.
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
         }
+    }
+    drop(acted);
+    let target = describe(&filter, &statuses);
+    let name = format!("bulk_{}", action.name());
+    if let Some(e) = failure {
+        let detail = format!("stopped after {done} runs: {e}");
+        audit::record(&state, audit::ADMIN, &name, &target, &detail).await;
+        return Err(e.into());
     }
     let message = match action {
         BulkAction::Retry => format!(
@@ -177,15 +200,7 @@ pub async fn bulk(
             skipped_note(skipped, why_skipped.as_deref())
         ),
     };
-    let target = describe(&filter, &statuses);
-    audit::record(
-        &state,
-        audit::ADMIN,
-        &format!("bulk_{}", action.name()),
-        &target,
-        &message,
-    )
-    .await;
+    audit::record(&state, audit::ADMIN, &name, &target, &message).await;
     Ok(Json(BulkAnswer {
         action,
         dry_run: false,

@@ -77,6 +77,8 @@ pub struct AppState {
     pub signer: Option<EventsSigner>,
     /// `FREEWAY_CORS_ORIGINS`: web app pages that may read a run's events with its `events_url`.
     pub cors_origins: Vec<String>,
+    /// The day's totals of the board, read once for every board that polls them.
+    pub totals: board::TotalsCache,
     /// Turns `true` when the server shuts down, so open event streams end and the graceful
     /// shutdown does not wait for them.
     pub shutdown: watch::Receiver<bool>,

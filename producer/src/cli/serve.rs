@@ -54,6 +54,7 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         secret_key: settings.secret_key.clone(),
         signer: settings.secret_key.as_ref().map(EventsSigner::new),
         cors_origins: settings.cors_origins.clone(),
+        totals: Default::default(),
         shutdown,
     });
     let listener = match tokio::net::TcpListener::bind(addr).await {

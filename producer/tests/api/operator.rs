@@ -320,7 +320,7 @@ async fn the_audit_trail_is_the_operators_and_pages_by_its_own_cursor() {
 }
 
 /// The day's totals count the runs that ended, by status, in ten-minute buckets of the last
-/// 24 hours; a run still queued is not counted.
+/// 24 hours; a run still queued is not counted. A reading serves every board for ten seconds.
 #[tokio::test]
 async fn the_days_totals_count_ended_runs_by_status_in_ten_minute_buckets() {
     let s = Server::start(tokens(), None).await;
@@ -348,4 +348,8 @@ async fn the_days_totals_count_ended_runs_by_status_in_ten_minute_buckets() {
         [json!({ "status": "failed", "bucket": last, "runs": 3 })],
         "{totals}"
     );
+    // Every board polls them: one reading serves them all for ten seconds.
+    failed_runs(&s, 2).await;
+    let (_, again) = call(&s, "GET", "/v1/board/totals", API, Value::Null).await;
+    assert_eq!(again, totals, "read once for ten seconds");
 }

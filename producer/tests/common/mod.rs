@@ -118,6 +118,7 @@ impl Server {
             signer: secret_key.as_ref().map(freeway::signed::EventsSigner::new),
             cors_origins: vec![CORS_ORIGIN.to_string()],
             secret_key,
+            totals: Default::default(),
             shutdown,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
