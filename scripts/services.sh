@@ -44,6 +44,58 @@ start_redis() {
     export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 }
 
+# Start a throwaway Redis Cluster on loopback: 6 redis-servers with cluster mode on, joined by
+# `redis-cli --cluster create` as 3 primaries with a replica each; exports REDIS_CLUSTER_URL
+# (`redis+cluster://` and every node) and REDIS_CLUSTER_PORTS. Failover is quick (node timeout
+# 2 s) so that a test can kill a primary and wait for its replica to take over.
+start_redis_cluster() {
+    ensure_packages redis-server:redis-server redis-cli:redis-tools || return 1
+    SERVICES_DIR=${SERVICES_DIR:-$(mktemp -d)}
+    local nodes=() ports=() port dir
+    for n in 1 2 3 4 5 6; do
+        port=$(free_port)
+        dir="$SERVICES_DIR/cluster-$port"
+        mkdir -p "$dir"
+        # The bus port is named: its default, port + 10000, is past 65535 for a high free port.
+        redis-server --port "$port" --cluster-port "$(free_port)" --bind 127.0.0.1 --save '' --appendonly no \
+            --repl-diskless-sync-delay 0 \
+            --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" --cluster-node-timeout 2000 \
+            --dir "$dir" --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" >/dev/null
+        ports+=("$port")
+        nodes+=("127.0.0.1:$port")
+    done
+    for port in "${ports[@]}"; do
+        for _ in $(seq 1 100); do
+            redis-cli -p "$port" ping >/dev/null 2>&1 && break
+            sleep 0.05
+        done
+    done
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >"$SERVICES_DIR/cluster-create.log" 2>&1 ||
+        { echo "redis-cli --cluster create failed: see $SERVICES_DIR/cluster-create.log" >&2; return 1; }
+    for _ in $(seq 1 200); do
+        redis-cli -p "${ports[0]}" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break
+        sleep 0.05
+    done
+    redis-cli -p "${ports[0]}" cluster info | grep -q 'cluster_state:ok' ||
+        { echo "the cluster did not come up: see $SERVICES_DIR/cluster-create.log" >&2; return 1; }
+    # Every replica in sync with its primary, so that a failover has a replica to promote from
+    # the start (one still syncing refuses to stand in for a primary that died).
+    local synced
+    for _ in $(seq 1 400); do
+        synced=0
+        for port in "${ports[@]}"; do
+            redis-cli -p "$port" info replication 2>/dev/null | grep -q 'master_link_status:up' && synced=$((synced + 1))
+        done
+        [ "$synced" = 3 ] && break
+        sleep 0.05
+    done
+    [ "$synced" = 3 ] || { echo "the cluster's replicas did not sync" >&2; return 1; }
+    REDIS_CLUSTER_PORTS="${ports[*]}"
+    local IFS=,
+    export REDIS_CLUSTER_URL="redis+cluster://${nodes[*]}"
+    export REDIS_CLUSTER_PORTS
+}
+
 # The directory of PostgreSQL's server binaries (initdb, pg_ctl). Debian keeps them out of PATH in
 # /usr/lib/postgresql/<version>/bin; the newest version wins.
 pg_bindir() {
@@ -101,6 +153,9 @@ start_postgres() {
 
 stop_services() {
     [ -n "${REDIS_PORT:-}" ] && redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1
+    for port in ${REDIS_CLUSTER_PORTS:-}; do
+        redis-cli -p "$port" shutdown nosave >/dev/null 2>&1
+    done
     if [ -n "${PG_DIR:-}" ]; then
         "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate stop >/dev/null 2>&1
         rm -rf "$PG_DIR"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command: starts a private Redis and PostgreSQL (installing them when missing and run as
 # root), installs the board's browser test (chromium, playwright-core), runs the whole workspace's
-# tests once, and stops what it started. Extra arguments go to `cargo test`.
+# tests once, then the suites that touch Redis (rests, pace, spend, the queue end to end, the API
+# and its event streams, the fleet of processes) once more on a Redis Cluster of six nodes, then
+# kills a primary of that cluster under load (producer/tests/failover.rs), and stops what it
+# started. Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
@@ -11,3 +14,9 @@ start_postgres
 ensure_browser
 echo "tests use REDIS_URL=$REDIS_URL PG_URL=$PG_URL" >&2
 cargo test --workspace "$@"
+start_redis_cluster
+echo "the Redis suites again on a cluster: REDIS_URL=$REDIS_CLUSTER_URL" >&2
+REDIS_URL=$REDIS_CLUSTER_URL cargo test -p freeway --test rests --test pace --test spend \
+    -p worker --test queue_e2e -p producer --test api --test streams --test fleet "$@"
+# Last: it kills one of the cluster's primaries.
+REDIS_URL=$REDIS_CLUSTER_URL REDIS_CLUSTER_PORTS=$REDIS_CLUSTER_PORTS cargo test -p producer --test failover "$@"

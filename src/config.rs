@@ -120,14 +120,38 @@ impl Settings {
     /// Read settings from a map of variables (the process environment in production).
     pub fn from_vars(vars: &HashMap<String, String>) -> Result<Settings, ConfigError> {
         let get = |k: &str| vars.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-        let redis_url = get("REDIS_URL")
+        let mut redis_url = get("REDIS_URL")
             .unwrap_or("redis://127.0.0.1:6379")
             .to_string();
-        if !(redis_url.starts_with("redis://") || redis_url.starts_with("rediss://")) {
+        let schemes = [
+            "redis://",
+            "rediss://",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ];
+        if !schemes.iter().any(|s| redis_url.starts_with(s)) {
             return Err(ConfigError::new(
                 "REDIS_URL",
-                "must start with redis:// or rediss://",
+                "must start with redis://, rediss:// or (a cluster) redis+cluster://",
             ));
+        }
+        // `FREEWAY_REDIS_CLUSTER=on`: the URL's hosts are a cluster's seed nodes.
+        match get("FREEWAY_REDIS_CLUSTER") {
+            None | Some("off") => {}
+            Some("on") => {
+                if !redis_url.contains("+cluster://") {
+                    redis_url = redis_url.replacen("://", "+cluster://", 1);
+                }
+            }
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "FREEWAY_REDIS_CLUSTER",
+                    "must be on or off",
+                ));
+            }
+        }
+        if let Err(why) = crate::connect::RedisTarget::parse(&redis_url) {
+            return Err(ConfigError::new("REDIS_URL", why));
         }
         let database_url = get("DATABASE_URL")
             .unwrap_or("sqlite://freeway.db")
@@ -389,6 +413,33 @@ mod tests {
             "pools learn what providers state unless told not to"
         );
         assert_eq!(s.http2, Http2::Negotiated);
+    }
+
+    #[test]
+    fn a_cluster_is_named_by_its_scheme_or_by_freeway_redis_cluster() {
+        let url = |pairs: &[(&str, &str)]| Settings::from_vars(&vars(pairs)).map(|s| s.redis_url);
+        let nodes = "redis+cluster://h1:7000,h2:7001";
+        assert_eq!(url(&[("REDIS_URL", nodes)]).unwrap(), nodes);
+        assert_eq!(
+            url(&[
+                ("REDIS_URL", "redis://h1:7000,h2:7001"),
+                ("FREEWAY_REDIS_CLUSTER", "on")
+            ])
+            .unwrap(),
+            nodes
+        );
+        assert_eq!(
+            url(&[
+                ("REDIS_URL", "rediss://h1:7000"),
+                ("FREEWAY_REDIS_CLUSTER", "on")
+            ])
+            .unwrap(),
+            "rediss+cluster://h1:7000"
+        );
+        let e = Settings::from_vars(&vars(&[("FREEWAY_REDIS_CLUSTER", "yes")])).unwrap_err();
+        assert_eq!(e.var, "FREEWAY_REDIS_CLUSTER");
+        let e = Settings::from_vars(&vars(&[("REDIS_URL", "redis+cluster://,")])).unwrap_err();
+        assert_eq!(e.var, "REDIS_URL");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! and an in-process one ([`Fleet::in_memory`]) that keeps the same rules, so the engine's rule
 //! tests, the budget property test and benchmarks run without a server.
 
+use crate::connect::RedisConnection;
 use crate::events::{EventSink, MemoryEvents, RedisEvents};
 use crate::lease::{Leases, MemoryLeases, RedisLeases};
 use crate::metrics::{MemoryMetrics, Metrics, RedisMetrics};
@@ -13,7 +14,6 @@ use crate::pace::{MemoryPacer, Pacer, RedisPacer};
 use crate::rest::{MemoryRests, RedisRests, Rests};
 use crate::spend::{Ledger, MemoryLedger, RedisLedger};
 use crate::unsaved::{MemoryUnsaved, RedisUnsaved, Unsaved};
-use redis::aio::ConnectionManager;
 use std::sync::Arc;
 
 /// The shared state could not be read or written (Redis is down or answered nonsense); the
@@ -45,7 +45,7 @@ pub struct Fleet {
 
 impl Fleet {
     /// The fleet's state in one Redis namespace.
-    pub fn redis(conn: &ConnectionManager, ns: &str) -> Fleet {
+    pub fn redis(conn: &RedisConnection, ns: &str) -> Fleet {
         Fleet {
             rests: Arc::new(RedisRests::new(conn.clone(), ns)),
             leases: Arc::new(RedisLeases::new(conn.clone(), ns)),

@@ -10,9 +10,9 @@
 //! that need no server.
 
 use crate::clock::{Clock, SystemClock};
+use crate::connect::RedisConnection;
 use crate::fleet::FleetError;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -61,12 +61,12 @@ pub const CANCEL_TTL: Duration = Duration::from_secs(2 * 24 * 3600);
 /// Leases as Redis keys with a TTL.
 #[derive(Clone)]
 pub struct RedisLeases {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     ns: String,
 }
 
 impl RedisLeases {
-    pub fn new(conn: ConnectionManager, ns: impl Into<String>) -> Self {
+    pub fn new(conn: RedisConnection, ns: impl Into<String>) -> Self {
         Self {
             conn,
             ns: ns.into(),

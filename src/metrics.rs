@@ -11,13 +11,13 @@
 //!
 //! | key | fields | counts |
 //! |---|---|---|
-//! | `ns:metrics:calls` | `["<route>","<outcome>"]` (a JSON pair) | provider calls; outcome `ok` or the verdict |
-//! | `ns:metrics:rests` | `["<scope>","<verdict>"]` | rests written (extended) by scope and verdict |
-//! | `ns:metrics:latency` | `le:<ms>`, `le:+Inf`, `sum`, `count` | call latency in ms |
-//! | `ns:metrics:calls_per_run` | `le:<n>`, `le:+Inf`, `sum`, `count` | calls of each run when it settles |
-//! | `ns:metrics:canary_failures` | `["<provider>","<verdict>"]` | canaries the provider refused or failed |
-//! | `ns:metrics:spend` | `["<tier>","<provider>"]` | nano-dollars spent on priced routes (never a tenant: its values are unbounded) |
-//! | `ns:metrics:minute:<m>` | `["<route>","<outcome>"]`, `["<route>","le:<ms>"]` | one minute's calls and latencies per route |
+//! | `{ns:metrics}:calls` | `["<route>","<outcome>"]` (a JSON pair) | provider calls; outcome `ok` or the verdict |
+//! | `{ns:metrics}:rests` | `["<scope>","<verdict>"]` | rests written (extended) by scope and verdict |
+//! | `{ns:metrics}:latency` | `le:<ms>`, `le:+Inf`, `sum`, `count` | call latency in ms |
+//! | `{ns:metrics}:calls_per_run` | `le:<n>`, `le:+Inf`, `sum`, `count` | calls of each run when it settles |
+//! | `{ns:metrics}:canary_failures` | `["<provider>","<verdict>"]` | canaries the provider refused or failed |
+//! | `{ns:metrics}:spend` | `["<tier>","<provider>"]` | nano-dollars spent on priced routes (never a tenant: its values are unbounded) |
+//! | `{ns:metrics}:minute:<m>` | `["<route>","<outcome>"]`, `["<route>","le:<ms>"]` | one minute's calls and latencies per route |
 //!
 //! A labelled series (a field of `calls`, `rests`, `canary_failures` or `spend`) that no replica
 //! has added to for [`SERIES_KEPT_MS`] is dropped at the next scrape: each write also stamps its
@@ -29,9 +29,9 @@
 //! it began: the board charts the last hour from them.
 //! Recording never fails a run; a failed write is logged and that count is lost.
 
+use crate::connect::RedisConnection;
 use crate::fleet::FleetError;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -225,7 +225,7 @@ const MINUTE: &str = "minute";
 /// The counters in Redis hashes, one per family (see the module's table).
 #[derive(Clone)]
 pub struct RedisMetrics {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     ns: String,
     held: std::sync::Arc<Mutex<Held>>,
 }
@@ -270,7 +270,7 @@ pub struct Snapshot {
 }
 
 impl RedisMetrics {
-    pub fn new(conn: ConnectionManager, ns: &str) -> RedisMetrics {
+    pub fn new(conn: RedisConnection, ns: &str) -> RedisMetrics {
         let held = Held {
             sums: HashMap::new(),
             minutes: Vec::new(),
@@ -331,12 +331,14 @@ impl RedisMetrics {
         }
     }
 
+    /// Every key of the fleet's counters carries one hash tag, `{ns:metrics}`, so that a write
+    /// or a read of them is one pipeline on a cluster too.
     fn key(&self, family: &str) -> String {
-        format!("{}:metrics:{family}", self.ns)
+        format!("{{{}:metrics}}:{family}", self.ns)
     }
 
     fn minute_key(&self, m: u64) -> String {
-        format!("{}:metrics:{MINUTE}:{m}", self.ns)
+        format!("{{{}:metrics}}:{MINUTE}:{m}", self.ns)
     }
 
     fn key_of(&self, i: &Increment) -> String {

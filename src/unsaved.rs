@@ -10,9 +10,9 @@
 //! |---|---|---|
 //! | `{ns}:run:{run_id}:unsaved` | the run record and the writes of its last failed save (JSON) | a day past the run's deadline |
 
+use crate::connect::RedisConnection;
 use crate::fleet::FleetError;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -31,12 +31,12 @@ pub trait Unsaved: Send + Sync {
 /// The writes in Redis, one key per run.
 #[derive(Clone)]
 pub struct RedisUnsaved {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     ns: String,
 }
 
 impl RedisUnsaved {
-    pub fn new(conn: ConnectionManager, ns: &str) -> RedisUnsaved {
+    pub fn new(conn: RedisConnection, ns: &str) -> RedisUnsaved {
         RedisUnsaved {
             conn,
             ns: ns.to_string(),

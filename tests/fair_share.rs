@@ -492,7 +492,7 @@ proptest! {
 struct OwnRedis(std::process::Child);
 
 impl OwnRedis {
-    async fn start() -> (OwnRedis, redis::aio::ConnectionManager) {
+    async fn start() -> (OwnRedis, freeway::connect::RedisConnection) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -531,7 +531,7 @@ impl Drop for OwnRedis {
 }
 
 /// The commands Redis ran (scripts' own included) since the counts were last reset.
-async fn commands_run(conn: &mut redis::aio::ConnectionManager) -> u64 {
+async fn commands_run(conn: &mut freeway::connect::RedisConnection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)

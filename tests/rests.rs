@@ -11,11 +11,11 @@ use freeway::classify::{
     EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS, RestLength, RestScope, classify_response,
 };
 use freeway::clock::{Clock, InstantClock};
+use freeway::connect::RedisConnection;
 use freeway::headers::Headers;
 use freeway::lease::{LEASE_TTL, Lease, Leases, MemoryLeases, RedisLeases};
 use freeway::rest::{ActiveRest, MemoryRests, Probe, RedisRests, RestKind, Rests};
 use freeway::route::Route;
-use redis::aio::ConnectionManager;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ enum Backend {
     Redis {
         rests: RedisRests,
         leases: RedisLeases,
-        conn: ConnectionManager,
+        conn: RedisConnection,
     },
 }
 
@@ -91,7 +91,7 @@ impl Fixture {
     }
 
     /// The Redis implementation and its connection, for the checks that only it can answer.
-    fn in_redis(&self) -> (&RedisRests, &ConnectionManager) {
+    fn in_redis(&self) -> (&RedisRests, &RedisConnection) {
         match &self.backend {
             Backend::Redis { rests, conn, .. } => (rests, conn),
             Backend::Memory { .. } => panic!("a check of the Redis implementation"),
@@ -156,7 +156,7 @@ impl Fixture {
     }
 }
 
-async fn redis_now_ms(conn: &ConnectionManager) -> u64 {
+async fn redis_now_ms(conn: &RedisConnection) -> u64 {
     let mut conn = conn.clone();
     let (s, us): (u64, u64) = redis::cmd("TIME")
         .query_async(&mut conn)
@@ -165,7 +165,7 @@ async fn redis_now_ms(conn: &ConnectionManager) -> u64 {
     s * 1000 + us / 1000
 }
 
-async fn pttl(conn: &ConnectionManager, key: &str) -> i64 {
+async fn pttl(conn: &RedisConnection, key: &str) -> i64 {
     let mut conn = conn.clone();
     redis::cmd("PTTL")
         .arg(key)

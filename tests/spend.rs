@@ -74,7 +74,7 @@ impl Clock for ManualClock {
 
 enum Backend {
     Memory(Arc<ManualClock>),
-    Redis(redis::aio::ConnectionManager, String),
+    Redis(freeway::connect::RedisConnection, String),
 }
 
 struct Fixture {

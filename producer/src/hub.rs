@@ -18,10 +18,16 @@
 //! A reader blocked in `XREAD` does not see a run added after the read began, so adding one
 //! wakes it with `CLIENT UNBLOCK`; its short `BLOCK` bounds the wait in the rare case where the
 //! wake-up arrives before the read.
+//!
+//! On a Redis Cluster one `XREAD` names streams of one slot only, and a blocked read holds its
+//! node's connection. There a reader does not block: every [`POLL`] it reads its feeds' streams
+//! without waiting, one `XREAD` per slot, all at once on the shared connection; the runs'
+//! streams are spread over sixteen hash tags ([`freeway::events::stream_key`]), so that is at
+//! most sixteen reads however many runs it follows. A new feed wakes it at once.
 
 use crate::stream::{self, BATCH, Entry, StreamId};
+use freeway::connect::RedisConnection;
 use redis::AsyncCommands;
-use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry as Slot;
@@ -31,8 +37,10 @@ use tokio::sync::{Notify, broadcast};
 
 /// Stream keys one `XREAD` names at most.
 pub const KEYS_PER_READ: usize = 1_000;
-/// How long a reader's `XREAD` waits; see the module's last paragraph.
+/// How long a reader's `XREAD` waits; see the module's last paragraphs.
 const BLOCK: Duration = Duration::from_secs(1);
+/// How often a reader on a cluster reads its feeds' streams while nothing new comes.
+const POLL: Duration = Duration::from_millis(100);
 /// A reader with no run to follow keeps its connection this long for the next one, then ends.
 const LINGER: Duration = Duration::from_secs(30);
 /// Batches of entries a feed holds for its slowest subscriber.
@@ -47,10 +55,10 @@ pub struct Hub {
 }
 
 struct Inner {
-    /// For the readers' connections of their own.
-    client: redis::Client,
+    /// `REDIS_URL`, for the readers' connections of their own.
+    url: String,
     /// The shared connection: where a feed starts, and waking a reader.
-    conn: ConnectionManager,
+    conn: RedisConnection,
     state: Mutex<State>,
 }
 
@@ -92,11 +100,11 @@ pub enum Lost {
 impl Hub {
     /// Readers for up to `streams` open streams; none runs (or connects) before a first
     /// subscription.
-    pub fn new(client: redis::Client, conn: ConnectionManager, streams: usize) -> Hub {
+    pub fn new(url: &str, conn: RedisConnection, streams: usize) -> Hub {
         let readers = streams.div_ceil(KEYS_PER_READ).max(1);
         Hub {
             inner: Arc::new(Inner {
-                client,
+                url: url.to_string(),
                 conn,
                 state: Mutex::new(State {
                     feeds: HashMap::new(),
@@ -190,19 +198,35 @@ fn reader_for(readers: &[Reader]) -> usize {
         .unwrap_or(0)
 }
 
+/// The reader's feeds, each key with its position, and its wake-up, once it has some; `None`
+/// once it retired, having had nothing to follow for [`LINGER`].
+async fn next_feeds(
+    inner: &Inner,
+    reader: usize,
+) -> Option<(Vec<(String, StreamId)>, Arc<Notify>)> {
+    loop {
+        let (keys, wake) = inner.followed(reader);
+        if !keys.is_empty() {
+            return Some((keys, wake));
+        }
+        let idle = tokio::time::timeout(LINGER, wake.notified()).await.is_err();
+        if idle && inner.retire(reader) {
+            return None;
+        }
+    }
+}
+
 /// One reader's loop: read its feeds' streams and fan out what comes, until it has had nothing
 /// to follow for [`LINGER`].
 async fn read(inner: Arc<Inner>, reader: usize) {
-    let mut conn: Option<MultiplexedConnection> = None;
+    if inner.conn.is_cluster() {
+        return poll(inner, reader).await;
+    }
+    let mut conn: Option<RedisConnection> = None;
     loop {
-        let (keys, wake) = inner.followed(reader);
-        if keys.is_empty() {
-            let idle = tokio::time::timeout(LINGER, wake.notified()).await.is_err();
-            if idle && inner.retire(reader) {
-                return;
-            }
-            continue;
-        }
+        let Some((keys, _)) = next_feeds(&inner, reader).await else {
+            return;
+        };
         let Some(c) = conn.as_mut() else {
             match connect(&inner, reader).await {
                 Ok(c) => conn = Some(c),
@@ -234,13 +258,60 @@ async fn read(inner: Arc<Inner>, reader: usize) {
     }
 }
 
+/// [`read`] on a cluster: every [`POLL`], or at once when woken, one `XREAD` without waiting
+/// per slot of its feeds' streams.
+async fn poll(inner: Arc<Inner>, reader: usize) {
+    loop {
+        let Some((keys, wake)) = next_feeds(&inner, reader).await else {
+            return;
+        };
+        let mut by_slot: HashMap<String, (Vec<String>, Vec<String>)> = HashMap::new();
+        for (key, position) in keys {
+            let slot = by_slot
+                .entry(freeway::connect::hash_tag(&key).to_string())
+                .or_default();
+            slot.0.push(key);
+            slot.1.push(position.to_string());
+        }
+        let reads = by_slot.values().map(|(names, ids)| {
+            let mut conn = inner.conn.clone();
+            let options = StreamReadOptions::default().count(BATCH);
+            async move {
+                conn.xread_options::<_, _, Option<StreamReadReply>>(names, ids, &options)
+                    .await
+            }
+        });
+        match futures_util::future::try_join_all(reads).await {
+            Ok(replies) => {
+                let read: Vec<_> = replies.into_iter().flatten().flat_map(|r| r.keys).collect();
+                let quiet = read.is_empty();
+                inner.deliver(read);
+                if quiet {
+                    let _ = tokio::time::timeout(POLL, wake.notified()).await;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the event reader failed to read Redis");
+                inner.fail(reader);
+            }
+        }
+    }
+}
+
 /// A reader's connection, its client id recorded for waking it.
-async fn connect(inner: &Inner, reader: usize) -> Result<MultiplexedConnection, redis::RedisError> {
-    let mut conn = stream::blocking_connection(&inner.client, BLOCK).await?;
+async fn connect(
+    inner: &Inner,
+    reader: usize,
+) -> Result<RedisConnection, freeway::connect::ConnectError> {
+    let mut conn = freeway::connect::blocking(&inner.url, BLOCK).await?;
     let id: i64 = redis::cmd("CLIENT")
         .arg("ID")
         .query_async(&mut conn)
-        .await?;
+        .await
+        .map_err(|source| freeway::connect::ConnectError {
+            url: freeway::connect::redact(&inner.url),
+            source,
+        })?;
     inner.lock().readers[reader].client_id = Some(id);
     Ok(conn)
 }

@@ -1,15 +1,16 @@
-//! Reading a run's event stream (`{ns}:run:{run_id}:events`, docs/design.md §2.5) as it grows: what
+//! Reading a run's event stream (`{ns}:{events:<shard>}:run:{run_id}:events`, docs/design.md §2.5) as it grows: what
 //! `GET /v1/runs/{id}/events` relays as Server-Sent Events and `producer enqueue --wait` prints.
 //!
 //! The short reads ([`range`], [`entry_at`], [`newest`]) never block, so they run on the shared
 //! connection. Waiting for new entries does: the API waits through the one shared reader of
 //! [`crate::hub`], and the CLI, which follows one run, through a [`Reader`] of its own. Either
 //! way `XREAD BLOCK` gets a connection of its own: a blocking command on the shared
-//! `ConnectionManager` would stall every other command queued behind it.
+//! `RedisConnection` would stall every other command queued behind it.
 
+use freeway::connect::{ConnectError, RedisConnection};
 use freeway::events::Event;
 use redis::AsyncCommands;
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::aio::ConnectionLike;
 use redis::streams::{StreamRangeReply, StreamReadOptions, StreamReadReply};
 use std::fmt;
 use std::time::Duration;
@@ -156,35 +157,19 @@ pub async fn latest<C: ConnectionLike + Send + Sync>(
     Ok(newest_first)
 }
 
-/// A connection of its own for `XREAD BLOCK`: its responses may take the whole block.
-pub(crate) async fn blocking_connection(
-    client: &redis::Client,
-    block: Duration,
-) -> Result<MultiplexedConnection, redis::RedisError> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(freeway::connect::REDIS_CONNECT_TIMEOUT))
-        .set_response_timeout(Some(block + freeway::connect::REDIS_RESPONSE_TIMEOUT));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-}
-
 /// Follows one run's stream from its beginning, on a connection of its own.
 pub struct Reader {
-    conn: MultiplexedConnection,
+    conn: RedisConnection,
     key: String,
     /// The id of the last entry read.
     last_id: StreamId,
 }
 
 impl Reader {
-    pub async fn open(
-        client: &redis::Client,
-        ns: &str,
-        run_id: &str,
-    ) -> Result<Reader, redis::RedisError> {
+    /// A reader of the run's stream on the Redis at `url` (one server or a cluster).
+    pub async fn open(url: &str, ns: &str, run_id: &str) -> Result<Reader, ConnectError> {
         Ok(Reader {
-            conn: blocking_connection(client, BLOCK).await?,
+            conn: freeway::connect::blocking(url, BLOCK).await?,
             key: freeway::events::stream_key(ns, run_id),
             last_id: StreamId::ZERO,
         })

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A redis-server of the test's own (`--save ""`), and a connection to it.
-async fn own_redis() -> (u16, std::process::Child, redis::aio::ConnectionManager) {
+async fn own_redis() -> (u16, std::process::Child, freeway::connect::RedisConnection) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

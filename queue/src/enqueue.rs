@@ -23,6 +23,7 @@ use crate::RedisFault;
 use crate::schedule::{IDEMPOTENCY_TTL, Queue, QueueError};
 use freeway::catalog::Catalog;
 use freeway::chat::ToolCall;
+use freeway::connect::{RedisConnection, keyed};
 use freeway::engine::{Spender, close_capped_routes};
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::fleet::FleetError;
@@ -37,7 +38,6 @@ use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
 use freeway::spend::RedisLedger;
 use freeway::store::{Store, StoreError, Transition, UnsettledCursor, UnsettledJob};
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -155,12 +155,12 @@ pub struct Enqueuer {
     /// What tenants spend, for refusing a run only priced routes past a cap are left to.
     spend: RedisLedger,
     catalog: Arc<Catalog>,
-    conn: ConnectionManager,
+    conn: RedisConnection,
     ns: String,
 }
 
 impl Enqueuer {
-    pub fn new(conn: ConnectionManager, ns: &str, store: Arc<dyn Store>) -> Enqueuer {
+    pub fn new(conn: RedisConnection, ns: &str, store: Arc<dyn Store>) -> Enqueuer {
         Enqueuer {
             queue: Queue::new(conn.clone(), ns),
             rests: RedisRests::new(conn.clone(), ns),
@@ -224,7 +224,7 @@ impl Enqueuer {
     }
 
     /// The shared Redis connection (never for blocking commands).
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConnection {
         self.conn.clone()
     }
 
@@ -463,13 +463,12 @@ impl Enqueuer {
 
     /// Whether Redis keeps nothing of a run: neither its job copy nor a lease.
     async fn stranded(&self, run_id: &str) -> Result<bool, EnqueueError> {
-        let mut conn = self.conn.clone();
-        let (job, lease): (bool, bool) = redis::pipe()
-            .exists(self.job_key(run_id))
-            .exists(self.leases.key(run_id))
-            .query_async(&mut conn)
-            .await?;
-        Ok(!job && !lease)
+        let exists = vec![
+            keyed("EXISTS", &self.job_key(run_id)),
+            keyed("EXISTS", &self.leases.key(run_id)),
+        ];
+        let known: Vec<bool> = self.conn.each(exists).await?;
+        Ok(!known.iter().any(|k| *k))
     }
 
     /// Record, announce and push a job that passed pre-flight, then keep its job copy. A
@@ -526,13 +525,11 @@ impl Enqueuer {
         settled_run: Option<&str>,
         keep: std::time::Duration,
     ) -> Result<(), EnqueueError> {
-        let mut pipe = redis::pipe();
-        self.queue.retire_in(&mut pipe, task_id, keep);
+        let mut commands = vec![self.queue.retire_command(task_id, keep)];
         if let Some(run_id) = settled_run {
-            pipe.del(self.job_key(run_id)).ignore();
+            commands.push(keyed("DEL", &self.job_key(run_id)));
         }
-        let mut conn = self.conn.clone();
-        pipe.query_async::<()>(&mut conn).await?;
+        self.conn.each::<redis::Value>(commands).await?;
         Ok(())
     }
 
@@ -609,13 +606,16 @@ impl Enqueuer {
         if jobs.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for job in &jobs {
-            pipe.exists(self.job_key(&job.run_id))
-                .exists(self.leases.key(&job.run_id));
-        }
-        let mut conn = self.conn.clone();
-        let known: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let exists = jobs
+            .iter()
+            .flat_map(|job| {
+                [
+                    keyed("EXISTS", &self.job_key(&job.run_id)),
+                    keyed("EXISTS", &self.leases.key(&job.run_id)),
+                ]
+            })
+            .collect();
+        let known: Vec<bool> = self.conn.each(exists).await?;
         let lost = jobs
             .into_iter()
             .zip(known.chunks(2))

@@ -13,8 +13,8 @@
 //! | `{ns}:health:probe` | the last write probe | 60 s |
 
 use crate::RedisFault;
+use freeway::connect::RedisConnection;
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 
 /// How often a replica probes its writer.
@@ -42,12 +42,12 @@ pub struct FleetHealth {
 /// Reads and writes the health reports of one namespace.
 #[derive(Clone)]
 pub struct Health {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     ns: String,
 }
 
 impl Health {
-    pub fn new(conn: ConnectionManager, ns: &str) -> Health {
+    pub fn new(conn: RedisConnection, ns: &str) -> Health {
         Health {
             conn,
             ns: ns.to_string(),

@@ -19,8 +19,8 @@ use crate::RedisFault;
 use apalis_core::task::builder::TaskBuilder;
 use apalis_core::task::task_id::TaskId;
 use apalis_redis::{Config, RedisStorage};
+use freeway::connect::RedisConnection;
 use freeway::job::RunJob;
-use redis::aio::ConnectionManager;
 use std::time::Duration;
 
 /// How long apalis keeps an idempotency key: longer than any run's deadline (24 h).
@@ -61,15 +61,26 @@ impl From<apalis_redis::Error> for QueueError {
     }
 }
 
-/// The apalis queue name (its key prefix) for a namespace.
-pub fn queue_name(ns: &str) -> String {
-    format!("{ns}:runs")
+/// The key apalis-redis 1.0.0's worker registration writes, whatever the queue: a fixed key its
+/// script does not declare, which Redis Cluster lets a script touch only on the node that holds
+/// the script's own keys.
+pub const APALIS_REGISTRY: &str = "core:apalis:queues:list";
+
+/// The apalis queue name (its key prefix) for a namespace. On a cluster every key of the queue
+/// carries [`APALIS_REGISTRY`] as its hash tag, so apalis's scripts find all their keys, the
+/// registry's included, in one slot (docs/operations.md, "Running on a Redis Cluster").
+pub fn queue_name(ns: &str, cluster: bool) -> String {
+    if cluster {
+        format!("{{{APALIS_REGISTRY}}}{ns}:runs")
+    } else {
+        format!("{ns}:runs")
+    }
 }
 
-/// Every apalis-redis setting of docs/design.md §4.3, set explicitly.
-pub fn storage_config(ns: &str, batch_size: usize, heartbeat: Duration) -> Config {
+/// Every apalis-redis setting of docs/design.md §4.3, set explicitly, for the queue `name`.
+pub fn storage_config(name: &str, batch_size: usize, heartbeat: Duration) -> Config {
     Config::default()
-        .queue(queue_name(ns))
+        .queue(name)
         .batch_size(batch_size.max(1))
         .heartbeat_interval(heartbeat)
         .missed_heartbeats(MISSED_HEARTBEATS)
@@ -106,20 +117,29 @@ pub struct Replica {
 
 #[derive(Clone)]
 pub struct Queue {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     config: Config,
     ns: String,
+    /// The apalis queue name, every key's prefix ([`queue_name`]).
+    name: String,
     heartbeat: Duration,
 }
 
 impl Queue {
-    pub fn new(conn: ConnectionManager, ns: &str) -> Queue {
+    pub fn new(conn: RedisConnection, ns: &str) -> Queue {
+        let name = queue_name(ns, conn.is_cluster());
         Queue {
+            config: storage_config(&name, 1, HEARTBEAT),
             conn,
-            config: storage_config(ns, 1, HEARTBEAT),
             ns: ns.to_string(),
+            name,
             heartbeat: HEARTBEAT,
         }
+    }
+
+    /// The apalis queue name: the prefix of the queue's keys.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// A shorter heartbeat makes crash recovery faster (tests); docs/design.md §4.3 asks for 10 s.
@@ -130,9 +150,9 @@ impl Queue {
 
     /// The apalis storage a worker running `concurrency` jobs at once takes them from: it
     /// fetches [`FETCH_BATCH`] at most at a time.
-    pub fn storage(&self, concurrency: usize) -> RedisStorage<serde_json::Value> {
+    pub fn storage(&self, concurrency: usize) -> RedisStorage<serde_json::Value, RedisConnection> {
         RedisStorage::new(self.conn.clone()).with_config(storage_config(
-            &self.ns,
+            &self.name,
             concurrency.min(FETCH_BATCH),
             self.heartbeat,
         ))
@@ -318,17 +338,19 @@ impl Queue {
     /// Delivery `task_id` is over (its run settled, parked or was dead-lettered): apalis's
     /// records of it may go `keep` from now ([`Queue::vacuum`]).
     pub async fn retire(&self, task_id: &str, keep: Duration) -> Result<(), QueueError> {
-        let mut pipe = redis::pipe();
-        self.retire_in(&mut pipe, task_id, keep);
         let mut conn = self.conn.clone();
-        pipe.query_async::<()>(&mut conn).await?;
+        self.retire_command(task_id, keep)
+            .query_async::<()>(&mut conn)
+            .await?;
         Ok(())
     }
 
-    /// [`Queue::retire`] as a command of `pipe`.
-    pub(crate) fn retire_in(&self, pipe: &mut redis::Pipeline, task_id: &str, keep: Duration) {
+    /// [`Queue::retire`] as a command, to send with others.
+    pub(crate) fn retire_command(&self, task_id: &str, keep: Duration) -> redis::Cmd {
         let at = freeway::clock::epoch_ms() + keep.as_millis() as u64;
-        pipe.zadd(self.retired(), task_id, at).ignore();
+        let mut cmd = freeway::connect::keyed("ZADD", &self.retired());
+        cmd.arg(at).arg(task_id);
+        cmd
     }
 
     /// Delete apalis's records of deliveries retired until `now_ms`, at most `limit` of them:
@@ -405,16 +427,16 @@ impl Queue {
     }
 
     fn snoozed(&self) -> String {
-        format!("{}:snoozed", queue_name(&self.ns))
+        format!("{}:snoozed", self.name)
     }
 
     fn snoozed_jobs(&self) -> String {
-        format!("{}:snoozed:jobs", queue_name(&self.ns))
+        format!("{}:snoozed:jobs", self.name)
     }
 
     /// Finished deliveries by the time their apalis records may go.
     fn retired(&self) -> String {
-        format!("{}:retired", queue_name(&self.ns))
+        format!("{}:retired", self.name)
     }
 }
 

@@ -10,10 +10,10 @@ use super::{
     DaySync, Dispatched, Headroom, Joined, Learned, Limits, Pacer, PoolSeen, PoolUse, Refusal,
     Reservation, SEEN_TTL_MS, Seen, Share, Slot, Stated, WINDOW_GUARD_MS, Waiter,
 };
+use crate::connect::RedisConnection;
 use crate::fleet::FleetError;
 use async_trait::async_trait;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use std::sync::LazyLock;
 
 static PACE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("pace.lua")));
@@ -49,12 +49,12 @@ static REOPEN_DAY: LazyLock<Script> = LazyLock::new(|| {
 /// Pools' limiters in one Redis namespace.
 #[derive(Clone)]
 pub struct RedisPacer {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     ns: String,
 }
 
 impl RedisPacer {
-    pub fn new(conn: ConnectionManager, ns: impl Into<String>) -> Self {
+    pub fn new(conn: RedisConnection, ns: impl Into<String>) -> Self {
         RedisPacer {
             conn,
             ns: ns.into(),

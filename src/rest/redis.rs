@@ -40,10 +40,10 @@ use crate::classify::{
     EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS,
     LONG_REST_CAP_MS, MIN_REST_MS, POOL_REST_CAP_MS, RestLength, RestScope,
 };
+use crate::connect::{RedisConnection, keyed};
 use crate::route::Route;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
-use redis::{ErrorKind, RedisError, Script, Value};
+use redis::{Cmd, ErrorKind, RedisError, Script, Value};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
@@ -68,12 +68,12 @@ const INDEX_TTL_MS: u64 = LONG_REST_CAP_MS + 60_000;
 /// The fleet's rests, in one Redis namespace.
 #[derive(Clone)]
 pub struct RedisRests {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     ns: String,
 }
 
 impl RedisRests {
-    pub fn new(conn: ConnectionManager, ns: impl Into<String>) -> Self {
+    pub fn new(conn: RedisConnection, ns: impl Into<String>) -> Self {
         Self {
             conn,
             ns: ns.into(),
@@ -149,12 +149,8 @@ impl RedisRests {
         if keys.is_empty() {
             return Ok(states);
         }
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.get(key);
-        }
-        let mut conn = self.conn.clone();
-        let values: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let gets = keys.iter().map(|key| keyed("GET", key)).collect();
+        let values: Vec<Value> = self.conn.each(gets).await?;
         if values.len() != keys.len() {
             return Err(unexpected("a GET per key"));
         }
@@ -164,11 +160,8 @@ impl RedisRests {
         if held.is_empty() {
             return Ok(states);
         }
-        let mut pipe = redis::pipe();
-        for &i in &held {
-            pipe.cmd("PTTL").arg(&keys[i]);
-        }
-        let ttls: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let pttls = held.iter().map(|&i| keyed("PTTL", &keys[i])).collect();
+        let ttls: Vec<Value> = self.conn.each(pttls).await?;
         if ttls.len() != held.len() {
             return Err(unexpected("a PTTL per key"));
         }
@@ -220,12 +213,11 @@ impl Rests for RedisRests {
             .collect();
         // A probe is due where a guessed rest has ended: its guess is remembered and its rest is
         // gone. Guesses are rare, so the rests are read only where one is remembered.
-        let mut pipe = redis::pipe();
-        for key in &keys {
-            pipe.exists(guess_key(key));
-        }
-        let mut conn = self.conn.clone();
-        let guessed: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let exists = keys
+            .iter()
+            .map(|key| keyed("EXISTS", &guess_key(key)))
+            .collect();
+        let guessed: Vec<bool> = self.conn.each(exists).await?;
         let guessed: Vec<&String> = keys
             .iter()
             .zip(guessed)
@@ -234,11 +226,8 @@ impl Rests for RedisRests {
         if guessed.is_empty() {
             return Ok(Probe::NotDue);
         }
-        let mut pipe = redis::pipe();
-        for key in &guessed {
-            pipe.exists(*key);
-        }
-        let resting: Vec<bool> = pipe.query_async(&mut conn).await?;
+        let exists = guessed.iter().map(|key| keyed("EXISTS", key)).collect();
+        let resting: Vec<bool> = self.conn.each(exists).await?;
         let due: Vec<&String> = guessed
             .into_iter()
             .zip(resting)
@@ -248,6 +237,7 @@ impl Rests for RedisRests {
             return Ok(Probe::NotDue);
         }
         let value = probe_value(owner);
+        let mut conn = self.conn.clone();
         for key in due {
             let (held_ms, holder): (i64, Option<String>) = CLAIM
                 .key(probe_key(key))
@@ -433,16 +423,17 @@ impl Rests for RedisRests {
         if targets.is_empty() {
             return Ok(false);
         }
-        let mut pipe = redis::pipe();
-        for target in &targets {
-            pipe.cmd("DEL").arg(target);
-        }
-        pipe.cmd("ZREM").arg(&index).arg(&targets).ignore();
+        let mut commands: Vec<Cmd> = targets.iter().map(|t| keyed("DEL", t)).collect();
+        let mut unindex = keyed("ZREM", &index);
+        unindex.arg(&targets);
+        commands.push(unindex);
         if scope == "pool" {
-            pipe.cmd("DEL").arg(self.evidence_key(key)).ignore();
+            commands.push(keyed("DEL", &self.evidence_key(key)));
         }
-        let deleted: Vec<i64> = pipe.query_async(&mut conn).await?;
-        let removed = deleted.iter().any(|&n| n > 0);
+        let deleted: Vec<i64> = self.conn.each(commands).await?;
+        let removed = deleted[..targets.len().min(deleted.len())]
+            .iter()
+            .any(|&n| n > 0);
         tracing::info!(scope, key, removed, "operator cleared a rest");
         Ok(removed)
     }

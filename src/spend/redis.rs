@@ -24,9 +24,9 @@ use super::{
     Cap, Caps, DAY_AHEAD_MAX_MS, DAY_KEPT_MS, HOLD_MS, Ledger, LedgerId, RUN_KEPT_MS, Reservation,
     Reserve, SWEEP_MAX, TenantSpend, Usd,
 };
+use crate::connect::RedisConnection;
 use crate::fleet::FleetError;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 use redis::{ErrorKind, RedisError, Script};
 use std::sync::LazyLock;
 
@@ -52,13 +52,13 @@ static USAGE: LazyLock<Script> = LazyLock::new(|| {
 /// The fleet's spend, in one Redis namespace.
 #[derive(Clone)]
 pub struct RedisLedger {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     ns: String,
     hold_ms: u64,
 }
 
 impl RedisLedger {
-    pub fn new(conn: ConnectionManager, ns: impl Into<String>) -> Self {
+    pub fn new(conn: RedisConnection, ns: impl Into<String>) -> Self {
         RedisLedger {
             conn,
             ns: ns.into(),

@@ -128,7 +128,7 @@ impl Parts {
 
 /// A connection to the test Redis (`REDIS_URL`, started by `scripts/test.sh`), for the tests that
 /// check what lands in Redis itself.
-pub async fn redis() -> redis::aio::ConnectionManager {
+pub async fn redis() -> freeway::connect::RedisConnection {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());
     freeway::connect::redis(&url)
         .await

@@ -23,7 +23,7 @@ use std::process::ExitCode;
     name = "worker",
     version,
     about = "freeway worker: takes LLM runs from Redis and executes them",
-    after_help = "Environment: REDIS_URL, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_CONFIG, \
+    after_help = "Environment: REDIS_URL (redis+cluster:// for a cluster), FREEWAY_REDIS_CLUSTER, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_CONFIG, \
                   OPENROUTER_API_KEY, OPENROUTER_BASE_URL, FREEWAY_HTTP2, FREEWAY_TOOL_URL, FREEWAY_SUMMARY, FREEWAY_SECRET_KEY, FREEWAY_EVENTS_KEEP_S, RUST_LOG, \
                   FREEWAY_LOG_FORMAT"
 )]

@@ -2,6 +2,7 @@
 //! rests, targets and tools a worker process uses.
 
 use freeway::config::Settings;
+use freeway::connect::RedisConnection;
 use freeway::engine::Engine;
 use freeway::events::EventSink;
 use freeway::fleet::Fleet;
@@ -9,7 +10,6 @@ use freeway::provider::{HttpProvider, Timeouts, Transport};
 use freeway::quota::DayWatch;
 use freeway::store::{SqlStore, StoreTargets};
 use freeway::tools::ToolRunner;
-use redis::aio::ConnectionManager;
 use std::sync::Arc;
 
 /// Why a worker process cannot start; `bad_config` decides the exit code (2, else 1).
@@ -39,7 +39,7 @@ pub async fn store(url: &str) -> Result<SqlStore, StartError> {
 /// The parts an engine is made of that the caller may want to keep using.
 pub struct Wired {
     pub engine: Engine,
-    pub conn: ConnectionManager,
+    pub conn: RedisConnection,
     /// Lifts spent days the provider's quota endpoint shows open again.
     pub day_watch: DayWatch,
     /// The store itself, for probing its writer (`/healthz` reports every replica's).
@@ -52,7 +52,7 @@ pub async fn engine(
     settings: &Settings,
     worker: String,
     calls_at_once: usize,
-    events: impl FnOnce(ConnectionManager) -> Arc<dyn EventSink>,
+    events: impl FnOnce(RedisConnection) -> Arc<dyn EventSink>,
 ) -> Result<Wired, StartError> {
     settings.require_platform_keys().map_err(|e| StartError {
         message: e.to_string(),

@@ -1183,7 +1183,7 @@ async fn once_runs_are_kept_long_enough_redis_keeps_under_a_kilobyte_of_each() {
     let mut conn = c.conn.clone();
     // The streams lapse a second after each run's last event.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !keys(&mut conn, &format!("{}:run:*:events", c.ns))
+    while !keys(&mut conn, &format!("{}:*run:*:events", c.ns))
         .await
         .is_empty()
     {
@@ -1217,7 +1217,7 @@ async fn once_runs_are_kept_long_enough_redis_keeps_under_a_kilobyte_of_each() {
 /// finished job from a replica's claimed set when it flushes its acknowledgements, a moment
 /// after the run settled, and such a job is no longer held back from anyone.
 async fn unsettled_claims(c: &Cluster, replica: &str) -> u64 {
-    let q = queue::schedule::queue_name(&c.ns);
+    let q = c.queue.name();
     let mut conn = c.conn.clone();
     let ids: Vec<String> = redis::cmd("SMEMBERS")
         .arg(format!("{q}:inflight:{replica}"))
@@ -1245,10 +1245,11 @@ async fn unsettled_claims(c: &Cluster, replica: &str) -> u64 {
     unsettled
 }
 
-/// `MEMORY USAGE` summed over every key of the namespace.
-async fn namespace_bytes(conn: &mut redis::aio::ConnectionManager, ns: &str) -> u64 {
+/// `MEMORY USAGE` summed over every key of the namespace (on a cluster the queue's keys start
+/// with their hash tag, before the namespace).
+async fn namespace_bytes(conn: &mut freeway::connect::RedisConnection, ns: &str) -> u64 {
     let mut bytes = 0;
-    for key in keys(conn, &format!("{ns}:*")).await {
+    for key in keys(conn, &format!("*{ns}:*")).await {
         let used: Option<u64> = redis::cmd("MEMORY")
             .arg("USAGE")
             .arg(&key)
@@ -1260,25 +1261,14 @@ async fn namespace_bytes(conn: &mut redis::aio::ConnectionManager, ns: &str) -> 
     bytes
 }
 
-async fn keys(conn: &mut redis::aio::ConnectionManager, pattern: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .unwrap();
-        found.extend(batch);
-        if next == 0 {
-            return found;
-        }
-        cursor = next;
-    }
+/// The keys that match `pattern`, on every primary of a cluster too (`KEYS`: a test's Redis is
+/// small).
+async fn keys(conn: &mut freeway::connect::RedisConnection, pattern: &str) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(conn)
+        .await
+        .unwrap()
 }
 
 /// A retired delivery's apalis records go once apalis has marked it finished, and not before:
@@ -1287,7 +1277,7 @@ async fn keys(conn: &mut redis::aio::ConnectionManager, pattern: &str) -> Vec<St
 async fn the_vacuum_deletes_a_retired_delivery_only_once_apalis_marked_it_finished() {
     let c = Cluster::start("vacuum", sim::SimConfig::default()).await;
     c.queue.push(&paid_runs(1)).await.unwrap();
-    let q = queue::schedule::queue_name(&c.ns);
+    let q = c.queue.name();
     let mut conn = c.conn.clone();
     let ids: Vec<String> = redis::cmd("HKEYS")
         .arg(format!("{q}:data"))

@@ -27,11 +27,11 @@ use axum::extract::{Query, State, rejection::QueryRejection};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use freeway::connect::RedisConnection;
 use freeway::events::Event;
 use freeway::run::RunRecord;
 use freeway::store::Store;
 use futures_util::Stream;
-use redis::aio::ConnectionManager;
 use serde::Deserialize;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -177,7 +177,7 @@ struct Relay {
     run_id: String,
     key: String,
     /// The shared connection, for reads that do not block.
-    conn: ConnectionManager,
+    conn: RedisConnection,
     /// The run's feed; `None` for a stream that is already over, or after falling behind it
     /// (the next wait joins it again).
     feed: Option<Subscription>,

@@ -3,9 +3,7 @@
 //! stream: the answer goes to stdout as it streams, the progress (attempts, failovers, delays,
 //! tools) to stderr.
 
-use super::{
-    EXIT_BAD_INPUT, EXIT_FAILED, EXIT_REFUSED, connect_redis, fail, open_store, redis_client,
-};
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_REFUSED, connect_redis, fail, open_store};
 use freeway::catalog::Catalog;
 use freeway::config::Settings;
 use freeway::events::Event;
@@ -125,11 +123,13 @@ pub async fn run(settings: Settings, args: Args) -> ExitCode {
     if !args.wait {
         return ExitCode::SUCCESS;
     }
-    let client = match redis_client(&settings) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    follow(&client, &settings.namespace, &run_id, store.as_ref()).await
+    follow(
+        &settings.redis_url,
+        &settings.namespace,
+        &run_id,
+        store.as_ref(),
+    )
+    .await
 }
 
 /// How often a delayed run's countdown is shown while nothing else happens.
@@ -137,8 +137,8 @@ const COUNTDOWN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Print the run's events until its last one; the exit code follows how it ended. A failed
 /// attempt is told with the status and message the store recorded for it.
-async fn follow(client: &redis::Client, ns: &str, run_id: &str, store: &dyn Store) -> ExitCode {
-    let mut reader = match Reader::open(client, ns, run_id).await {
+async fn follow(redis_url: &str, ns: &str, run_id: &str, store: &dyn Store) -> ExitCode {
+    let mut reader = match Reader::open(redis_url, ns, run_id).await {
         Ok(r) => r,
         Err(e) => return fail(EXIT_FAILED, &format!("cannot follow the run: {e}")),
     };

@@ -7,8 +7,8 @@ pub mod serve;
 pub mod status;
 
 use freeway::config::Settings;
+use freeway::connect::RedisConnection;
 use freeway::store::{SqlStore, StoreError};
-use redis::aio::ConnectionManager;
 use std::process::ExitCode;
 
 pub const EXIT_FAILED: u8 = 1;
@@ -32,19 +32,8 @@ pub async fn open_store(settings: &Settings) -> Result<SqlStore, ExitCode> {
 }
 
 /// Connect to `REDIS_URL`.
-pub async fn connect_redis(settings: &Settings) -> Result<ConnectionManager, ExitCode> {
+pub async fn connect_redis(settings: &Settings) -> Result<RedisConnection, ExitCode> {
     freeway::connect::redis(&settings.redis_url)
         .await
         .map_err(|e| fail(EXIT_FAILED, &e.to_string()))
-}
-
-/// A client for connections of one's own (blocking stream reads).
-pub fn redis_client(settings: &Settings) -> Result<redis::Client, ExitCode> {
-    redis::Client::open(settings.redis_url.as_str()).map_err(|e| {
-        let url = freeway::connect::redact(&settings.redis_url);
-        fail(
-            EXIT_BAD_INPUT,
-            &format!("bad configuration: REDIS_URL {url}: {e}"),
-        )
-    })
 }

@@ -1,7 +1,7 @@
 //! `producer serve [--addr A]`: the HTTP API until SIGINT or SIGTERM, then a graceful shutdown
 //! (open event streams are ended so in-flight requests can finish).
 
-use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, listen, open_store, redis_client};
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, listen, open_store};
 use freeway::config::Settings;
 use freeway::signed::EventsSigner;
 use producer::api::rate_limit::RateLimits;
@@ -27,9 +27,9 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let (conn, redis) = match (connect_redis(&settings).await, redis_client(&settings)) {
-        (Ok(conn), Ok(client)) => (conn, client),
-        (Err(code), _) | (_, Err(code)) => return code,
+    let conn = match connect_redis(&settings).await {
+        Ok(conn) => conn,
+        Err(code) => return code,
     };
     let file_limit = listen::file_limit();
     let limits = listen::Limits::for_file_limit(file_limit);
@@ -41,7 +41,7 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         .with_catalog(settings.catalog.clone())
         .keeping_events(settings.events_keep_s);
     let state = Arc::new(AppState {
-        hub: Hub::new(redis, enqueuer.connection(), max_streams),
+        hub: Hub::new(&settings.redis_url, enqueuer.connection(), max_streams),
         stream_slots: StreamSlots::new(max_streams),
         rate_limits: RateLimits::new(settings.rate_limit),
         enqueuer,

@@ -135,7 +135,7 @@ async fn a_delayed_run_wakes_now_and_a_cancelled_one_leaves_the_schedule() {
     let mut rec = s.store.run(&id).await.unwrap().unwrap();
     rec.status = RunStatus::Delayed;
     s.store.save_run(&rec).await.unwrap();
-    let snoozed = format!("{}:snoozed", queue::schedule::queue_name(&s.ns));
+    let snoozed = format!("{}:snoozed", s.enqueuer.queue().name());
     let score = |s: &Server| {
         let (mut conn, key, member) = (s.conn.clone(), snoozed.clone(), id.clone());
         async move {

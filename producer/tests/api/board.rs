@@ -67,7 +67,7 @@ async fn the_board_overview_shows_depths_workers_and_rests_with_their_countdown(
     let s = Server::open().await;
     s.post_run(&run_body("u1", "vendor/m")).await;
     rest_pool(&s, 30_000).await;
-    let queue = format!("{}:runs", s.ns);
+    let queue = s.enqueuer.queue().name().to_string();
     let now_s = freeway::clock::epoch_ms() / 1000;
     let mut conn = s.conn.clone();
     let _: () = redis::pipe()

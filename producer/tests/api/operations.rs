@@ -159,7 +159,7 @@ async fn a_series_idle_for_a_day_is_dropped_at_the_next_scrape() {
             .await;
     }
     metrics.flush().await;
-    let seen = format!("{}:metrics:calls:seen", s.ns);
+    let seen = format!("{{{}:metrics}}:calls:seen", s.ns);
     let mut conn = s.conn.clone();
     let stamps: Vec<(String, u64)> = redis::cmd("ZRANGE")
         .arg(&seen)
@@ -203,7 +203,7 @@ async fn a_series_idle_for_a_day_is_dropped_at_the_next_scrape() {
     assert!(text.lines().any(|l| l == series("kept")), "{text}");
     assert!(!text.contains("openrouter/gone"), "{text}");
     let left: Vec<String> = redis::cmd("HKEYS")
-        .arg(format!("{}:metrics:calls", s.ns))
+        .arg(format!("{{{}:metrics}}:calls", s.ns))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -257,7 +257,7 @@ async fn the_routes_history_counts_each_routes_minutes_by_kind() {
         "two minutes with calls"
     );
     let ttl: i64 = redis::cmd("TTL")
-        .arg(format!("{}:metrics:minute:{}", s.ns, now / 60_000))
+        .arg(format!("{{{}:metrics}}:minute:{}", s.ns, now / 60_000))
         .query_async(&mut s.conn.clone())
         .await
         .unwrap();

@@ -7,12 +7,12 @@
 pub mod browser;
 pub mod fleet;
 
+use freeway::connect::RedisConnection;
 use freeway::events::{Event, EventSink, RedisEvents};
 use freeway::store::{SecretKey, SqlStore};
 use producer::api::{self, AppState, auth::Tokens};
 use producer::hub::Hub;
 use queue::Enqueuer;
-use redis::aio::ConnectionManager;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -42,7 +42,7 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-pub async fn redis() -> ConnectionManager {
+pub async fn redis() -> RedisConnection {
     freeway::connect::redis(&redis_url())
         .await
         .expect("Redis at REDIS_URL")
@@ -59,7 +59,7 @@ pub struct Server {
     pub db_path: PathBuf,
     pub store: SqlStore,
     pub enqueuer: Enqueuer,
-    pub conn: ConnectionManager,
+    pub conn: RedisConnection,
     pub http: reqwest::Client,
     _shutdown: watch::Sender<bool>,
 }
@@ -105,11 +105,7 @@ impl Server {
         let state = Arc::new(AppState {
             enqueuer: enqueuer.clone(),
             store: store.clone(),
-            hub: Hub::new(
-                redis::Client::open(redis_url()).expect("a Redis URL"),
-                conn.clone(),
-                max_streams,
-            ),
+            hub: Hub::new(&redis_url(), conn.clone(), max_streams),
             stream_slots: producer::api::stream_slots::StreamSlots::new(max_streams),
             rate_limits: producer::api::rate_limit::RateLimits::new(
                 freeway::config::DEFAULT_RATE_LIMIT,

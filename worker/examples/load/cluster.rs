@@ -3,9 +3,9 @@
 //! that leaves Redis, PostgreSQL and the temp folder as they were.
 
 use crate::{Args, BoxError};
+use freeway::connect::RedisConnection;
 use freeway::store::SqlStore;
 use queue::Queue;
-use redis::aio::ConnectionManager;
 use sqlx::Connection;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -95,7 +95,7 @@ pub struct Cluster {
     /// With `--postgres`: the admin URL and the database made for this scenario.
     pg_database: Option<(String, String)>,
     redis_url: String,
-    pub conn: ConnectionManager,
+    pub conn: RedisConnection,
     pub queue: Queue,
     pub store: SqlStore,
     workers: Vec<Child>,
@@ -311,7 +311,7 @@ pub fn fresh_namespace(scenario: &str) -> String {
 }
 
 /// Every key of the namespace (`{ns}:…`), and apalis's entry for its queue in the global list.
-pub async fn delete_namespace(conn: &mut ConnectionManager, ns: &str) -> Result<(), BoxError> {
+pub async fn delete_namespace(conn: &mut RedisConnection, ns: &str) -> Result<(), BoxError> {
     let mut cursor: u64 = 0;
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -333,9 +333,12 @@ pub async fn delete_namespace(conn: &mut ConnectionManager, ns: &str) -> Result<
         }
         cursor = next;
     }
-    let workers = format!("{}:workers", queue::schedule::queue_name(ns));
+    let workers = format!(
+        "{}:workers",
+        queue::schedule::queue_name(ns, conn.is_cluster())
+    );
     redis::cmd("ZREM")
-        .arg("core:apalis:queues:list")
+        .arg(queue::schedule::APALIS_REGISTRY)
         .arg(workers)
         .query_async::<()>(conn)
         .await?;

@@ -3,7 +3,7 @@
 //! machine shared with other work these say more than any single rate.
 
 use crate::{Args, BoxError};
-use redis::aio::ConnectionManager;
+use freeway::connect::RedisConnection;
 use std::collections::BTreeMap;
 
 /// Linux's USER_HZ, the unit of /proc's CPU times: 100 on every mainstream architecture.
@@ -11,7 +11,7 @@ const TICKS_PER_S: f64 = 100.0;
 
 pub async fn header(args: &Args) -> Result<(), BoxError> {
     let mut conn = freeway::connect::redis(&args.redis_url).await?;
-    let info = info(&mut conn, "server").await?;
+    let info = infos(&mut conn, "server").await?.swap_remove(0);
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(
         "freeway load benchmark: {cores} cores, load average {}, redis {} at {} (its CPU and \
@@ -45,17 +45,17 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub async fn take(
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         workers: &[u32],
         sim_tid: Option<u32>,
     ) -> Result<Snapshot, BoxError> {
-        let cpu = info(conn, "cpu").await?;
-        let stats = info(conn, "stats").await?;
+        let cpu = infos(conn, "cpu").await?;
+        let stats = infos(conn, "stats").await?;
         let num = |text: &str, name| field(text, name).and_then(|v| v.parse::<f64>().ok());
+        let sum = |texts: &[String], name| texts.iter().filter_map(|t| num(t, name)).sum::<f64>();
         Ok(Snapshot {
-            redis_cpu_s: num(&cpu, "used_cpu_user").unwrap_or(0.0)
-                + num(&cpu, "used_cpu_sys").unwrap_or(0.0),
-            redis_commands: num(&stats, "total_commands_processed").unwrap_or(0.0) as u64,
+            redis_cpu_s: sum(&cpu, "used_cpu_user") + sum(&cpu, "used_cpu_sys"),
+            redis_commands: sum(&stats, "total_commands_processed") as u64,
             workers_cpu_s: workers
                 .iter()
                 .map(|pid| cpu_s(&format!("/proc/{pid}/stat")).unwrap_or(0.0))
@@ -136,8 +136,17 @@ impl Snapshot {
     }
 }
 
-async fn info(conn: &mut ConnectionManager, section: &str) -> Result<String, BoxError> {
-    Ok(redis::cmd("INFO").arg(section).query_async(conn).await?)
+/// `INFO section` of the server, or of each primary of a cluster (the figures are then the
+/// primaries' sums: a replica's CPU and the commands it replays are not counted).
+async fn infos(conn: &mut RedisConnection, section: &str) -> Result<Vec<String>, BoxError> {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg(section);
+    if conn.is_cluster() {
+        let by_node: std::collections::HashMap<String, String> = cmd.query_async(conn).await?;
+        Ok(by_node.into_values().collect())
+    } else {
+        Ok(vec![cmd.query_async(conn).await?])
+    }
 }
 
 fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {

@@ -194,7 +194,7 @@ async fn bare(args: &Args, call: Option<Arc<OneCall>>) -> Result<f64, BoxError> 
 async fn bare_drain(
     args: &Args,
     queue: &Queue,
-    conn: &mut redis::aio::ConnectionManager,
+    conn: &mut freeway::connect::RedisConnection,
     call: Option<Arc<OneCall>>,
 ) -> Result<f64, BoxError> {
     let n = args.runs;

@@ -3,12 +3,12 @@
 #![allow(dead_code)]
 
 use freeway::catalog::Catalog;
+use freeway::connect::RedisConnection;
 use freeway::events::stream_key;
 use freeway::job::{RunJob, RunRequest};
 use freeway::route::RouteSpec;
 use freeway::store::SqlStore;
 use queue::Queue;
-use redis::aio::ConnectionManager;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -25,7 +25,7 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub sim: sim::SimHandle,
     pub queue: Queue,
-    pub conn: ConnectionManager,
+    pub conn: RedisConnection,
     pub store: SqlStore,
     pub workers: Vec<Child>,
 }
@@ -198,8 +198,7 @@ impl Cluster {
         timeout: Duration,
         done: impl Fn(&serde_json::Value) -> bool,
     ) -> Vec<serde_json::Value> {
-        let client = redis::Client::open(self.redis_url.as_str()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut conn = freeway::connect::redis(&self.redis_url).await.unwrap();
         let key = stream_key(&self.ns, run_id);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last = "0".to_string();
