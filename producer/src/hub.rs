@@ -20,7 +20,7 @@
 //! wake-up arrives before the read.
 //!
 //! On a Redis Cluster one `XREAD` names streams of one slot only, and a blocked read holds its
-//! node's connection. There a reader does not block: every [`POLL`] it reads its feeds' streams
+//! node's connection. There a reader does not block: every 100 ms it reads its feeds' streams
 //! without waiting, one `XREAD` per slot, all at once on the shared connection; the runs'
 //! streams are spread over sixteen hash tags ([`freeway::events::stream_key`]), so that is at
 //! most sixteen reads however many runs it follows. A new feed wakes it at once.

@@ -250,7 +250,7 @@ pub struct Totals {
 const TOTALS_FRESH_MS: u64 = 10_000;
 
 /// The last reading of the totals and when it was taken. They scan a day of ended runs, and
-/// every open board asks for them: one reading a [`TOTALS_FRESH_MS`] serves them all (the lock
+/// every open board asks for them: one reading every ten seconds serves them all (the lock
 /// is held across the reading, so boards that ask together wait for one scan, not start one
 /// each).
 #[derive(Default)]
