@@ -154,7 +154,7 @@ start_postgres() {
 stop_services() {
     [ -n "${REDIS_PORT:-}" ] && redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1
     for port in ${REDIS_CLUSTER_PORTS:-}; do
-        redis-cli -p "$port" shutdown nosave >/dev/null 2>&1
+        redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true  # the killed one is gone
     done
     if [ -n "${PG_DIR:-}" ]; then
         "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate stop >/dev/null 2>&1
