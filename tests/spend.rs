@@ -405,9 +405,11 @@ async fn redis_keys_are_tagged_by_tenant_and_expire() {
     };
     let to_end = day - epoch_ms();
     let day_ttl = pttl(day_key).await as u64;
+    // Redis reads its clock once an event loop turn: its PTTL may run a few ms behind ours.
     assert!(
-        day_ttl <= to_end + DAY_KEPT_MS && day_ttl + 5_000 > to_end + DAY_KEPT_MS,
-        "{day_ttl}"
+        day_ttl <= to_end + DAY_KEPT_MS + 1_000 && day_ttl + 5_000 > to_end + DAY_KEPT_MS,
+        "{day_ttl} against {}",
+        to_end + DAY_KEPT_MS
     );
     let run_ttl = pttl(run_key.clone()).await as u64;
     assert!(
