@@ -71,6 +71,10 @@ pub struct Settings {
     /// `FREEWAY_EVENTS_KEEP_S` (default [`crate::events::DEFAULT_EVENTS_KEEP_S`]): how long a
     /// run's event stream stays in Redis after its last event.
     pub events_keep_s: u64,
+    /// `FREEWAY_QUEUES` (default 1, at most [`MAX_QUEUES`]): the queue names runs are spread
+    /// over by id, so that on a cluster the queue is not one slot; every process of a fleet is
+    /// given the same number.
+    pub queues: usize,
     /// `FREEWAY_CORS_ORIGINS`: the web app origins (`scheme://host[:port]`, comma-separated)
     /// whose pages may open a run's event stream with its `events_url`.
     pub cors_origins: Vec<String>,
@@ -80,6 +84,8 @@ pub struct Settings {
 /// `FREEWAY_METRICS_TOKEN`), in characters: a token is all that stands between the network and
 /// the API, so it must be too long to guess by trying (`openssl rand -hex 32` gives 64).
 pub const MIN_TOKEN_CHARS: usize = 16;
+/// The most queue names `FREEWAY_QUEUES` may spread runs over: every replica polls each.
+pub const MAX_QUEUES: usize = 64;
 /// The longest `FREEWAY_EVENTS_KEEP_S`: a week.
 const MAX_EVENTS_KEEP_S: u64 = 7 * 24 * 3600;
 /// Requests a second one token may send the producer unless `FREEWAY_RATE_LIMIT` says otherwise
@@ -239,6 +245,7 @@ impl Settings {
             1..=MAX_EVENTS_KEEP_S,
             crate::events::DEFAULT_EVENTS_KEEP_S,
         )?;
+        let queues = number_in(get("FREEWAY_QUEUES"), "FREEWAY_QUEUES", 1..=MAX_QUEUES, 1)?;
         let token = |var: &'static str| -> Result<Option<ApiKey>, ConfigError> {
             let Some(value) = get(var) else {
                 return Ok(None);
@@ -282,6 +289,7 @@ impl Settings {
             max_streams,
             rate_limit,
             events_keep_s,
+            queues,
             cors_origins: get("FREEWAY_CORS_ORIGINS")
                 .map(cors_origins)
                 .transpose()?
@@ -413,6 +421,17 @@ mod tests {
             "pools learn what providers state unless told not to"
         );
         assert_eq!(s.http2, Http2::Negotiated);
+    }
+
+    #[test]
+    fn freeway_queues_is_one_by_default_and_at_most_max_queues() {
+        assert_eq!(Settings::from_vars(&vars(&[])).unwrap().queues, 1);
+        let three = Settings::from_vars(&vars(&[("FREEWAY_QUEUES", "3")])).unwrap();
+        assert_eq!(three.queues, 3);
+        for bad in ["0", "65", "-1", "three"] {
+            let e = Settings::from_vars(&vars(&[("FREEWAY_QUEUES", bad)])).unwrap_err();
+            assert_eq!(e.var, "FREEWAY_QUEUES", "{bad}");
+        }
     }
 
     #[test]

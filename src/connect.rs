@@ -252,6 +252,35 @@ pub fn hash_tag(key: &str) -> &str {
         .unwrap_or(key)
 }
 
+/// Which of `shards` an id belongs to: FNV-1a of its bytes, stable across processes and
+/// versions, which keys derived from it must be.
+pub fn shard_of(id: &str, shards: u32) -> u32 {
+    let hash = id.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    hash % shards.max(1)
+}
+
+/// The cluster slot of `key` (of its [`hash_tag`]): CRC16-XMODEM modulo 16384, as Redis
+/// Cluster computes it.
+pub fn slot(key: &str) -> u16 {
+    let crc = hash_tag(key).bytes().fold(0u16, |mut crc, byte| {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+        crc
+    });
+    crc % SLOTS
+}
+
+/// The slots of a Redis Cluster.
+pub const SLOTS: u16 = 16_384;
+
 /// `command key`, for [`RedisConnection::each`].
 pub fn keyed(command: &str, key: &str) -> Cmd {
     let mut cmd = redis::cmd(command);
@@ -340,6 +369,18 @@ mod tests {
             super::redact("redis+cluster://u:pw@h1:1,h2:2"),
             "redis+cluster://***@h1:1,h2:2"
         );
+    }
+
+    #[test]
+    fn slots_are_redis_clusters() {
+        // The figures `CLUSTER KEYSLOT` answers.
+        assert_eq!(super::slot("foo"), 12182);
+        assert_eq!(super::slot("123456789"), 12739);
+        assert_eq!(
+            super::slot("core:apalis:queues:list"),
+            super::slot("{core:apalis:queues:list}x")
+        );
+        assert_eq!(super::slot("user{1000}.following"), super::slot("1000"));
     }
 
     #[test]

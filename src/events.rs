@@ -179,13 +179,9 @@ pub const EVENT_SHARDS: u32 = 16;
 /// on a cluster one `XREAD` can only name streams of one slot, and a process that follows a
 /// thousand runs reads them in at most sixteen reads, not a thousand.
 pub fn stream_key(ns: &str, run_id: &str) -> String {
-    // FNV-1a: stable across processes and versions, which the key must be.
-    let hash = run_id.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
     format!(
         "{ns}:{{events:{}}}:run:{run_id}:events",
-        hash % EVENT_SHARDS
+        crate::connect::shard_of(run_id, EVENT_SHARDS)
     )
 }
 

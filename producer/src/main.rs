@@ -14,7 +14,7 @@ use std::process::ExitCode;
     name = "producer",
     version,
     about = "freeway producer: the HTTP API that enqueues LLM runs, and an enqueue CLI",
-    after_help = "Environment: REDIS_URL (redis+cluster:// for a cluster), FREEWAY_REDIS_CLUSTER, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_API_TOKEN, \
+    after_help = "Environment: REDIS_URL (redis+cluster:// for a cluster), FREEWAY_REDIS_CLUSTER, FREEWAY_QUEUES, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_API_TOKEN, \
                   FREEWAY_ADMIN_TOKEN, FREEWAY_METRICS_TOKEN, FREEWAY_MAX_STREAMS, FREEWAY_RATE_LIMIT, \
                   FREEWAY_SECRET_KEY, RUST_LOG, FREEWAY_LOG_FORMAT"
 )]

@@ -126,7 +126,7 @@ async fn a_primary_killed_under_load_fails_over_and_every_run_ends_once() {
         })
         .await;
 
-    let victim = primary_of(&ports, queue::schedule::APALIS_REGISTRY)
+    let victim = primary_of(&ports, queue::lane::APALIS_REGISTRY)
         .await
         .expect("the queue's primary");
     let mut conn = any_node(&[victim]).await;
@@ -171,7 +171,7 @@ async fn a_primary_killed_under_load_fails_over_and_every_run_ends_once() {
     let mut resumed = None;
     let deadline = Instant::now() + Duration::from_secs(180);
     let ended = loop {
-        let serving = primary_of(&ports, queue::schedule::APALIS_REGISTRY).await;
+        let serving = primary_of(&ports, queue::lane::APALIS_REGISTRY).await;
         if promoted.is_none() && serving.is_some_and(|p| p != victim) {
             promoted = Some(killed.elapsed());
         }

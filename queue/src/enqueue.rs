@@ -174,6 +174,13 @@ impl Enqueuer {
         }
     }
 
+    /// Spread runs over `lanes` queues (`FREEWAY_QUEUES`, [`crate::lane`]); every process of
+    /// the fleet must be given the same number.
+    pub fn with_lanes(mut self, lanes: usize) -> Enqueuer {
+        self.queue = self.queue.with_lanes(lanes);
+        self
+    }
+
     /// Validate routes against `catalog`'s providers and pools instead of the built-in ones
     /// (OpenRouter and its free pool); give it the catalog the workers have.
     pub fn with_catalog(mut self, catalog: Arc<Catalog>) -> Enqueuer {
@@ -516,16 +523,17 @@ impl Enqueuer {
         Ok(())
     }
 
-    /// Delivery `task_id` is over: its apalis records go `keep` from now, and when it settled
+    /// Delivery `task_id` of `lane` is over: its apalis records go `keep` from now, and when it settled
     /// `settled_run` the run's job copy goes at once (the store keeps the job for a retry; a
     /// run awaiting an approval keeps its copy until the approval). One round trip.
     pub async fn delivered(
         &self,
+        lane: usize,
         task_id: &str,
         settled_run: Option<&str>,
         keep: std::time::Duration,
     ) -> Result<(), EnqueueError> {
-        let mut commands = vec![self.queue.retire_command(task_id, keep)];
+        let mut commands = vec![self.queue.retire_command(lane, task_id, keep)];
         if let Some(run_id) = settled_run {
             commands.push(keyed("DEL", &self.job_key(run_id)));
         }

@@ -1,6 +1,6 @@
 //! The run queue both sides share, and the enqueue library.
 //!
-//! [`schedule`] is freeway's use of apalis-redis: the storage settings every replica must agree
+//! [`schedule`] is freeway's use of apalis-redis, over the [`lane`]s runs are spread on: the storage settings every replica must agree
 //! on, pushes in chunks, snoozes parked in a set of our own and woken a chunk at a time, the
 //! chunked promotion of due jobs, vacuuming, and the depths the board and metrics show.
 //! [`enqueue`] is what a web app calls to enqueue a run or answer an approval, and the
@@ -11,6 +11,7 @@
 pub mod actions;
 pub mod enqueue;
 pub mod health;
+pub mod lane;
 pub mod schedule;
 
 pub use actions::{Cancelled, Woken};

@@ -16,11 +16,13 @@
 //!   records of those whose keep is over, a bounded batch at a time.
 
 use crate::RedisFault;
+use crate::lane::{ApalisConnection, lane_names, lane_of};
 use apalis_core::task::builder::TaskBuilder;
 use apalis_core::task::task_id::TaskId;
 use apalis_redis::{Config, RedisStorage};
 use freeway::connect::RedisConnection;
 use freeway::job::RunJob;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long apalis keeps an idempotency key: longer than any run's deadline (24 h).
@@ -58,22 +60,6 @@ impl From<redis::RedisError> for QueueError {
 impl From<apalis_redis::Error> for QueueError {
     fn from(e: apalis_redis::Error) -> QueueError {
         QueueError::Redis(e.into())
-    }
-}
-
-/// The key apalis-redis 1.0.0's worker registration writes, whatever the queue: a fixed key its
-/// script does not declare, which Redis Cluster lets a script touch only on the node that holds
-/// the script's own keys.
-pub const APALIS_REGISTRY: &str = "core:apalis:queues:list";
-
-/// The apalis queue name (its key prefix) for a namespace. On a cluster every key of the queue
-/// carries [`APALIS_REGISTRY`] as its hash tag, so apalis's scripts find all their keys, the
-/// registry's included, in one slot (docs/operations.md, "Running on a Redis Cluster").
-pub fn queue_name(ns: &str, cluster: bool) -> String {
-    if cluster {
-        format!("{{{APALIS_REGISTRY}}}{ns}:runs")
-    } else {
-        format!("{ns}:runs")
     }
 }
 
@@ -115,31 +101,79 @@ pub struct Replica {
     pub running: u64,
 }
 
+/// One lane of the queue ([`crate::lane`]): an apalis queue, and its settings for pushes.
+#[derive(Clone)]
+struct Lane {
+    /// The apalis queue name, every key's prefix.
+    name: String,
+    config: Config,
+}
+
+impl Lane {
+    fn snoozed(&self) -> String {
+        format!("{}:snoozed", self.name)
+    }
+
+    fn snoozed_jobs(&self) -> String {
+        format!("{}:snoozed:jobs", self.name)
+    }
+
+    /// Finished deliveries by the time their apalis records may go.
+    fn retired(&self) -> String {
+        format!("{}:retired", self.name)
+    }
+}
+
+/// The run queue: its lanes, each an apalis queue, runs spread over them by id.
 #[derive(Clone)]
 pub struct Queue {
     conn: RedisConnection,
-    config: Config,
+    lanes: Arc<[Lane]>,
     ns: String,
-    /// The apalis queue name, every key's prefix ([`queue_name`]).
-    name: String,
     heartbeat: Duration,
 }
 
 impl Queue {
+    /// The queue of namespace `ns`, one lane.
     pub fn new(conn: RedisConnection, ns: &str) -> Queue {
-        let name = queue_name(ns, conn.is_cluster());
         Queue {
-            config: storage_config(&name, 1, HEARTBEAT),
+            lanes: Arc::from([]),
             conn,
             ns: ns.to_string(),
-            name,
             heartbeat: HEARTBEAT,
         }
+        .with_lanes(1)
     }
 
-    /// The apalis queue name: the prefix of the queue's keys.
+    /// Spread runs over `lanes` apalis queues (`FREEWAY_QUEUES`, at most [`crate::lane::MAX_LANES`]).
+    pub fn with_lanes(mut self, lanes: usize) -> Queue {
+        self.lanes = lane_names(&self.ns, lanes, self.conn.is_cluster())
+            .into_iter()
+            .map(|name| Lane {
+                config: storage_config(&name, 1, HEARTBEAT),
+                name,
+            })
+            .collect();
+        self
+    }
+
+    /// How many lanes runs are spread over.
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// The apalis queue name of lane 0: the prefix of its keys.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.lanes[0].name
+    }
+
+    /// The apalis queue names of every lane.
+    pub fn lane_names(&self) -> impl Iterator<Item = &str> {
+        self.lanes.iter().map(|lane| lane.name.as_str())
+    }
+
+    fn lane(&self, run_id: &str) -> &Lane {
+        &self.lanes[lane_of(run_id, self.lanes.len())]
     }
 
     /// A shorter heartbeat makes crash recovery faster (tests); docs/design.md §4.3 asks for 10 s.
@@ -148,14 +182,21 @@ impl Queue {
         self
     }
 
-    /// The apalis storage a worker running `concurrency` jobs at once takes them from: it
-    /// fetches [`FETCH_BATCH`] at most at a time.
-    pub fn storage(&self, concurrency: usize) -> RedisStorage<serde_json::Value, RedisConnection> {
-        RedisStorage::new(self.conn.clone()).with_config(storage_config(
-            &self.name,
-            concurrency.min(FETCH_BATCH),
-            self.heartbeat,
-        ))
+    /// The apalis storage of each lane, for a worker running `concurrency` jobs at once over all
+    /// of them: together they fetch [`FETCH_BATCH`] at most at a time.
+    pub fn storages(
+        &self,
+        concurrency: usize,
+    ) -> Vec<RedisStorage<serde_json::Value, ApalisConnection>> {
+        let batch = concurrency.min(FETCH_BATCH).div_ceil(self.lanes.len());
+        self.lanes
+            .iter()
+            .map(|lane| {
+                let config = storage_config(&lane.name, batch, self.heartbeat);
+                let conn = ApalisConnection::new(self.conn.clone(), &config.workers_set());
+                RedisStorage::new(conn).with_config(config)
+            })
+            .collect()
     }
 
     pub fn namespace(&self) -> &str {
@@ -169,14 +210,21 @@ impl Queue {
         Ok(())
     }
 
-    /// Push runs now (the first delivery uses the idempotency key `run_id:0`).
+    /// Push runs now, each in its lane (the first delivery uses the idempotency key
+    /// `run_id:0`).
     pub async fn push(&self, jobs: &[RunJob]) -> Result<(), QueueError> {
-        for chunk in jobs.chunks(CHUNK) {
-            let tasks = chunk
-                .iter()
-                .map(|job| Ok(task(serde_json::to_vec(job)?, Some(delivery_key(job)))))
-                .collect::<Result<Vec<_>, QueueError>>()?;
-            self.push_raw(tasks).await?;
+        let mut by_lane = vec![Vec::new(); self.lanes.len()];
+        for job in jobs {
+            by_lane[lane_of(&job.run_id, self.lanes.len())].push(job);
+        }
+        for (lane, jobs) in self.lanes.iter().zip(by_lane) {
+            for chunk in jobs.chunks(CHUNK) {
+                let tasks = chunk
+                    .iter()
+                    .map(|job| Ok(task(serde_json::to_vec(job)?, Some(delivery_key(job)))))
+                    .collect::<Result<Vec<_>, QueueError>>()?;
+                self.push_raw(lane, tasks).await?;
+            }
         }
         Ok(())
     }
@@ -185,24 +233,32 @@ impl Queue {
     /// may still be held, and would swallow the push.
     pub async fn repush(&self, job: &RunJob) -> Result<(), QueueError> {
         let key = format!("{}:reconciled:{}", job.run_id, freeway::clock::epoch_ms());
-        self.push_raw(vec![task(serde_json::to_vec(job)?, Some(key))])
+        let payload = serde_json::to_vec(job)?;
+        self.push_raw(self.lane(&job.run_id), vec![task(payload, Some(key))])
             .await
     }
 
-    /// Push raw payloads as they are, without a key: for tools and tests that need to put
-    /// arbitrary (even malformed) jobs into the queue.
+    /// Push raw payloads as they are, without a key, into lane 0: for tools and tests that
+    /// need to put arbitrary (even malformed) jobs into the queue.
     pub async fn push_payloads(&self, payloads: Vec<Vec<u8>>) -> Result<(), QueueError> {
         for chunk in payloads.chunks(CHUNK) {
-            self.push_raw(chunk.iter().map(|p| task(p.clone(), None)).collect())
-                .await?;
+            self.push_raw(
+                &self.lanes[0],
+                chunk.iter().map(|p| task(p.clone(), None)).collect(),
+            )
+            .await?;
         }
         Ok(())
     }
 
-    async fn push_raw(&self, tasks: Vec<apalis_redis::RedisTask>) -> Result<(), QueueError> {
+    async fn push_raw(
+        &self,
+        lane: &Lane,
+        tasks: Vec<apalis_redis::RedisTask>,
+    ) -> Result<(), QueueError> {
         let mut conn = self.conn.clone();
-        apalis_redis::queries::push_tasks(&mut conn, &self.config, &tasks).await?;
-        self.promote_due().await?;
+        apalis_redis::queries::push_tasks(&mut conn, &lane.config, &tasks).await?;
+        self.promote_lane(lane).await?;
         Ok(())
     }
 
@@ -210,23 +266,37 @@ impl Queue {
     /// [`Queue::wake_due`].
     pub async fn snooze(&self, job: &RunJob, until_ms: u64) -> Result<(), QueueError> {
         let mut conn = self.conn.clone();
+        let lane = self.lane(&job.run_id);
         redis::pipe()
             .atomic()
-            .hset(self.snoozed_jobs(), &job.run_id, serde_json::to_vec(job)?)
+            .hset(lane.snoozed_jobs(), &job.run_id, serde_json::to_vec(job)?)
             .ignore()
-            .zadd(self.snoozed(), &job.run_id, until_ms)
+            .zadd(lane.snoozed(), &job.run_id, until_ms)
             .ignore()
             .query_async::<()>(&mut conn)
             .await?;
         Ok(())
     }
 
-    /// Push back at most `limit` snoozed runs whose time has come. Safe to run on every replica
-    /// at once: a run pushed twice is one delivery thanks to its idempotency key.
+    /// Push back at most `limit` snoozed runs a lane whose time has come. Safe to run on every
+    /// replica at once: a run pushed twice is one delivery thanks to its idempotency key.
     pub async fn wake_due(&self, now_ms: u64, limit: usize) -> Result<usize, QueueError> {
+        let mut woken = 0;
+        for lane in self.lanes.iter() {
+            woken += self.wake_due_in(lane, now_ms, limit).await?;
+        }
+        Ok(woken)
+    }
+
+    async fn wake_due_in(
+        &self,
+        lane: &Lane,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<usize, QueueError> {
         let mut conn = self.conn.clone();
         let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-            .arg(self.snoozed())
+            .arg(lane.snoozed())
             .arg("-inf")
             .arg(now_ms)
             .arg("LIMIT")
@@ -238,7 +308,7 @@ impl Queue {
             return Ok(0);
         }
         let payloads: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-            .arg(self.snoozed_jobs())
+            .arg(lane.snoozed_jobs())
             .arg(&ids)
             .query_async(&mut conn)
             .await?;
@@ -250,11 +320,11 @@ impl Queue {
                 .ok();
             tasks.push(task(payload, key));
         }
-        self.push_raw(tasks).await?;
+        self.push_raw(lane, tasks).await?;
         redis::pipe()
-            .zrem(self.snoozed(), &ids)
+            .zrem(lane.snoozed(), &ids)
             .ignore()
-            .hdel(self.snoozed_jobs(), &ids)
+            .hdel(lane.snoozed_jobs(), &ids)
             .ignore()
             .query_async::<()>(&mut conn)
             .await?;
@@ -265,14 +335,15 @@ impl Queue {
     /// parked.
     pub async fn wake(&self, run_id: &str, now_ms: u64) -> Result<bool, QueueError> {
         let mut conn = self.conn.clone();
+        let snoozed = self.lane(run_id).snoozed();
         let (_, parked): (u64, Option<f64>) = redis::pipe()
             .cmd("ZADD")
-            .arg(self.snoozed())
+            .arg(&snoozed)
             .arg("XX")
             .arg(now_ms)
             .arg(run_id)
             .cmd("ZSCORE")
-            .arg(self.snoozed())
+            .arg(&snoozed)
             .arg(run_id)
             .query_async(&mut conn)
             .await?;
@@ -284,12 +355,13 @@ impl Queue {
     /// back to its pool).
     pub async fn forget(&self, run_id: &str) -> Result<Option<RunJob>, QueueError> {
         let mut conn = self.conn.clone();
+        let lane = self.lane(run_id);
         let (parked,): (Option<Vec<u8>>,) = redis::pipe()
             .atomic()
-            .hget(self.snoozed_jobs(), run_id)
-            .zrem(self.snoozed(), run_id)
+            .hget(lane.snoozed_jobs(), run_id)
+            .zrem(lane.snoozed(), run_id)
             .ignore()
-            .hdel(self.snoozed_jobs(), run_id)
+            .hdel(lane.snoozed_jobs(), run_id)
             .ignore()
             .query_async(&mut conn)
             .await?;
@@ -302,29 +374,40 @@ impl Queue {
     pub async fn wake_parked(&self, now_ms: u64) -> Result<usize, QueueError> {
         let mut conn = self.conn.clone();
         let mut woken = 0;
-        loop {
-            let n: usize = BRING_FORWARD
-                .key(self.snoozed())
-                .arg(now_ms)
-                .arg(CHUNK)
-                .invoke_async(&mut conn)
-                .await?;
-            woken += n;
-            if n < CHUNK {
-                return Ok(woken);
+        for lane in self.lanes.iter() {
+            loop {
+                let n: usize = BRING_FORWARD
+                    .key(lane.snoozed())
+                    .arg(now_ms)
+                    .arg(CHUNK)
+                    .invoke_async(&mut conn)
+                    .await?;
+                woken += n;
+                if n < CHUNK {
+                    break;
+                }
             }
         }
+        Ok(woken)
     }
 
-    /// Move due ids from apalis's scheduled set to its active list, a chunk per call, until none
-    /// are left: apalis's own fetch then never sees a pile of due ids it cannot unpack.
+    /// Move due ids from apalis's scheduled sets to their active lists, a chunk per call, until
+    /// none are left: apalis's own fetch then never sees a pile of due ids it cannot unpack.
     pub async fn promote_due(&self) -> Result<usize, QueueError> {
+        let mut moved = 0;
+        for lane in self.lanes.iter() {
+            moved += self.promote_lane(lane).await?;
+        }
+        Ok(moved)
+    }
+
+    async fn promote_lane(&self, lane: &Lane) -> Result<usize, QueueError> {
         let mut conn = self.conn.clone();
         let mut moved = 0;
         loop {
             let n: usize = PROMOTE
-                .key(self.config.scheduled_jobs_set())
-                .key(self.config.active_jobs_list())
+                .key(lane.config.scheduled_jobs_set())
+                .key(lane.config.active_jobs_list())
                 .arg(CHUNK)
                 .invoke_async(&mut conn)
                 .await?;
@@ -335,58 +418,98 @@ impl Queue {
         }
     }
 
-    /// Delivery `task_id` is over (its run settled, parked or was dead-lettered): apalis's
-    /// records of it may go `keep` from now ([`Queue::vacuum`]).
-    pub async fn retire(&self, task_id: &str, keep: Duration) -> Result<(), QueueError> {
+    /// Delivery `task_id` of lane `lane` is over (its run settled, parked or was
+    /// dead-lettered): apalis's records of it may go `keep` from now ([`Queue::vacuum`]).
+    pub async fn retire(
+        &self,
+        lane: usize,
+        task_id: &str,
+        keep: Duration,
+    ) -> Result<(), QueueError> {
         let mut conn = self.conn.clone();
-        self.retire_command(task_id, keep)
+        self.retire_command(lane, task_id, keep)
             .query_async::<()>(&mut conn)
             .await?;
         Ok(())
     }
 
     /// [`Queue::retire`] as a command, to send with others.
-    pub(crate) fn retire_command(&self, task_id: &str, keep: Duration) -> redis::Cmd {
+    pub(crate) fn retire_command(&self, lane: usize, task_id: &str, keep: Duration) -> redis::Cmd {
         let at = freeway::clock::epoch_ms() + keep.as_millis() as u64;
-        let mut cmd = freeway::connect::keyed("ZADD", &self.retired());
+        let lane = &self.lanes[lane.min(self.lanes.len() - 1)];
+        let mut cmd = freeway::connect::keyed("ZADD", &lane.retired());
         cmd.arg(at).arg(task_id);
         cmd
     }
 
-    /// Delete apalis's records of deliveries retired until `now_ms`, at most `limit` of them:
-    /// their payload, status and result, and their ids in the done and dead sets (whose counts
-    /// are then those of the last minutes). apalis's own vacuum reads every job's record in one
-    /// script, which at a few thousand runs a second stalls Redis; this one reads only what it
-    /// deletes. A delivery apalis has not marked finished yet is looked at again a minute later.
+    /// Delete apalis's records of deliveries retired until `now_ms`, at most `limit` of them a
+    /// lane: their payload, status and result, and their ids in the done and dead sets (whose
+    /// counts are then those of the last minutes). apalis's own vacuum reads every job's record
+    /// in one script, which at a few thousand runs a second stalls Redis; this one reads only
+    /// what it deletes. A delivery apalis has not marked finished yet is looked at again a
+    /// minute later.
     pub async fn vacuum(&self, now_ms: u64, limit: usize) -> Result<usize, QueueError> {
         let mut conn = self.conn.clone();
-        let meta = self.config.job_meta_hash();
-        Ok(VACUUM
-            .key(self.retired())
-            .key(self.config.job_data_hash())
-            .key(&meta)
-            .key(format!("{meta}:result"))
-            .key(self.config.done_jobs_set())
-            .key(self.config.dead_jobs_set())
-            .arg(now_ms)
-            .arg(limit)
-            .invoke_async(&mut conn)
-            .await?)
+        let mut deleted = 0;
+        for lane in self.lanes.iter() {
+            let meta = lane.config.job_meta_hash();
+            deleted += VACUUM
+                .key(lane.retired())
+                .key(lane.config.job_data_hash())
+                .key(&meta)
+                .key(format!("{meta}:result"))
+                .key(lane.config.done_jobs_set())
+                .key(lane.config.dead_jobs_set())
+                .arg(now_ms)
+                .arg(limit)
+                .invoke_async::<usize>(&mut conn)
+                .await?;
+        }
+        Ok(deleted)
     }
 
     pub async fn depths(&self) -> Result<Depths, QueueError> {
         Ok(self.snapshot().await?.0)
     }
 
-    /// The depths and every registered replica, newest heartbeat first, in two round trips.
+    /// The depths over every lane and every registered replica, newest heartbeat first: two
+    /// round trips a lane, all lanes at once.
     pub async fn snapshot(&self) -> Result<(Depths, Vec<Replica>), QueueError> {
+        let lanes =
+            futures_util::future::try_join_all(self.lanes.iter().map(|l| self.lane_snapshot(l)))
+                .await?;
+        let mut depths = Depths::default();
+        let mut replicas: Vec<Replica> = Vec::new();
+        for (lane, seen) in lanes {
+            depths.waiting += lane.waiting;
+            depths.scheduled += lane.scheduled;
+            depths.delayed += lane.delayed;
+            depths.running += lane.running;
+            depths.done += lane.done;
+            depths.dead += lane.dead;
+            // A replica consumes every lane under one name.
+            for replica in seen {
+                match replicas.iter_mut().find(|r| r.name == replica.name) {
+                    Some(known) => {
+                        known.heartbeat_ms = known.heartbeat_ms.max(replica.heartbeat_ms);
+                        known.running += replica.running;
+                    }
+                    None => replicas.push(replica),
+                }
+            }
+        }
+        replicas.sort_by_key(|r| std::cmp::Reverse(r.heartbeat_ms));
+        Ok((depths, replicas))
+    }
+
+    async fn lane_snapshot(&self, lane: &Lane) -> Result<(Depths, Vec<Replica>), QueueError> {
         let mut conn = self.conn.clone();
-        let c = &self.config;
+        let c = &lane.config;
         type Counts = (u64, u64, u64, u64, u64, Vec<(String, f64)>);
         let (waiting, scheduled, delayed, done, dead, beats): Counts = redis::pipe()
             .llen(c.active_jobs_list())
             .zcard(c.scheduled_jobs_set())
-            .zcard(self.snoozed())
+            .zcard(lane.snoozed())
             .scard(c.done_jobs_set())
             .scard(c.dead_jobs_set())
             .cmd("ZRANGE")
@@ -424,19 +547,6 @@ impl Queue {
             })
             .collect();
         Ok((depths, replicas))
-    }
-
-    fn snoozed(&self) -> String {
-        format!("{}:snoozed", self.name)
-    }
-
-    fn snoozed_jobs(&self) -> String {
-        format!("{}:snoozed:jobs", self.name)
-    }
-
-    /// Finished deliveries by the time their apalis records may go.
-    fn retired(&self) -> String {
-        format!("{}:retired", self.name)
     }
 }
 

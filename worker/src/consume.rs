@@ -7,6 +7,7 @@
 //! failure and must not spend apalis's 25 attempts); only infrastructure faults return `Err`.
 
 use crate::payload::LenientJson;
+use apalis::layers::limit::GlobalConcurrencyLimitLayer;
 use apalis::prelude::*;
 use apalis_core::backend::ext::with_codec::WithCodec;
 use apalis_core::error::AbortError;
@@ -104,6 +105,7 @@ struct InvalidJob(String);
 async fn handle(
     payload: serde_json::Value,
     app: Arc<App>,
+    lane: usize,
     id: TaskId,
 ) -> Result<String, BoxDynError> {
     let (result, settled_run) = deliver(payload, &app, &id).await;
@@ -115,7 +117,7 @@ async fn handle(
     if let Some(keep) = keep
         && let Err(e) = app
             .enqueuer
-            .delivered(&id.to_string(), settled_run.as_deref(), keep)
+            .delivered(lane, &id.to_string(), settled_run.as_deref(), keep)
             .await
     {
         warn!(task = %id, error = %e, "could not retire the delivery; apalis's records of it stay in Redis");
@@ -284,14 +286,20 @@ impl apalis_core::backend::ext::poll_strategy::PollStrategy for Ticks {
 /// Run the queue worker until a shutdown signal; `grace` bounds the wait for running jobs.
 pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(), String> {
     let name = replica_name();
-    let storage = app.queue.storage(concurrency);
+    let storages = app.queue.storages(concurrency);
     // Before taking anything, move due jobs in chunks: a backlog that piled up while no worker
     // ran must not reach apalis's fetch in one piece.
     app.queue.promote_due().await.map_err(|e| e.to_string())?;
     let ticker = tokio::spawn(tick(app.clone()));
-    let worker_app = app.clone();
-    let monitor = Monitor::new()
-        .register(move |restarts| {
+    // One apalis worker a lane, all under the replica's name (each lane has its own workers
+    // set) and sharing its `concurrency` slots.
+    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let mut monitor = Monitor::new();
+    for (lane, storage) in storages.into_iter().enumerate() {
+        let name = name.clone();
+        let app = app.clone();
+        let slots = slots.clone();
+        monitor = monitor.register(move |restarts| {
             // apalis needs a new name after a restart; the first keeps the replica's own.
             let worker = match restarts {
                 0 => name.clone(),
@@ -305,14 +313,16 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
                 .catch_panic()
                 // Handlers run on the runtime's threads, not all on the worker's one task.
                 .parallelize(tokio::spawn)
-                .concurrency(concurrency)
+                .layer(GlobalConcurrencyLimitLayer::with_semaphore(slots.clone()))
                 // The handler holds the app itself: apalis's `.data()` would copy each task's
                 // context (its metadata map, some 60 strings) to add it.
                 .build({
-                    let app = worker_app.clone();
-                    move |payload, id| handle(payload, app.clone(), id)
+                    let app = app.clone();
+                    move |payload, id| handle(payload, app.clone(), lane, id)
                 })
-        })
+        });
+    }
+    let monitor = monitor
         // A Redis hiccup kills the apalis worker; come back rather than idle without workers.
         .should_restart(|ctx, err| {
             warn!(worker = %ctx.name(), error = %err, "worker stopped; restarting");

@@ -23,7 +23,7 @@ use std::process::ExitCode;
     name = "worker",
     version,
     about = "freeway worker: takes LLM runs from Redis and executes them",
-    after_help = "Environment: REDIS_URL (redis+cluster:// for a cluster), FREEWAY_REDIS_CLUSTER, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_CONFIG, \
+    after_help = "Environment: REDIS_URL (redis+cluster:// for a cluster), FREEWAY_REDIS_CLUSTER, FREEWAY_QUEUES, DATABASE_URL, FREEWAY_NAMESPACE, FREEWAY_CONFIG, \
                   OPENROUTER_API_KEY, OPENROUTER_BASE_URL, FREEWAY_HTTP2, FREEWAY_TOOL_URL, FREEWAY_SUMMARY, FREEWAY_SECRET_KEY, FREEWAY_EVENTS_KEEP_S, RUST_LOG, \
                   FREEWAY_LOG_FORMAT"
 )]
@@ -183,14 +183,16 @@ fn serve(
             Ok(w) => w,
             Err(e) => return exit::start_failed(&e),
         };
-        let queue =
-            queue::Queue::new(wired.conn.clone(), &settings.namespace).with_heartbeat(heartbeat);
+        let queue = queue::Queue::new(wired.conn.clone(), &settings.namespace)
+            .with_lanes(settings.queues)
+            .with_heartbeat(heartbeat);
         let enqueuer = queue::Enqueuer::new(
             wired.conn.clone(),
             &settings.namespace,
             wired.engine.store().clone(),
         )
         .with_catalog(settings.catalog.clone())
+        .with_lanes(settings.queues)
         .keeping_events(settings.events_keep_s);
         let health = queue::Health::new(wired.conn.clone(), &settings.namespace);
         let app = std::sync::Arc::new(consume::App {

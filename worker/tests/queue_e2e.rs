@@ -1103,6 +1103,83 @@ async fn three_replicas_send_one_canary_per_period_for_the_fleet() {
 
 /// docs/design.md §4.3: a replica holds its running runs plus one fetch batch at most, so a
 /// replica started while another drains a backlog finds work for every slot it has.
+/// SPEC §4.3 (v3), `FREEWAY_QUEUES`: runs spread over three queue names by id, parked and woken
+/// in their own lane, every lane consumed by every replica, each run ending once with one call.
+/// On a cluster the lanes lie on different slots, and apalis's worker registration (which
+/// writes a key outside a lane's slot) still succeeds on each.
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_spread_over_three_queue_names_each_end_once() {
+    const LANES: usize = 3;
+    let mut c = Cluster::start("lanes", sim::SimConfig::default()).await;
+    c.queue = c.queue.clone().with_lanes(LANES);
+    let paid = freeway::route::Route::parse(PAID, &Catalog::builtin()).unwrap();
+    let scope = RestScope::Route {
+        pool: None,
+        route_key: paid.key(),
+    };
+    rests(&c)
+        .write(&scope, RestLength::For(2_000), "test rest")
+        .await
+        .unwrap();
+    let jobs: Vec<_> = (0..300)
+        .map(|i| {
+            let mut req = request(&format!("u{}", i % 30), "hi", &[PAID]);
+            req.on_rest = Some(freeway::job::OnRest::Queue);
+            freeway::job::RunJob::new(req, freeway::clock::epoch_ms())
+        })
+        .collect();
+    c.queue.push(&jobs).await.unwrap();
+    let lanes: Vec<String> = c.queue.lane_names().map(str::to_string).collect();
+    let cfg = |lane: &str| queue::schedule::storage_config(lane, 1, Duration::from_secs(1));
+    let mut waiting = Vec::new();
+    for lane in &lanes {
+        let n: u64 = redis::cmd("LLEN")
+            .arg(cfg(lane).active_jobs_list())
+            .query_async(&mut c.conn.clone())
+            .await
+            .unwrap();
+        waiting.push(n);
+    }
+    assert_eq!(waiting.iter().sum::<u64>(), 300);
+    assert!(
+        waiting.iter().all(|&n| n >= 50),
+        "every lane has its share of the runs: {waiting:?}"
+    );
+    let env = [("FREEWAY_QUEUES", "3")];
+    c.spawn_worker_with(&["--concurrency", "16"], &env);
+    c.spawn_worker_with(&["--concurrency", "16"], &env);
+    let mut saw_delayed = 0;
+    c.watch_queue(Duration::from_secs(120), |d| {
+        saw_delayed = saw_delayed.max(d.delayed);
+        let idle = d.waiting + d.scheduled + d.delayed + d.running == 0;
+        idle && c.sim.calls().len() >= 300
+    })
+    .await;
+    assert!(saw_delayed > 0, "runs parked while the route rested");
+    for lane in &lanes {
+        let (done, workers): (u64, u64) = redis::pipe()
+            .scard(cfg(lane).done_jobs_set())
+            .zcard(cfg(lane).workers_set())
+            .query_async(&mut c.conn.clone())
+            .await
+            .unwrap();
+        assert!(done >= 50, "lane {lane} delivered its runs: {done}");
+        assert_eq!(workers, 2, "both replicas consume lane {lane}");
+    }
+    let (_, replicas) = c.queue.snapshot().await.unwrap();
+    assert_eq!(replicas.len(), 2, "one replica a process: {replicas:?}");
+    let mut woke = 0;
+    for job in &jobs {
+        let rec = c.store.run(&job.run_id).await.unwrap().unwrap();
+        assert_eq!(rec.status, freeway::run::RunStatus::Succeeded, "{rec:?}");
+        assert_eq!(rec.state.counters.calls, 1, "{rec:?}");
+        woke += usize::from(rec.state.snoozes > 0);
+    }
+    assert!(woke > 0, "parked runs woke in their lane and completed");
+    assert_eq!(c.chat_calls(), 300, "one call a run");
+    c.assert_budgets(&jobs).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_holds_no_more_than_its_concurrency_and_one_fetch_batch() {
     const CONCURRENCY: u64 = 40;
@@ -1287,7 +1364,7 @@ async fn the_vacuum_deletes_a_retired_delivery_only_once_apalis_marked_it_finish
     let [id] = ids.as_slice() else {
         panic!("one delivery pushed: {ids:?}")
     };
-    c.queue.retire(id, Duration::ZERO).await.unwrap();
+    c.queue.retire(0, id, Duration::ZERO).await.unwrap();
     let now = freeway::clock::epoch_ms() + 1;
     assert_eq!(
         c.queue.vacuum(now, 100).await.unwrap(),

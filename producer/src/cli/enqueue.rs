@@ -102,6 +102,7 @@ pub async fn run(settings: Settings, args: Args) -> ExitCode {
     let store: Arc<dyn Store> = Arc::new(store);
     let enqueuer = Enqueuer::new(conn, &settings.namespace, store.clone())
         .with_catalog(settings.catalog.clone())
+        .with_lanes(settings.queues)
         .keeping_events(settings.events_keep_s);
     let run_id = match enqueuer.enqueue(request).await {
         Ok(Outcome::Enqueued { run_id } | Outcome::Duplicate { run_id }) => run_id,

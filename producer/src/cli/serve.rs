@@ -39,6 +39,7 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
     let (shutdown_tx, shutdown) = watch::channel(false);
     let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store.clone()))
         .with_catalog(settings.catalog.clone())
+        .with_lanes(settings.queues)
         .keeping_events(settings.events_keep_s);
     let state = Arc::new(AppState {
         hub: Hub::new(&settings.redis_url, enqueuer.connection(), max_streams),

@@ -109,7 +109,8 @@ pub async fn with_cluster<T>(
     scenario: impl AsyncFnOnce(&Sim, &mut Cluster) -> Result<T, BoxError>,
 ) -> Result<T, BoxError> {
     let result = match Cluster::start(&args.redis_url, name, args.postgres.as_deref()).await {
-        Ok(mut cluster) => {
+        Ok(cluster) => {
+            let mut cluster = cluster.with_queues(args.queues);
             let result = scenario(&sim, &mut cluster).await;
             cluster.close(args.keep || result.is_err()).await;
             result
@@ -183,6 +184,7 @@ impl Cluster {
                 .env("OPENROUTER_BASE_URL", sim_url)
                 .env("OPENROUTER_API_KEY", PLATFORM_KEY)
                 .env("RUST_LOG", &log_level)
+                .env("FREEWAY_QUEUES", self.queue.lanes().to_string())
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(log)
@@ -202,6 +204,12 @@ impl Cluster {
             &[]
         };
         self.spawn_workers(bin, args.replicas, args.concurrency, &url, http2)
+    }
+
+    /// Spread the runs over `queues` queue names, here and in the workers it starts.
+    pub fn with_queues(mut self, queues: u16) -> Cluster {
+        self.queue = self.queue.clone().with_lanes(usize::from(queues));
+        self
     }
 
     pub fn db_url(&self) -> &str {
@@ -333,12 +341,10 @@ pub async fn delete_namespace(conn: &mut RedisConnection, ns: &str) -> Result<()
         }
         cursor = next;
     }
-    let workers = format!(
-        "{}:workers",
-        queue::schedule::queue_name(ns, conn.is_cluster())
-    );
+    let lanes = queue::lane::lane_names(ns, queue::lane::MAX_LANES, conn.is_cluster());
+    let workers: Vec<String> = lanes.iter().map(|lane| format!("{lane}:workers")).collect();
     redis::cmd("ZREM")
-        .arg(queue::schedule::APALIS_REGISTRY)
+        .arg(queue::lane::APALIS_REGISTRY)
         .arg(workers)
         .query_async::<()>(conn)
         .await?;

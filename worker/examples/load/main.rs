@@ -201,6 +201,10 @@ pub struct Args {
     /// a call in flight.
     #[arg(long)]
     pub http2: bool,
+    /// The queue names runs are spread over (`FREEWAY_QUEUES`): on a Redis Cluster, lanes of
+    /// the queue on different primaries.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queues: u16,
     /// Give up waiting for a phase after this many seconds.
     #[arg(long, default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_s: u64,

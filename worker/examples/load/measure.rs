@@ -115,6 +115,23 @@ impl Snapshot {
         line
     }
 
+    /// The pipeline's CPU a run: its workers (a SQLite store runs inside them), Redis (every
+    /// node of a cluster) and PostgreSQL, the parties whose cores a fleet pays for. The sim and
+    /// this process (the driver) are not counted.
+    pub fn pipeline_per(&self, before: &Snapshot, items: u64) -> String {
+        let per = |s: f64| 1000.0 * s / items.max(1) as f64;
+        let workers = self.workers_cpu_s(before);
+        let redis = self.redis_cpu_s - before.redis_cpu_s;
+        let postgres = self.postgres_cpu_s - before.postgres_cpu_s;
+        format!(
+            "{:.3} ms of CPU a run (workers {:.3}, redis {:.3}, postgres {:.3})",
+            per(workers + redis + postgres),
+            per(workers),
+            per(redis),
+            per(postgres)
+        )
+    }
+
     /// The worker processes' CPU seconds during the phase, all together.
     pub fn workers_cpu_s(&self, before: &Snapshot) -> f64 {
         let before: f64 = before.workers_cpu_s.iter().sum();

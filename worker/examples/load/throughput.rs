@@ -174,6 +174,7 @@ async fn pipeline(
     );
     println!("  cpu              {}", after.cpu(&before, drain.total_s));
     println!("  redis            {}", after.redis_per(&before, n, "run"));
+    println!("  pipeline         {}", after.pipeline_per(&before, n));
     if succeeded < checked {
         return Err(format!("{} sampled runs did not succeed", checked - succeeded).into());
     }
@@ -225,7 +226,7 @@ async fn bare_drain(
     // polls all its workers from one task, which would keep them on one core.
     let monitors: Vec<_> = (0..args.replicas)
         .map(|i| {
-            let storage = queue.storage(usize::from(args.concurrency));
+            let storage = queue.storages(usize::from(args.concurrency)).remove(0);
             let concurrency = usize::from(args.concurrency);
             let name = format!("load-bare-{}-{i}", std::process::id());
             let call = call.clone();
