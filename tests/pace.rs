@@ -769,7 +769,15 @@ async fn a_miss_lowers_the_working_limit_and_windows_without_one_raise_it() {
     };
     let end = day_end();
     let to_next = || 60_000 - clock.now_ms() % 60_000 + 1;
-    f.pace.admit(POOL, &limits, end, 0).await.unwrap();
+    // The miss is said early in a window: a call admitted near a window's end takes a slot of
+    // the next, which would count against the first lowered window.
+    clock.advance(std::time::Duration::from_millis(
+        to_next() + WINDOW_GUARD_MS,
+    ));
+    assert_eq!(
+        f.pace.admit(POOL, &limits, end, 0).await.unwrap(),
+        Slot::Now
+    );
     f.pace.missed(POOL, &limits, None, true).await.unwrap();
     let mut admitted = Vec::new();
     for _ in 0..4 {
