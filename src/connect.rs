@@ -164,6 +164,44 @@ impl RedisConnection {
         matches!(self, RedisConnection::Cluster(_))
     }
 
+    /// The values of `keys`, in order (`Nil` where a key holds none): one `MGET` for the keys
+    /// of each slot, so that a scope's keys, hash-tagged together, cost one command, on a
+    /// server and on a cluster alike.
+    pub async fn values_by_slot(&self, keys: &[String]) -> RedisResult<Vec<Value>> {
+        let mut slots: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let of_key = slot(key);
+            match slots.iter_mut().find(|(s, _)| *s == of_key) {
+                Some((_, members)) => members.push(i),
+                None => slots.push((of_key, vec![i])),
+            }
+        }
+        let gets = slots
+            .iter()
+            .map(|(_, members)| {
+                let mut mget = redis::cmd("MGET");
+                for &i in members {
+                    mget.arg(&keys[i]);
+                }
+                mget
+            })
+            .collect();
+        let answers: Vec<Vec<Value>> = self.each(gets).await?;
+        let mut values = vec![Value::Nil; keys.len()];
+        for ((_, members), answer) in slots.iter().zip(answers) {
+            if answer.len() != members.len() {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "MGET answered another number of values than it was asked",
+                )));
+            }
+            for (&i, value) in members.iter().zip(answer) {
+                values[i] = value;
+            }
+        }
+        Ok(values)
+    }
+
     /// The answers to `commands`, in order, where the commands' keys may lie in different
     /// slots: one pipeline (one round trip) on a server; on a cluster, where a pipeline keeps
     /// to one slot, each command on its own, all at once. The same commands either way.

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 /// How long a lease lives without renewal: what a crashed executor costs its run.
 pub const LEASE_TTL: Duration = Duration::from_secs(30);
+/// How often a running delivery renews its lease: three times within its life.
+pub const LEASE_RENEWAL: Duration = Duration::from_secs(LEASE_TTL.as_secs() / 3);
 
 /// The outcome of asking for a run's lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

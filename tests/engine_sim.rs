@@ -13,6 +13,7 @@ use freeway::classify::{RestLength, RestScope, Verdict};
 use freeway::engine::{Outcome, WhenResting};
 use freeway::events::Event;
 use freeway::job::{Continuation, RunJob, RunRequest};
+use freeway::lease::Leases;
 use freeway::provider::{
     CallError, ChatProvider, ChatRequest, Completion, Deltas, HttpProvider, Target, Timeouts,
 };
@@ -1530,4 +1531,62 @@ async fn a_call_is_cut_at_the_deadline_and_none_starts_after_it() {
         ended.saturating_sub(job.deadline_ms)
     );
     assert!(s.h.rests.list().await.unwrap().is_empty(), "nothing rests");
+}
+
+#[tokio::test]
+async fn an_executor_whose_lease_another_took_makes_no_further_call() {
+    // The executor stalls past its lease's life during its first call (a paused process), and
+    // another takes the run meanwhile: its next step's call must not be made.
+    struct StallAndLoseTheLease {
+        inner: Arc<dyn ChatProvider>,
+        clock: Arc<freeway::clock::InstantClock>,
+        leases: Arc<freeway::lease::MemoryLeases>,
+        run_id: std::sync::Mutex<Option<String>>,
+    }
+    #[async_trait]
+    impl ChatProvider for StallAndLoseTheLease {
+        async fn call(
+            &self,
+            t: &Target,
+            r: &ChatRequest,
+            d: &Deltas,
+        ) -> Result<Completion, CallError> {
+            let result = self.inner.call(t, r, d).await;
+            let run_id = self.run_id.lock().unwrap().clone();
+            if let (Some(run_id), 1) = (run_id, r.messages.len()) {
+                self.clock
+                    .advance(freeway::lease::LEASE_TTL + Duration::from_secs(1));
+                let taken = self.leases.acquire(&run_id, "another-executor").await;
+                assert!(matches!(taken, Ok(freeway::lease::Lease::Granted)));
+            }
+            result
+        }
+    }
+    let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let clock = Arc::new(freeway::clock::InstantClock::default());
+    let rests = Arc::new(MemoryRests::new(clock.clone()));
+    let leases = Arc::new(freeway::lease::MemoryLeases::new(clock.clone()));
+    let provider = Arc::new(StallAndLoseTheLease {
+        inner: Arc::new(HttpProvider::new(fast_timeouts()).unwrap()),
+        clock: clock.clone(),
+        leases: leases.clone(),
+        run_id: Default::default(),
+    });
+    let mut h = support::harness_with(provider.clone(), &sim.base_url(), clock, rests);
+    h.parts.leases = leases;
+    h.engine = h.parts.engine_with(h.targets.clone());
+    let job = RunJob::new(
+        request("u1", "look it up [[tools:1]]", &[PAID]),
+        freeway::clock::epoch_ms(),
+    );
+    *provider.run_id.lock().unwrap() = Some(job.run_id.clone());
+    let outcome = execute(&h, &job, WhenResting::Snooze).await;
+    assert!(matches!(outcome, Outcome::Busy { .. }), "{outcome:?}");
+    assert_eq!(
+        sim.calls().len(),
+        1,
+        "the second step's call is the other executor's to make"
+    );
 }

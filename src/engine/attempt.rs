@@ -10,6 +10,7 @@ use super::spend::Held;
 use super::{Engine, EngineError, Run};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
+use crate::lease::LEASE_RENEWAL;
 use crate::metrics;
 use crate::pace::{Headroom, Refusal, Seen};
 use crate::provider::{CallError, ChatRequest, Completion, Deltas, Target, TransportError};
@@ -109,9 +110,15 @@ impl Engine {
         }
         // docs/design.md §10: an answer is paid for once. An executor whose lease another holds
         // now (it was thought gone) makes no more calls; one whose lease Redis forgot takes it
-        // back, so the reconciler does not hand the run to another meanwhile.
-        if !self.fleet.leases.renew(&run.rec.run_id, run.owner).await? {
-            return Err(EngineError::LeaseLost);
+        // back, so the reconciler does not hand the run to another meanwhile. A lease confirmed
+        // less than a renewal period ago cannot be another's (it lives three periods), so that
+        // call asks Redis nothing: most runs make their one call right after taking it.
+        let now_ms = self.clock.now_ms();
+        if now_ms.saturating_sub(run.lease_confirmed_ms) >= LEASE_RENEWAL.as_millis() as u64 {
+            if !self.fleet.leases.renew(&run.rec.run_id, run.owner).await? {
+                return Err(EngineError::LeaseLost);
+            }
+            run.lease_confirmed_ms = now_ms;
         }
         // docs/design.md §4.9: a priced call is made only once what it may cost is held.
         let held = match self.hold_spend(run, route).await? {

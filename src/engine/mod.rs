@@ -23,7 +23,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::events::{Event, EventError};
 use crate::fleet::{Fleet, FleetError};
 use crate::job::{HeldSlot, RunJob};
-use crate::lease::{LEASE_TTL, Lease};
+use crate::lease::{LEASE_RENEWAL, LEASE_TTL, Lease};
 use crate::metrics;
 use crate::pace::estimate_tokens;
 use crate::preflight::{self, Preflight, Waiting};
@@ -218,6 +218,9 @@ pub(crate) struct Run<'a> {
     pub tokens: u32,
     /// Who holds its lease: this delivery's executor.
     pub owner: &'a str,
+    /// When Redis last confirmed that `owner` holds the lease (engine clock, ms): taking it,
+    /// or renewing it before a call.
+    pub lease_confirmed_ms: u64,
 }
 
 /// A save the store did not take, as [`crate::unsaved`] keeps it.
@@ -272,7 +275,7 @@ impl Engine {
         self.hold(&job.run_id, Some(&owner));
         let run = self.execute_leased(job, routes, when_resting, &owner);
         tokio::pin!(run);
-        let mut renew = tokio::time::interval(LEASE_TTL / 3);
+        let mut renew = tokio::time::interval(LEASE_RENEWAL);
         renew.tick().await;
         let outcome = loop {
             tokio::select! {
@@ -334,6 +337,7 @@ impl Engine {
         // stops before saving leaves nothing behind. What is only needed before the steps is
         // read in a block, and pre-flight sits behind `proceed`: a local of this body would take
         // room in the run's future for the whole run, at each of thousands of runs in flight.
+        let acquired_ms = self.clock.now_ms();
         self.recover_unsaved(&job.run_id).await?;
         let (rec, transcript) = {
             let (stored, transcript) = self
@@ -361,6 +365,7 @@ impl Engine {
             slot: job.slot.clone(),
             tokens: job.first_call_tokens(),
             owner,
+            lease_confirmed_ms: acquired_ms,
         };
         let outcome = self.proceed(&mut run, when_resting).await?;
         // Only a snoozed run takes its held slot along; any other gives it back.

@@ -142,18 +142,15 @@ impl RedisRests {
     }
 
     /// `(remaining ms, reason)` of each key that rests. Almost every read finds no rest, so it is
-    /// a GET a key, and a second round trip reads the TTLs of only the keys that hold a value. A
-    /// key without a TTL (gone meanwhile, or not a rest this module wrote) is ignored.
+    /// an MGET a scope (its rest and its probe share a slot), and a second round trip reads the
+    /// TTLs of only the keys that hold a value. A key without a TTL (gone meanwhile, or not a
+    /// rest this module wrote) is ignored.
     async fn read_rests(&self, keys: &[String]) -> Result<Vec<Option<(u64, String)>>, FleetError> {
         let mut states = vec![None; keys.len()];
         if keys.is_empty() {
             return Ok(states);
         }
-        let gets = keys.iter().map(|key| keyed("GET", key)).collect();
-        let values: Vec<Value> = self.conn.each(gets).await?;
-        if values.len() != keys.len() {
-            return Err(unexpected("a GET per key"));
-        }
+        let values = self.conn.values_by_slot(keys).await?;
         let held: Vec<usize> = (0..keys.len())
             .filter(|&i| !matches!(values[i], Value::Nil))
             .collect();
@@ -213,15 +210,12 @@ impl Rests for RedisRests {
             .collect();
         // A probe is due where a guessed rest has ended: its guess is remembered and its rest is
         // gone. Guesses are rare, so the rests are read only where one is remembered.
-        let exists = keys
-            .iter()
-            .map(|key| keyed("EXISTS", &guess_key(key)))
-            .collect();
-        let guessed: Vec<bool> = self.conn.each(exists).await?;
+        let guesses: Vec<String> = keys.iter().map(|key| guess_key(key)).collect();
+        let guessed = self.conn.values_by_slot(&guesses).await?;
         let guessed: Vec<&String> = keys
             .iter()
             .zip(guessed)
-            .filter_map(|(key, guessed)| guessed.then_some(key))
+            .filter_map(|(key, guess)| (guess != Value::Nil).then_some(key))
             .collect();
         if guessed.is_empty() {
             return Ok(Probe::NotDue);
