@@ -51,6 +51,21 @@ async fn setup_with(
     Setup { sim, h }
 }
 
+/// A default simulator and the clock and rests of a harness whose provider a test wraps (to act
+/// as another replica in the middle of a call).
+async fn sim_with_clock_and_rests() -> (
+    sim::SimHandle,
+    Arc<freeway::clock::InstantClock>,
+    Arc<MemoryRests>,
+) {
+    let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let clock = Arc::new(freeway::clock::InstantClock::default());
+    let rests = Arc::new(MemoryRests::new(clock.clone()));
+    (sim, clock, rests)
+}
+
 fn fast_timeouts() -> Timeouts {
     Timeouts {
         connect: Duration::from_secs(2),
@@ -381,11 +396,7 @@ async fn no_same_route_retry_into_a_resting_pool() {
             result
         }
     }
-    let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let clock = Arc::new(freeway::clock::InstantClock::default());
-    let rests = Arc::new(MemoryRests::new(clock.clone()));
+    let (sim, clock, rests) = sim_with_clock_and_rests().await;
     let provider = Arc::new(RestThePoolOn502 {
         inner: Arc::new(HttpProvider::new(fast_timeouts()).unwrap()),
         rests: rests.clone(),
@@ -696,11 +707,7 @@ async fn a_pool_that_starts_resting_during_a_run_snoozes_it_at_its_later_step() 
             result
         }
     }
-    let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let clock = Arc::new(freeway::clock::InstantClock::default());
-    let rests = Arc::new(MemoryRests::new(clock.clone()));
+    let (sim, clock, rests) = sim_with_clock_and_rests().await;
     let provider = Arc::new(RestThePoolAfterFirstCall {
         inner: Arc::new(HttpProvider::new(fast_timeouts()).unwrap()),
         rests: rests.clone(),
@@ -1562,11 +1569,7 @@ async fn an_executor_whose_lease_another_took_makes_no_further_call() {
             result
         }
     }
-    let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let clock = Arc::new(freeway::clock::InstantClock::default());
-    let rests = Arc::new(MemoryRests::new(clock.clone()));
+    let (sim, clock, rests) = sim_with_clock_and_rests().await;
     let leases = Arc::new(freeway::lease::MemoryLeases::new(clock.clone()));
     let provider = Arc::new(StallAndLoseTheLease {
         inner: Arc::new(HttpProvider::new(fast_timeouts()).unwrap()),
