@@ -87,6 +87,15 @@ async function ask(question) {
   return run();
 }
 
+// Resolves once freeway records `runId` as ended (its events stream closes at its end).
+async function ended(runId) {
+  const r = await fetch(`${FREEWAY}/v1/runs/${runId}/events`, {
+    headers: { Authorization: `Bearer ${API_TOKEN}` },
+  });
+  assert.equal(r.status, 200, `the run's stream: ${r.status}`);
+  assert.match(await r.text(), /event: ?finished/);
+}
+
 async function fault(spec) {
   const r = await fetch(`${SIM}/_sim/faults`, {
     method: 'POST', headers: { 'Content-Type': 'application/json' },
@@ -160,9 +169,11 @@ try {
   assert.equal(await text('#state'), 'succeeded');
 
   step('a stream freeway refuses (a changed token: 403) is a message, not "queued" for good');
+  let tampered;
   await page.route(`${APP}/ask`, async (r) => {
     const resp = await r.fetch();
     const body = await resp.json();
+    tampered = body.run_id;
     const url = new URL(body.events_url);
     const [expires, tag] = url.searchParams.get('token').split('.');
     url.searchParams.set('token', `${expires}.${tag[0] === 'A' ? 'B' : 'A'}${tag.slice(1)}`);
@@ -175,6 +186,9 @@ try {
   assert.equal(await openStreams(), 0);
   assert.equal(await text('#answer'), '');
   await page.unroute(`${APP}/ask`);
+  // That run still executes; it must have ended before the next step's fault is set, or it
+  // could take the stall meant for the next run.
+  await ended(tampered);
 
   step('a stream refused for want of a slot (503) says so, is tried again, and then streams the answer once');
   await fault({ kind: 'stall', after_chunks: 1, delay_ms: 6000 });
