@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: starts a private Redis and PostgreSQL (installing them when missing and run as
 # root), installs the board's browser test (chromium, playwright-core), runs the whole workspace's
-# tests once, then the suites that touch Redis (rests, pace, spend, the queue end to end, the API
+# tests once, checks the OpenAPI document (a validator, and a Python client generated from it),
+# then the suites that touch Redis (rests, pace, spend, the queue end to end, the API
 # and its event streams, the fleet of processes) once more on a Redis Cluster of six nodes, then
 # kills a primary of that cluster under load (producer/tests/failover.rs), and stops what it
 # started. Extra arguments go to `cargo test`.
@@ -14,6 +15,7 @@ start_postgres
 ensure_browser
 echo "tests use REDIS_URL=$REDIS_URL PG_URL=$PG_URL" >&2
 cargo test --workspace "$@"
+scripts/check_openapi.sh
 start_redis_cluster
 echo "the Redis suites again on a cluster: REDIS_URL=$REDIS_CLUSTER_URL" >&2
 REDIS_URL=$REDIS_CLUSTER_URL cargo test -p freeway --test rests --test pace --test spend \

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// What a run is for; it sets the number of steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     #[default]

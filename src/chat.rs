@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 pub const TURN_FIELDS: [&str; 2] = ["reasoning_details", "reasoning_content"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     System,
@@ -21,6 +22,7 @@ pub enum Role {
 /// One tool call the model asked for. `arguments` is the raw JSON text the model produced (it may
 /// be empty or malformed: models are not trusted to produce valid JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
@@ -33,6 +35,7 @@ pub struct ToolCall {
 
 /// A message of the transcript, in the shape the chat-completions API takes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Message {
     pub role: Role,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,6 +90,7 @@ impl Message {
 
 /// Whether the worker runs a tool itself or pauses the run for a person's approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Approval {
     #[default]
@@ -96,6 +100,7 @@ pub enum Approval {
 
 /// A tool as the job declares it (docs/design.md §2.4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ToolSpec {
     pub name: String,
@@ -129,6 +134,7 @@ pub fn text_len(messages: &[Message]) -> usize {
 
 /// Token usage of one call, as far as the provider reported it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 /// A provider's dialect, as `dialect = "…"` names it in the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Dialect {
     Openrouter,

@@ -25,6 +25,7 @@ const STREAM_MAXLEN: usize = 10_000;
 /// One run event, as the worker publishes it and every reader (the SSE relay, the CLI, the
 /// board) parses it back: one type on every side, so no reader matches strings in JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     Queued,

@@ -27,6 +27,7 @@ pub const MAX_SCHEMA_DEPTH: usize = 32;
 
 /// What to do with a run whose routes are all closed at enqueue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum OnRest {
     #[default]
@@ -38,6 +39,7 @@ pub enum OnRest {
 /// tenants, then batch runs. A batch run is one nobody watches: it waits for a free slot rather
 /// than be refused, so its `on_rest` defaults to `queue`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
     #[default]
@@ -57,6 +59,7 @@ impl Priority {
 
 /// The body of `POST /v1/runs` and of `worker run-one JOB.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
     pub user_id: String,

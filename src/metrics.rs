@@ -132,6 +132,7 @@ impl Increment {
 
 /// One route's calls in one minute.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RouteMinute {
     /// The minute's start, epoch ms.
     pub t_ms: u64,

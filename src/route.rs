@@ -85,6 +85,7 @@ pub enum RouteError {
 
 /// A route as a job names it: `{model, connection?, provider?}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
     pub model: String,

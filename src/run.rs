@@ -9,6 +9,7 @@ use crate::route::RouteSpec;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Queued,
@@ -69,6 +70,7 @@ impl RunStatus {
 
 /// The codes of docs/api.md §6 that end a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Code {
     AccountResting,
@@ -228,6 +230,7 @@ impl RunRecord {
 
 /// One provider call, failed or not: the fields that explain every failover after the fact.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptRecord {
     pub run_id: String,
     /// 1-based over the whole run.
@@ -292,6 +295,7 @@ impl AttemptRecord {
 
 /// A person's answer to a tool call that needs approval (docs/design.md §2.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Decision {
     Approve,
@@ -309,6 +313,7 @@ impl Decision {
 
 /// How a paused tool call was answered, and the continuation that carries the answer on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Decided {
     pub decision: Decision,
     /// The tool result the model is given.
@@ -319,6 +324,7 @@ pub struct Decided {
 
 /// A tool call a run paused on, and its answer once given: the audit of who let a tool run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApprovalRecord {
     pub run_id: String,
     pub tool_call: ToolCall,

@@ -38,6 +38,9 @@ enum Command {
     Enqueue(Box<cli::enqueue::Args>),
     /// Print a run as JSON (the body of GET /v1/runs/{id}).
     Status { run_id: String },
+    /// Print the API's OpenAPI 3.1 document (what GET /openapi.json serves), for generating a
+    /// client without a running server.
+    Openapi,
 }
 
 #[global_allocator]
@@ -66,6 +69,7 @@ fn main() -> ExitCode {
             Command::Serve { addr } => cli::serve::run(settings, addr).await,
             Command::Enqueue(args) => cli::enqueue::run(settings, *args).await,
             Command::Status { run_id } => cli::status::run(settings, &run_id).await,
+            Command::Openapi => cli::print_openapi(),
         }
     })
 }

@@ -11,7 +11,7 @@ use freeway::run::{ApprovalRecord, AttemptRecord, Code, RunStatus};
 use freeway::store::{Store, StoreError};
 use serde::Serialize;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RunView {
     pub run_id: String,
     pub user_id: String,

@@ -135,6 +135,7 @@ impl From<redis::RedisError> for EnqueueError {
 
 /// A person's answer to a run paused on a tool call (`POST /v1/runs/{id}/approvals`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Approval {
     pub tool_call_id: String,

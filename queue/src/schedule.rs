@@ -78,6 +78,7 @@ pub fn storage_config(name: &str, batch_size: usize, heartbeat: Duration) -> Con
 
 /// Queue depths, read from apalis's keys and ours.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Depths {
     /// Due and waiting to be taken.
     pub waiting: u64,

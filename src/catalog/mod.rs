@@ -37,6 +37,7 @@ pub const DEFAULT_TIER: &str = "default";
 
 /// An OpenAI-compatible API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Provider {
     pub name: String,
     pub base_url: String,
@@ -47,6 +48,7 @@ pub struct Provider {
 
 /// Which keys one pool's quota belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum PoolKeys {
     /// The operator's key only: one account-wide pool.
@@ -58,6 +60,7 @@ pub enum PoolKeys {
 
 /// How a pool's window is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Window {
     /// Aligned to the epoch, as OpenRouter's minute.
@@ -68,9 +71,11 @@ pub enum Window {
 
 /// A quota several routes spend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Pool {
     pub name: String,
     pub provider: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
     pub models: Vec<Glob>,
     #[serde(rename = "connection")]
     pub keys: PoolKeys,
@@ -82,6 +87,7 @@ pub struct Pool {
     pub window_s: u32,
     /// The zone whose midnight ends the pool's day; `None`: the provider's dialect decides.
     #[serde(serialize_with = "zone_name")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub day_reset: Option<Tz>,
     /// Seconds between canaries of this pool's provider; `None`: off.
     pub canary_every_s: Option<u64>,

@@ -71,6 +71,7 @@ const MIN_EPOCH_MS: u64 = 1_000_000_000_000;
 
 /// Who refused the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Account,

@@ -115,6 +115,7 @@ pub struct DaySync {
 
 /// What a pool has spent, for `GET /v1/pools` and the board.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PoolUse {
     /// Calls counted in the current window (rolling: in the last window's length).
     pub window_used: u32,
@@ -142,6 +143,7 @@ pub struct PoolUse {
 
 /// A tenant's slots of a pool's window, granted to its waiting runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Share {
     pub tenant: String,
     pub slots: u32,
@@ -149,6 +151,7 @@ pub struct Share {
 
 /// What a pool instance learned from its provider (docs/design.md §4.4).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Learned {
     /// The requests per window the provider stated.
     pub per_window: Option<u32>,
@@ -176,6 +179,7 @@ pub struct Learned {
 /// What a provider last said about a pool: shown beside its use, whether or not it declares
 /// limits.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PoolSeen {
     /// The requests a successful answer said were left (`X-RateLimit-Remaining`,
     /// `x-ratelimit-remaining-requests`).
@@ -185,6 +189,7 @@ pub struct PoolSeen {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Headroom {
     pub remaining: i64,
     /// When the answer came (epoch ms).
@@ -194,6 +199,7 @@ pub struct Headroom {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Refusal {
     pub t_ms: u64,
     pub route: String,

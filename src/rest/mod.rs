@@ -108,6 +108,7 @@ pub const PAUSE_REASON: &str = "paused by the operator: ";
 
 /// An active rest, as `GET /v1/rests` and the board list them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ActiveRest {
     /// `pool`, `route` or `connection`.
     pub scope: String,

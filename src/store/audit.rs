@@ -15,6 +15,7 @@ pub const MAX_AUDIT_DETAIL: usize = 1_000;
 
 /// One operator action.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
     /// A ULID: entries sort by it as by time.
     pub id: String,

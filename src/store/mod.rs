@@ -43,6 +43,7 @@ pub struct StatusCount {
 
 /// How many runs ended with one status in one bucket of time ([`Store::ended_since`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EndedCount {
     pub status: RunStatus,
     pub bucket: u64,

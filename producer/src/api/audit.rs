@@ -40,7 +40,8 @@ pub async fn record(state: &AppState, actor: &str, action: &str, target: &str, d
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     /// The `next` of the page before: entries older than it.
@@ -48,7 +49,7 @@ pub struct AuditQuery {
     limit: Option<u32>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct AuditPage {
     entries: Vec<AuditEntry>,
     /// The `before` of the next page; `null` on the last.
@@ -56,6 +57,11 @@ pub struct AuditPage {
 }
 
 /// `GET /v1/audit?before=&limit=`: the newest actions first (admin token).
+#[utoipa::path(
+    get, operation_id = "listAudit", path = "/v1/audit", tag = "operations",
+    params(AuditQuery),
+    responses((status = 200, description = "Operator actions, newest first", body = AuditPage))
+)]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,

@@ -47,6 +47,10 @@ const MAX_WORKERS: usize = 200;
 const MAX_INPUT_SHOWN: usize = 4_096;
 
 /// `GET /board`: the page, with a fresh CSP nonce.
+#[utoipa::path(
+    get, operation_id = "boardPage", path = "/board", tag = "board",
+    responses((status = 200, description = "The job board", content_type = "text/html", body = String))
+)]
 pub async fn page() -> Response {
     let nonce = ulid::Ulid::generate().to_string();
     let csp = format!(
@@ -72,7 +76,7 @@ pub async fn page() -> Response {
 }
 
 /// A worker replica as apalis registered it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Worker {
     pub name: String,
     pub last_heartbeat_ms: u64,
@@ -103,7 +107,7 @@ pub fn workers(replicas: Vec<Replica>, now_ms: u64) -> Vec<Worker> {
         .collect()
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Overview {
     now_ms: u64,
     namespace: String,
@@ -116,14 +120,14 @@ pub struct Overview {
     canaries: Vec<ProviderCanary>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ProviderCanary {
     provider: String,
     #[serde(flatten)]
     canary: CanaryView,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Viewer {
     admin: bool,
     /// Whether an admin token is configured at all (without one nobody can clear).
@@ -131,6 +135,10 @@ struct Viewer {
 }
 
 /// `GET /v1/board/overview`: depths, workers, rests and canaries in one poll.
+#[utoipa::path(
+    get, operation_id = "boardOverview", path = "/v1/board/overview", tag = "board",
+    responses((status = 200, description = "Depths, workers, rests and canaries", body = Overview))
+)]
 pub async fn overview(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -161,7 +169,7 @@ pub async fn overview(
 }
 
 /// One entry of a run's event stream.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct EventLine {
     id: String,
     #[serde(rename = "type")]
@@ -169,7 +177,7 @@ struct EventLine {
     data: Event,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Detail {
     run: RunView,
     /// The newest [`MAX_EVENTS`] events, oldest first; empty once the stream expired (a day
@@ -186,6 +194,11 @@ pub struct Detail {
 }
 
 /// `GET /v1/board/runs/{id}`: the run with its attempt log, events and transcript.
+#[utoipa::path(
+    get, operation_id = "boardRun", path = "/v1/board/runs/{id}", tag = "board",
+    params(("id" = String, Path, description = "The run id"), crate::api::user::UserQuery),
+    responses((status = 200, description = "The run with its events and transcript", body = Detail), (status = 404, description = "No such run", body = crate::api::error::ErrorBody))
+)]
 pub async fn run_detail(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,
@@ -235,7 +248,7 @@ const TOTALS_SPAN_MS: u64 = 24 * 3_600_000;
 /// Its buckets: ten minutes, 144 of them.
 const TOTALS_BUCKET_MS: u64 = 600_000;
 
-#[derive(Clone, Serialize)]
+#[derive(Clone, Serialize, utoipa::ToSchema)]
 pub struct Totals {
     /// The first bucket's start, epoch ms.
     from_ms: u64,
@@ -258,6 +271,10 @@ pub struct TotalsCache(tokio::sync::Mutex<Option<(u64, Totals)>>);
 
 /// `GET /v1/board/totals`: the runs that ended in the last 24 hours, by outcome, ten minutes at
 /// a time.
+#[utoipa::path(
+    get, operation_id = "boardTotals", path = "/v1/board/totals", tag = "board",
+    responses((status = 200, description = "Runs ended in the last 24 hours by outcome", body = Totals))
+)]
 pub async fn totals(State(state): State<Arc<AppState>>) -> Result<Json<Totals>, ApiError> {
     let mut cached = state.totals.0.lock().await;
     let now = freeway::clock::epoch_ms();

@@ -26,7 +26,7 @@ pub const MAX_BULK: u64 = 10_000;
 /// Runs acted on at once.
 const BULK_CONCURRENCY: usize = 16;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BulkAction {
     Retry,
@@ -55,7 +55,7 @@ impl BulkAction {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkRequest {
     action: BulkAction,
@@ -69,7 +69,7 @@ pub struct BulkRequest {
     expect: Option<u64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct BulkAnswer {
     action: BulkAction,
     dry_run: bool,
@@ -83,6 +83,12 @@ pub struct BulkAnswer {
     message: String,
 }
 
+#[utoipa::path(
+    post, operation_id = "bulkAction", path = "/v1/runs:bulk", tag = "operations",
+    request_body = BulkRequest,
+    responses((status = 200, description = "What the action did, or would do", body = BulkAnswer),
+        (status = 409, description = "The filter no longer matches the count expected", body = crate::api::error::ErrorBody))
+)]
 pub async fn bulk(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,

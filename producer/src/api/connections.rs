@@ -11,7 +11,7 @@ use freeway::store::NewConnection;
 use serde::Deserialize;
 use std::sync::Arc;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutConnection {
     user_id: String,
@@ -20,6 +20,13 @@ pub struct PutConnection {
 }
 
 /// Store or replace the connection: `204`; `409` when the id belongs to another user.
+#[utoipa::path(
+    put, operation_id = "putConnection", path = "/v1/connections/{id}", tag = "connections",
+    params(("id" = String, Path, description = "The connection id")),
+    request_body = PutConnection,
+    responses((status = 204, description = "Stored"), (status = 404, description = "Unknown provider", body = crate::api::error::ErrorBody),
+        (status = 409, description = "The id belongs to another user", body = crate::api::error::ErrorBody))
+)]
 pub async fn put(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,
@@ -45,7 +52,8 @@ pub async fn put(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteQuery {
     /// The owner: a connection is removed only by (the web app on behalf of) its user.
@@ -54,6 +62,11 @@ pub struct DeleteQuery {
 
 /// Remove `?user_id=`'s connection: `204`, or `404` when that user has none of that id (another
 /// user's connection looks like none at all).
+#[utoipa::path(
+    delete, operation_id = "deleteConnection", path = "/v1/connections/{id}", tag = "connections",
+    params(("id" = String, Path, description = "The connection id"), DeleteQuery),
+    responses((status = 204, description = "Removed"), (status = 404, description = "The user has no connection of that id", body = crate::api::error::ErrorBody))
+)]
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,

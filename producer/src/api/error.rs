@@ -14,6 +14,7 @@ use freeway::run::Code;
 use freeway::store::StoreError;
 use queue::enqueue::EnqueueError;
 use queue::schedule::QueueError;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,6 +67,44 @@ pub enum ApiError {
     TooManyRequests { retry_after_s: u64 },
 }
 
+/// Every error's body: `{"error":{"code","message"}}`, with `retry_after_s` where the client
+/// should wait (also sent as `Retry-After`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    /// In plain words, for a person; never a secret or an internal detail.
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+}
+
+/// The codes an HTTP error answers with (docs/api.md §6): a request's own, and the refusal of a
+/// run whose routes are all closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidRequest,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    Conflict,
+    PayloadTooLarge,
+    RequestTimeout,
+    UnsupportedMediaType,
+    AccountResting,
+    RoutesResting,
+    SpendCapReached,
+    NotConfigured,
+    Unavailable,
+    TooManyRequests,
+}
+
 fn refused_message(code: Code, retry_after_s: u64) -> String {
     let what = match code {
         Code::AccountResting => "the shared account is resting",
@@ -97,21 +136,40 @@ impl ApiError {
         }
     }
 
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            ApiError::InvalidRequest(_) => "invalid_request",
-            ApiError::Unauthorized(_) | ApiError::Forbidden(_) => "unauthorized",
-            ApiError::ForeignHost(_) | ApiError::CrossSiteOrigin(_) => "forbidden",
-            ApiError::NotFound(_) => "not_found",
-            ApiError::MethodNotAllowed(_) => "method_not_allowed",
-            ApiError::Conflict(_) => "conflict",
-            ApiError::PayloadTooLarge(_) => "payload_too_large",
-            ApiError::RequestTimeout(_) => "request_timeout",
-            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
-            ApiError::Refused { code, .. } => code.as_str(),
-            ApiError::NotConfigured(_) => "not_configured",
-            ApiError::Unavailable(_) | ApiError::Busy { .. } => "unavailable",
-            ApiError::TooManyRequests { .. } => "too_many_requests",
+            ApiError::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            ApiError::Unauthorized(_) | ApiError::Forbidden(_) => ErrorCode::Unauthorized,
+            ApiError::ForeignHost(_) | ApiError::CrossSiteOrigin(_) => ErrorCode::Forbidden,
+            ApiError::NotFound(_) => ErrorCode::NotFound,
+            ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
+            ApiError::Conflict(_) => ErrorCode::Conflict,
+            ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            ApiError::RequestTimeout(_) => ErrorCode::RequestTimeout,
+            ApiError::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
+            ApiError::Refused { code, .. } => match code {
+                Code::AccountResting => ErrorCode::AccountResting,
+                Code::SpendCapReached => ErrorCode::SpendCapReached,
+                _ => ErrorCode::RoutesResting,
+            },
+            ApiError::NotConfigured(_) => ErrorCode::NotConfigured,
+            ApiError::Unavailable(_) | ApiError::Busy { .. } => ErrorCode::Unavailable,
+            ApiError::TooManyRequests { .. } => ErrorCode::TooManyRequests,
+        }
+    }
+
+    /// The error as the body's `error` object says it.
+    pub fn detail(&self) -> ErrorDetail {
+        let retry_after_s = match self {
+            ApiError::Refused { retry_after_s, .. }
+            | ApiError::Busy { retry_after_s, .. }
+            | ApiError::TooManyRequests { retry_after_s } => Some(*retry_after_s),
+            _ => None,
+        };
+        ErrorDetail {
+            code: self.code(),
+            message: self.to_string(),
+            retry_after_s,
         }
     }
 
@@ -124,22 +182,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = serde_json::json!({
-            "error": { "code": self.code(), "message": self.to_string() }
-        });
-        let retry_after = match &self {
-            ApiError::Refused { retry_after_s, .. }
-            | ApiError::Busy { retry_after_s, .. }
-            | ApiError::TooManyRequests { retry_after_s } => {
-                body["error"]["retry_after_s"] = (*retry_after_s).into();
-                Some(*retry_after_s)
-            }
-            _ => None,
-        };
+        let error = self.detail();
+        let retry_after = error.retry_after_s;
         // A client past a limit, or too slow to send its body, gives its connection back: kept
         // open, it would hold one of the process's connections while it waits to retry.
         let close = retry_after.is_some() && !matches!(self, ApiError::Refused { .. })
             || matches!(self, ApiError::RequestTimeout(_));
+        let body = ErrorBody { error };
         let mut response = (self.status(), Json(body)).into_response();
         if let Some(s) = retry_after {
             response

@@ -47,7 +47,8 @@ const SETTLE_GRACE_MS: u64 = 5_000;
 /// When a client refused for want of a slot may try again.
 const RETRY_AFTER_S: u64 = 5;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     user_id: Option<String>,
@@ -57,6 +58,15 @@ pub struct EventsQuery {
 
 /// The run's events, to a caller with the API token or the run's own signed token; a page of
 /// one of `FREEWAY_CORS_ORIGINS` may read them.
+#[utoipa::path(
+    get, operation_id = "streamRunEvents", path = "/v1/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path, description = "The run id"), EventsQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event")),
+    responses(
+        (status = 200, description = "Server-Sent Events: each `data:` is one event, its `event:` the event's `type`", content_type = "text/event-stream", body = freeway::events::Event),
+        (status = 404, description = "No such run (or not the user's)", body = crate::api::error::ErrorBody),
+    )
+)]
 pub async fn stream(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,

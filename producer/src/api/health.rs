@@ -9,8 +9,25 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use std::sync::Arc;
 
+/// What takes writes: `ok` or `failed` for Redis and for the store.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Health {
+    #[schema(value_type = String, example = "ok")]
+    redis: &'static str,
+    #[schema(value_type = String, example = "ok")]
+    store: &'static str,
+    /// Each replica (or `producer`) whose store writer fails, with its error.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    writers: std::collections::BTreeMap<String, String>,
+}
+
 /// `200 {"redis":"ok","store":"ok"}`, or `503` with `"failed"` for what does not take writes,
 /// and under `"writers"` each replica whose store writer fails, with its error.
+#[utoipa::path(
+    get, operation_id = "health", path = "/healthz", tag = "health",
+    responses((status = 200, description = "Redis and the store take writes", body = Health),
+        (status = 503, description = "Something does not take writes", body = Health))
+)]
 pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let health = queue::Health::new(state.enqueuer.connection(), state.enqueuer.namespace());
     let redis = match health.redis_writable().await {
@@ -35,13 +52,10 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let writers: serde_json::Map<String, serde_json::Value> = failing
-        .into_iter()
-        .map(|(replica, error)| (replica, serde_json::Value::String(error)))
-        .collect();
-    let mut body = serde_json::json!({ "redis": redis, "store": store });
-    if !writers.is_empty() {
-        body["writers"] = serde_json::Value::Object(writers);
-    }
+    let body = Health {
+        redis,
+        store,
+        writers: failing.into_iter().collect(),
+    };
     (status, Json(body))
 }

@@ -40,6 +40,10 @@ use freeway::store::Store;
 use std::fmt::Write;
 use std::sync::Arc;
 
+#[utoipa::path(
+    get, operation_id = "metrics", path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String))
+)]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
     let (depths, replicas) = state.enqueuer.queue().snapshot().await?;
     let rests = state.enqueuer.rests().list().await?;

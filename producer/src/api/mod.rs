@@ -25,6 +25,7 @@ pub mod events;
 pub mod health;
 pub mod json_only;
 pub mod metrics;
+pub mod openapi;
 pub mod origin;
 pub mod pools;
 pub mod rate_limit;
@@ -137,6 +138,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .nest("/v1", v1.merge(events))
         .route("/board", get(board::page))
+        .route("/openapi.json", get(openapi::document))
         .route("/healthz", get(health::healthz))
         .route(
             "/metrics",

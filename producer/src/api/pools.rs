@@ -21,12 +21,12 @@ use freeway::store::Store;
 use serde::Serialize;
 use std::sync::Arc;
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct PoolList {
     pools: Vec<PoolView>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct PoolView {
     #[serde(flatten)]
     pool: Pool,
@@ -47,7 +47,7 @@ struct PoolView {
 pub const MAX_WAITING_INSTANCES: usize = 50;
 
 /// A pool instance's use, as its limiter counts it.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct InstanceUse {
     /// The pool's name (the instance is `name` or `name@platform`).
     #[serde(skip)]
@@ -81,7 +81,7 @@ pub(super) async fn platform_use(state: &AppState) -> Result<Vec<InstanceUse>, A
     Ok(out)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct InstanceRest {
     instance: String,
     remaining_ms: u64,
@@ -123,6 +123,10 @@ async fn waiting_instances(
     Ok(out)
 }
 
+#[utoipa::path(
+    get, operation_id = "listPools", path = "/v1/pools", tag = "operations",
+    responses((status = 200, description = "Each pool instance with its limits and use", body = PoolList))
+)]
 pub async fn pools(State(state): State<Arc<AppState>>) -> Result<Json<PoolList>, ApiError> {
     let rests = state.enqueuer.rests().list().await?;
     let mut spent = platform_use(&state).await?;
@@ -180,12 +184,12 @@ fn rests_of(pool: &Pool, rests: &[ActiveRest]) -> Vec<InstanceRest> {
     out
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct ProviderList {
     providers: Vec<ProviderView>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct ProviderView {
     #[serde(flatten)]
     provider: Provider,
@@ -196,7 +200,7 @@ struct ProviderView {
 }
 
 /// A canary as the attempt log keeps it, without the run fields it has none of.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct CanaryView {
     route: String,
     t_ms: u64,
@@ -229,6 +233,10 @@ impl From<CanaryRecord> for CanaryView {
     }
 }
 
+#[utoipa::path(
+    get, operation_id = "listProviders", path = "/v1/providers", tag = "operations",
+    responses((status = 200, description = "Each provider with its last canary", body = ProviderList))
+)]
 pub async fn providers(State(state): State<Arc<AppState>>) -> Result<Json<ProviderList>, ApiError> {
     let catalog = state.enqueuer.catalog();
     let mut canaries = state.store.last_canaries().await?;

@@ -25,11 +25,15 @@ use std::sync::Arc;
 /// The scopes a rest can have, as [`freeway::rest::Rests::list`] names them.
 const SCOPES: [&str; 3] = ["pool", "route", "connection"];
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct RestList {
     rests: Vec<ActiveRest>,
 }
 
+#[utoipa::path(
+    get, operation_id = "listRests", path = "/v1/rests", tag = "operations",
+    responses((status = 200, description = "Every active rest and circuit", body = RestList))
+)]
 pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<RestList>, ApiError> {
     let rests = state.enqueuer.rests().list().await?;
     Ok(Json(RestList { rests }))
@@ -37,6 +41,12 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<RestList>, 
 
 /// `204` when a rest was cleared, `404` when nothing rested there. A route key may hold `/`
 /// (`openrouter/vendor/model:free`): the path's tail is the key.
+#[utoipa::path(
+    delete, operation_id = "clearRest", path = "/v1/rests/{scope}/{key}", tag = "operations",
+    params(("scope" = String, Path, description = "account, pool, route, upstream or circuit"),
+        ("key" = String, Path, description = "The rest's key; may hold `/`")),
+    responses((status = 204, description = "Cleared"), (status = 404, description = "Nothing rested there", body = crate::api::error::ErrorBody))
+)]
 pub async fn clear(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -87,7 +97,7 @@ pub const MAX_PAUSE_S: u64 = LONG_REST_CAP_MS / 1000;
 /// The longest reason kept.
 const MAX_REASON: usize = 200;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Pause {
     /// Why, for the board, the runs' `delayed` events and the audit trail.
@@ -96,7 +106,7 @@ pub struct Pause {
     for_s: Option<u64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Paused {
     scope: String,
     key: String,
@@ -108,6 +118,13 @@ pub struct Paused {
 /// `200` with how long the scope now rests. `scope` is `pool` (a pool instance: `openrouter-free`,
 /// `groq@conn_…`) or `route` (a route key as the rests list shows it: `platform:groq/llama-3.1-8b`,
 /// `conn:conn_…/model`).
+#[utoipa::path(
+    post, operation_id = "pauseRest", path = "/v1/rests/{scope}/{key}", tag = "operations",
+    params(("scope" = String, Path, description = "pool or route"),
+        ("key" = String, Path, description = "A pool instance or a route key; may hold `/`")),
+    request_body = Pause,
+    responses((status = 200, description = "Paused", body = Paused), (status = 404, description = "No such pool or route", body = crate::api::error::ErrorBody))
+)]
 pub async fn pause(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,

@@ -12,13 +12,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryQuery {
     minutes: Option<u64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct RouteHistory {
     route: String,
     /// Over the whole span.
@@ -27,7 +28,7 @@ struct RouteHistory {
     minutes: Vec<RouteMinute>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct History {
     /// The span's first minute, epoch ms.
     from_ms: u64,
@@ -35,6 +36,11 @@ pub struct History {
     routes: Vec<RouteHistory>,
 }
 
+#[utoipa::path(
+    get, operation_id = "routeHistory", path = "/v1/routes", tag = "operations",
+    params(HistoryQuery),
+    responses((status = 200, description = "Each route's calls by minute", body = History))
+)]
 pub async fn history(
     State(state): State<Arc<AppState>>,
     query: Result<Query<HistoryQuery>, QueryRejection>,

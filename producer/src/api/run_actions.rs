@@ -27,6 +27,12 @@ fn actor(state: &AppState, headers: &HeaderMap, user: &ForUser) -> Result<String
 }
 
 /// `202 {"run_id","status"}`: `cancelled`, or `running` while its executor stops it.
+#[utoipa::path(
+    post, operation_id = "cancelRun", path = "/v1/runs/{id}/cancel", tag = "runs",
+    params(("id" = String, Path, description = "The run id"), crate::api::user::UserQuery),
+    responses((status = 202, description = "Cancelled, or stopping before its next call", body = CancelAnswer),
+        (status = 404, description = "No such run", body = crate::api::error::ErrorBody), (status = 409, description = "The run has ended", body = crate::api::error::ErrorBody))
+)]
 pub async fn cancel(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -44,12 +50,18 @@ pub async fn cancel(
         Cancelled::BeforeNextCall => "cancelled: it stops before its next call",
     };
     audit::record(&state, &by, "cancel", &id, detail).await;
-    let body = serde_json::json!({ "run_id": id, "status": status });
+    let body = CancelAnswer { run_id: id, status };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
 /// `202 {"run_id","status":"queued"}` for the new run; `409` for a run that did not end
 /// failed, refused or cancelled.
+#[utoipa::path(
+    post, operation_id = "retryRun", path = "/v1/runs/{id}/retry", tag = "runs",
+    params(("id" = String, Path, description = "A failed, refused or cancelled run"), crate::api::user::UserQuery),
+    responses((status = 202, description = "The new run is queued", body = super::runs::Accepted),
+        (status = 404, description = "No such run", body = crate::api::error::ErrorBody), (status = 409, description = "The run did not end failed, refused or cancelled", body = crate::api::error::ErrorBody))
+)]
 pub async fn retry(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -63,11 +75,21 @@ pub async fn retry(
     Ok(accepted(&state, run_id, deadline_s))
 }
 
+/// What a cancel did: the run is `cancelled`, or still `running` until its executor stops it
+/// before its next call.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CancelAnswer {
+    run_id: String,
+    #[schema(value_type = String, example = "cancelled")]
+    status: &'static str,
+}
+
 /// What "run now" did, in the run's terms: `queued` (woken, it runs now) or still `delayed`
 /// (its routes are closed: it waits until `until_ms`, and `message` says for what).
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct WakeAnswer {
     run_id: String,
+    #[schema(value_type = String, example = "queued")]
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     until_ms: Option<u64>,
@@ -75,6 +97,12 @@ pub struct WakeAnswer {
 }
 
 /// `200` with what will really happen; `409` for a run that is not delayed.
+#[utoipa::path(
+    post, operation_id = "wakeRun", path = "/v1/runs/{id}/wake", tag = "runs",
+    params(("id" = String, Path, description = "A delayed run"), crate::api::user::UserQuery),
+    responses((status = 200, description = "Woken, or still delayed and why", body = WakeAnswer),
+        (status = 404, description = "No such run", body = crate::api::error::ErrorBody), (status = 409, description = "The run is not delayed", body = crate::api::error::ErrorBody))
+)]
 pub async fn wake(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,

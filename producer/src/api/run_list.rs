@@ -17,7 +17,8 @@ const DEFAULT_LIMIT: u32 = 50;
 /// The longest `q` or `route` taken: a model id is at most 200 characters.
 const MAX_TEXT: usize = 200;
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::IntoParams, utoipa::ToSchema)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     user_id: Option<String>,
@@ -32,7 +33,7 @@ pub struct ListQuery {
 }
 
 /// One line of the list: what a person scans for, without the output.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct RunLine {
     run_id: String,
     user_id: String,
@@ -87,7 +88,7 @@ impl From<RunRecord> for RunLine {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct RunList {
     runs: Vec<RunLine>,
     /// The `cursor` of the next page; `null` on the last.
@@ -137,6 +138,11 @@ pub fn run_filter(query: ListQuery) -> Result<(RunFilter, Option<RunCursor>, u32
 }
 
 /// `GET /v1/runs?status=&user_id=&tenant=&route=&code=&q=&cursor=&limit=`.
+#[utoipa::path(
+    get, operation_id = "listRuns", path = "/v1/runs", tag = "runs",
+    params(ListQuery),
+    responses((status = 200, description = "Runs, newest first", body = RunList))
+)]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,

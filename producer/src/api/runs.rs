@@ -2,7 +2,7 @@
 //! as the CLI) and `GET /v1/runs/{id}` (scoped by `?user_id=`, see [`super::user`]).
 
 use super::AppState;
-use super::error::{ApiError, Body, PathParams};
+use super::error::{ApiError, Body, ErrorDetail, PathParams};
 use super::user::{ForUser, not_found};
 use crate::view::RunView;
 use axum::Json;
@@ -15,6 +15,16 @@ use std::sync::Arc;
 
 /// `202 {"run_id","status":"queued"}`, also for a repeated idempotency key; `429` while every
 /// route rests and the run's `on_rest` is `refuse` (an interactive run's default).
+#[utoipa::path(
+    post, operation_id = "createRun", path = "/v1/runs", tag = "runs",
+    request_body = freeway::job::RunRequest,
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context of the web request that enqueues the run")),
+    responses(
+        (status = 202, description = "Queued", body = Accepted),
+        (status = 404, description = "a route's connection or provider is unknown, or the conversation", body = crate::api::error::ErrorBody),
+        (status = 429, description = "Every route is closed and the run's `on_rest` is `refuse`: account_resting, routes_resting or spend_cap_reached; also too_many_requests", body = crate::api::error::ErrorBody),
+    )
+)]
 pub async fn create(
     State(state): State<Arc<AppState>>,
     Body(body): Body,
@@ -55,19 +65,57 @@ pub(super) fn enqueued(outcome: Outcome) -> Result<String, ApiError> {
 /// The most runs one `POST /v1/runs:batch` takes.
 pub const MAX_BATCH: usize = 1_000;
 
-#[derive(serde::Deserialize)]
+/// A batch's body: each run is a body of `POST /v1/runs`, checked on its own.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Batch {
+pub struct Batch {
+    #[schema(value_type = Vec<freeway::job::RunRequest>, min_items = 1, max_items = 1000)]
     runs: Vec<serde_json::Value>,
+}
+
+/// `202`: the run is queued (or was, under the same idempotency key).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Accepted {
+    run_id: String,
+    /// Always `queued`: what the run is now is in its events.
+    #[schema(value_type = String, example = "queued")]
+    status: &'static str,
+    /// Where the run's events are read; signed for this run alone when the server has
+    /// `FREEWAY_SECRET_KEY`, so a browser may open it without the API token.
+    events_url: String,
+}
+
+/// What `POST /v1/runs` would have answered for one body of a batch.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct BatchResult {
+    /// `202`, or the error's HTTP status.
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    events_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorDetail>,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct BatchResults {
+    /// One per body, in order.
+    results: Vec<BatchResult>,
 }
 
 /// `POST /v1/runs:batch {"runs":[…]}`: `200 {"results":[…]}`, one per body in order: what
 /// `POST /v1/runs` would have answered (`{"status":202,"run_id"}` or `{"status":4xx,"error"}`).
 /// A body that fails changes nothing of the others.
+#[utoipa::path(
+    post, operation_id = "createRuns", path = "/v1/runs:batch", tag = "runs",
+    request_body = Batch,
+    responses((status = 200, description = "One result per body, in order", body = BatchResults))
+)]
 pub async fn create_batch(
     State(state): State<Arc<AppState>>,
     Body(body): Body,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<BatchResults>, ApiError> {
     let batch: Batch = serde_json::from_slice(&body)
         .map_err(|e| ApiError::InvalidRequest(format!("a batch is {{\"runs\": [...]}}: {e}")))?;
     if batch.runs.is_empty() || batch.runs.len() > MAX_BATCH {
@@ -82,26 +130,31 @@ pub async fn create_batch(
     let results = futures_util::future::join_all(batch.runs.iter().map(|run| async {
         let bytes = serde_json::to_vec(run).unwrap_or_default();
         match enqueue_one(&state, &bytes).await {
-            Ok((run_id, deadline_s)) => serde_json::json!({
-                "status": 202,
-                "events_url": events_url(&state, &run_id, deadline_s),
-                "run_id": run_id,
-            }),
-            Err(e) => serde_json::json!({
-                "status": e.status().as_u16(),
-                "error": { "code": e.code(), "message": e.to_string() },
-            }),
+            Ok((run_id, deadline_s)) => BatchResult {
+                status: StatusCode::ACCEPTED.as_u16(),
+                events_url: Some(events_url(&state, &run_id, deadline_s)),
+                run_id: Some(run_id),
+                error: None,
+            },
+            Err(e) => BatchResult {
+                status: e.status().as_u16(),
+                run_id: None,
+                events_url: None,
+                error: Some(e.detail()),
+            },
         }
     }))
     .await;
-    Ok(Json(serde_json::json!({ "results": results })))
+    Ok(Json(BatchResults { results }))
 }
 
 /// `202 {"run_id","status":"queued","events_url"}` for a run with `deadline_s` to run in.
 pub(super) fn accepted(state: &AppState, run_id: String, deadline_s: u64) -> Response {
-    let events_url = events_url(state, &run_id, deadline_s);
-    let body =
-        serde_json::json!({ "run_id": run_id, "status": "queued", "events_url": events_url });
+    let body = Accepted {
+        events_url: events_url(state, &run_id, deadline_s),
+        run_id,
+        status: "queued",
+    };
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
@@ -119,6 +172,11 @@ fn events_url(state: &AppState, run_id: &str, deadline_s: u64) -> String {
     }
 }
 
+#[utoipa::path(
+    get, operation_id = "getRun", path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "The run id"), crate::api::user::UserQuery),
+    responses((status = 200, description = "The run", body = crate::view::RunView), (status = 404, description = "No such run (or not the user's)", body = crate::api::error::ErrorBody))
+)]
 pub async fn show(
     State(state): State<Arc<AppState>>,
     PathParams(id): PathParams<String>,

@@ -35,14 +35,15 @@ pub const SEEN_MS: u64 = 24 * 3600 * 1000;
 
 const BAD_ID: &str = "tenant id must match [A-Za-z0-9_.:-]{1,128}";
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct UsageQuery {
     tier: Option<String>,
 }
 
 /// Where the tier of a usage answer came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TierFrom {
     /// `?tier=`.
@@ -54,7 +55,7 @@ pub enum TierFrom {
 }
 
 /// Where a `spend_usd` comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SpendFrom {
     /// The fleet's ledger: the tier has a cap, and every priced call is held against it.
@@ -75,7 +76,7 @@ impl SpendFrom {
 }
 
 /// One route's calls today.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RouteUse {
     route: String,
     calls: u64,
@@ -83,7 +84,7 @@ pub struct RouteUse {
 }
 
 /// One day's calls, on the tier's day clock.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DayUse {
     /// `YYYY-MM-DD` on the tier's `day_reset` clock.
     day: String,
@@ -92,7 +93,7 @@ pub struct DayUse {
     cost_usd: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TenantUsage {
     tenant: String,
     tier: String,
@@ -140,6 +141,11 @@ async fn ledger_usage(
 }
 
 /// `GET /v1/tenants/{id}/usage?tier=`.
+#[utoipa::path(
+    get, operation_id = "tenantUsage", path = "/v1/tenants/{id}/usage", tag = "operations",
+    params(("id" = String, Path, description = "The tenant"), UsageQuery),
+    responses((status = 200, description = "Today's spend and 30 days by day", body = TenantUsage))
+)]
 pub async fn usage(
     State(state): State<Arc<AppState>>,
     PathParams(tenant): PathParams<String>,
@@ -243,14 +249,15 @@ pub async fn usage(
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     limit: Option<u32>,
 }
 
 /// A tenant of the last day's runs, as the board's spend by tenant shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TenantLine {
     tenant: String,
     /// The tier of its newest run: its cap and day clock apply below.
@@ -270,7 +277,7 @@ pub struct TenantLine {
     cost_usd: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TenantList {
     /// Runs created from this moment on were looked at (epoch ms).
     since_ms: u64,
@@ -279,6 +286,11 @@ pub struct TenantList {
 }
 
 /// `GET /v1/tenants?limit=`: the tenants of the last day's runs, newest run first.
+#[utoipa::path(
+    get, operation_id = "listTenants", path = "/v1/tenants", tag = "operations",
+    params(ListQuery),
+    responses((status = 200, description = "The tenants of the last day's runs", body = TenantList))
+)]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     query: Result<Query<ListQuery>, QueryRejection>,

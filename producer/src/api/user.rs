@@ -13,9 +13,10 @@ use freeway::run::RunRecord;
 use freeway::store::Store;
 use serde::Deserialize;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
-struct UserQuery {
+pub struct UserQuery {
     user_id: Option<String>,
 }
 

@@ -21,6 +21,17 @@ pub fn fail(code: u8, message: &str) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// `producer openapi`: the document `GET /openapi.json` serves, on stdout.
+pub fn print_openapi() -> ExitCode {
+    match serde_json::to_string_pretty(producer::api::openapi::spec()) {
+        Ok(document) => {
+            println!("{document}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(EXIT_FAILED, &format!("cannot write the document: {e}")),
+    }
+}
+
 /// Open the store of `DATABASE_URL` (a malformed URL is bad configuration: exit 2).
 pub async fn open_store(settings: &Settings) -> Result<SqlStore, ExitCode> {
     SqlStore::open(&settings.database_url)

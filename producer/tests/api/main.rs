@@ -12,6 +12,7 @@ mod connections;
 mod enqueue;
 mod events;
 mod guards;
+mod openapi;
 mod operations;
 mod operator;
 mod pools;

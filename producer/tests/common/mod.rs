@@ -61,6 +61,8 @@ pub struct Server {
     pub enqueuer: Enqueuer,
     pub conn: RedisConnection,
     pub http: reqwest::Client,
+    /// The state the router serves, for a test that builds the router again to look at it.
+    pub state: Arc<AppState>,
     _shutdown: watch::Sender<bool>,
 }
 
@@ -121,11 +123,8 @@ impl Server {
             .await
             .expect("a free port");
         let base = format!("http://{}", listener.local_addr().expect("bound"));
-        tokio::spawn(async move {
-            axum::serve(listener, api::router(state))
-                .await
-                .expect("the API serves")
-        });
+        let router = api::router(state.clone());
+        tokio::spawn(async move { axum::serve(listener, router).await.expect("the API serves") });
         Server {
             base,
             ns,
@@ -135,6 +134,7 @@ impl Server {
             enqueuer,
             conn,
             http: reqwest::Client::new(),
+            state,
             _shutdown: shutdown_tx,
         }
     }
