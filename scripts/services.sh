@@ -164,8 +164,9 @@ stop_services() {
     return 0
 }
 
-# The job board's browser test (producer/tests/board_browser.rs): Debian's chromium, node with
-# npm, and playwright-core and axe-core from tests/browser's lockfile. Only what is missing is
+# The browser tests (producer/tests/board_browser.rs, webapp_browser.rs): Debian's chromium, node
+# with npm, playwright-core and axe-core from tests/browser's lockfile, and the TypeScript web
+# app's packages from its lockfile. Only what is missing is
 # installed.
 ensure_browser() {
     ensure_packages chromium:chromium node:nodejs npm:npm || return 1
@@ -174,5 +175,11 @@ ensure_browser() {
         [ tests/browser/package-lock.json -nt tests/browser/node_modules/.package-lock.json ]; then
         echo "installing the browser test's node packages ..." >&2
         (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error) >&2 || return 1
+    fi
+    # The TypeScript web app the same test drives (its build runs in the test, on this build).
+    if [ ! -d examples/webapp-ts/node_modules/openapi-fetch ] ||
+        [ examples/webapp-ts/package-lock.json -nt examples/webapp-ts/node_modules/.package-lock.json ]; then
+        echo "installing the TypeScript web app's node packages ..." >&2
+        (cd examples/webapp-ts && npm ci --no-audit --no-fund --loglevel=error) >&2 || return 1
     fi
 }

@@ -1,11 +1,13 @@
-//! The example web app (`producer/examples/webapp.rs`) in a real browser: a fleet (the
+//! The example web apps, the Rust one (`producer/examples/webapp.rs`) and the TypeScript one
+//! (`examples/webapp-ts/`, built here against this build's OpenAPI document), each in a real
+//! browser with the same script: a fleet (the
 //! simulator, `producer serve` with `FREEWAY_SECRET_KEY` and the app's origin in
 //! `FREEWAY_CORS_ORIGINS`, one worker) and the app's process, which reaches freeway at
 //! `127.0.0.1` and hands the browser events URLs on a public name only the browser resolves;
 //! `tests/browser/webapp.mjs` asks questions in the page and checks the answers streamed through
 //! the runs' `events_url`s, with no API token in the page or on any of its requests, a delayed
 //! run's countdown, one stream at a time, and the messages for refused streams and questions.
-//! The app's settings are checked without a browser.
+//! Each app's settings are checked without a browser.
 
 mod common;
 
@@ -21,7 +23,52 @@ const MODEL: &str = "meta-llama/llama-3.3-70b-instruct:free";
 /// The scenario waits on two stalled runs (8 s and 6 s) besides its set-up.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
 
-fn webapp_bin() -> PathBuf {
+/// The two example web apps, one page and one contract: the Rust one
+/// (`producer/examples/webapp.rs`) and the TypeScript one (`examples/webapp-ts/`), whose client
+/// is generated from freeway's OpenAPI document when it is built.
+#[derive(Clone, Copy, Debug)]
+enum WebApp {
+    Rust,
+    TypeScript,
+}
+
+impl WebApp {
+    /// The command that starts the app, built from its current source.
+    fn command(self) -> std::process::Command {
+        match self {
+            WebApp::Rust => std::process::Command::new(rust_bin()),
+            WebApp::TypeScript => {
+                let mut node = std::process::Command::new("node");
+                node.arg(typescript_build());
+                node
+            }
+        }
+    }
+
+    /// Whether the app can be built here; under CI it must be.
+    fn available(self) -> bool {
+        match self {
+            WebApp::Rust => true,
+            WebApp::TypeScript => {
+                let modules = ts_dir().join("node_modules/openapi-fetch");
+                if modules.exists() {
+                    return true;
+                }
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "CI must run the TypeScript web app, but {} is missing",
+                    modules.display()
+                );
+                eprintln!(
+                    "\n*** webapp-ts SKIPPED: npm ci in examples/webapp-ts (scripts/test.sh does) ***\n"
+                );
+                false
+            }
+        }
+    }
+}
+
+fn rust_bin() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_producer"))
         .parent()
         .map(|d| d.join("examples/webapp"))
@@ -44,9 +91,46 @@ fn webapp_bin() -> PathBuf {
     bin
 }
 
+fn ts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/webapp-ts")
+}
+
+/// Build the TypeScript app against this build's OpenAPI document, once per test process: its
+/// client's types are generated from `producer openapi` and the server compiled with them, so
+/// a document the app's calls no longer fit fails here.
+fn typescript_build() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = std::process::Command::new("node")
+                .arg("build.mjs")
+                .current_dir(ts_dir())
+                .env("FREEWAY_PRODUCER", env!("CARGO_BIN_EXE_producer"))
+                .output()
+                .expect("node runs the build");
+            assert!(
+                out.status.success(),
+                "examples/webapp-ts does not build: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ts_dir().join("dist/server.js")
+        })
+        .clone()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_web_app_streams_an_answer_to_the_browser_without_the_api_token() {
-    if !browser::available("webapp_browser") {
+    streams_an_answer_without_the_api_token(WebApp::Rust).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_web_app_streams_an_answer_to_the_browser_without_the_api_token() {
+    streams_an_answer_without_the_api_token(WebApp::TypeScript).await;
+}
+
+async fn streams_an_answer_without_the_api_token(webapp: WebApp) {
+    if !browser::available("webapp_browser") || !webapp.available() {
         return;
     }
     let port = free_port();
@@ -62,7 +146,7 @@ async fn the_example_web_app_streams_an_answer_to_the_browser_without_the_api_to
     .await;
     let public_url = fleet.base.replace("127.0.0.1", "freeway.test");
     let log = fleet.dir.join("webapp.log");
-    let mut app = tokio::process::Command::new(webapp_bin())
+    let mut app = tokio::process::Command::from(webapp.command())
         .arg(format!("127.0.0.1:{port}"))
         .env("FREEWAY_URL", &fleet.base)
         .env("FREEWAY_PUBLIC_URL", &public_url)
@@ -107,7 +191,7 @@ async fn the_example_web_app_streams_an_answer_to_the_browser_without_the_api_to
     let app_log = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         app_log.contains("freeway refused the run (413)"),
-        "the app's server logs the refusal it relayed:\n{app_log}"
+        "the {webapp:?} app's server logs the refusal it relayed:\n{app_log}"
     );
     assert!(!app_log.contains(API_TOKEN), "the app logs no token");
 }
@@ -115,8 +199,20 @@ async fn the_example_web_app_streams_an_answer_to_the_browser_without_the_api_to
 /// `webapp --help` names every setting; a missing or malformed one is one line and exit 2.
 #[test]
 fn the_example_web_app_says_what_its_settings_are_and_what_is_wrong_with_them() {
+    says_what_its_settings_are(WebApp::Rust);
+}
+
+#[test]
+fn the_typescript_web_app_says_what_its_settings_are_and_what_is_wrong_with_them() {
+    if WebApp::TypeScript.available() {
+        says_what_its_settings_are(WebApp::TypeScript);
+    }
+}
+
+fn says_what_its_settings_are(webapp: WebApp) {
     let run = |args: &[&str], env: &[(&str, &str)]| {
-        let out = std::process::Command::new(webapp_bin())
+        let out = webapp
+            .command()
             .args(args)
             .env_remove("FREEWAY_URL")
             .env_remove("FREEWAY_PUBLIC_URL")
