@@ -93,6 +93,7 @@ fn bench(c: &mut Criterion) {
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     };
     c.bench_function("engine: one-step run (fake provider, real Redis)", |b| {
         b.iter(|| {

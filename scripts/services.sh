@@ -164,6 +164,17 @@ stop_services() {
     return 0
 }
 
+# The OTLP receiver of the traces test (tests/otlp/receiver.py): a virtualenv under target/ with
+# opentelemetry-proto from PyPI, made once; exports OTLP_PYTHON.
+ensure_otlp_receiver() {
+    local venv=target/otlp-venv
+    if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import opentelemetry.proto' 2>/dev/null; then
+        echo "installing the OTLP receiver's opentelemetry-proto ..." >&2
+        python3 -m venv "$venv" && "$venv/bin/pip" install -q opentelemetry-proto==1.45.2 >&2 || return 1
+    fi
+    export OTLP_PYTHON=$PWD/$venv/bin/python
+}
+
 # The browser tests (producer/tests/board_browser.rs, webapp_browser.rs): Debian's chromium, node
 # with npm, playwright-core and axe-core from tests/browser's lockfile, and the TypeScript web
 # app's packages from its lockfile. Only what is missing is

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: starts a private Redis and PostgreSQL (installing them when missing and run as
-# root), installs the board's browser test (chromium, playwright-core), runs the whole workspace's
+# root), installs the browser tests' chromium and packages and the OTLP receiver's Python
+# package, runs the whole workspace's
 # tests once, checks the OpenAPI document (a validator, and a Python client generated from it),
 # then the suites that touch Redis (rests, pace, spend, the queue end to end, the API
 # and its event streams, the fleet of processes) once more on a Redis Cluster of six nodes, then
@@ -13,6 +14,7 @@ trap stop_services EXIT
 start_redis
 start_postgres
 ensure_browser
+ensure_otlp_receiver
 echo "tests use REDIS_URL=$REDIS_URL PG_URL=$PG_URL" >&2
 cargo test --workspace "$@"
 scripts/check_openapi.sh

@@ -28,48 +28,38 @@ const STREAM_MAXLEN: usize = 10_000;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
+    #[cfg_attr(feature = "openapi", schema(title = "QueuedEvent"))]
     Queued,
-    Delayed {
-        until_ms: u64,
-        reason: String,
-    },
-    Started {
-        worker: String,
-    },
+    #[cfg_attr(feature = "openapi", schema(title = "DelayedEvent"))]
+    Delayed { until_ms: u64, reason: String },
+    #[cfg_attr(feature = "openapi", schema(title = "StartedEvent"))]
+    Started { worker: String },
     /// The run waits in place (`wait_for_free_s`) for a full pool's next slot, until then.
-    Waiting {
-        until_ms: u64,
-        reason: String,
-    },
-    Attempt {
-        n: u32,
-        step: u32,
-        route: String,
-    },
+    #[cfg_attr(feature = "openapi", schema(title = "WaitingEvent"))]
+    Waiting { until_ms: u64, reason: String },
+    #[cfg_attr(feature = "openapi", schema(title = "AttemptEvent"))]
+    Attempt { n: u32, step: u32, route: String },
+    #[cfg_attr(feature = "openapi", schema(title = "FailoverEvent"))]
     Failover {
         from: String,
         to: Option<String>,
         verdict: Verdict,
     },
-    Delta {
-        text: String,
-    },
+    #[cfg_attr(feature = "openapi", schema(title = "DeltaEvent"))]
+    Delta { text: String },
+    #[cfg_attr(feature = "openapi", schema(title = "ToolCallEvent"))]
     ToolCall {
         id: String,
         name: String,
         arguments: String,
     },
-    ToolResult {
-        id: String,
-        content: String,
-    },
-    AwaitingApproval {
-        tool_call: ToolCall,
-    },
-    Refused {
-        code: Code,
-        retry_after_s: u64,
-    },
+    #[cfg_attr(feature = "openapi", schema(title = "ToolResultEvent"))]
+    ToolResult { id: String, content: String },
+    #[cfg_attr(feature = "openapi", schema(title = "AwaitingApprovalEvent"))]
+    AwaitingApproval { tool_call: ToolCall },
+    #[cfg_attr(feature = "openapi", schema(title = "RefusedEvent"))]
+    Refused { code: Code, retry_after_s: u64 },
+    #[cfg_attr(feature = "openapi", schema(title = "FinishedEvent"))]
     Finished {
         status: RunStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +68,7 @@ pub enum Event {
     },
     /// The run was cancelled, before it started or before its next call, by `by` (the
     /// credential that asked; absent when told from the store, which does not keep it).
+    #[cfg_attr(feature = "openapi", schema(title = "CancelledEvent"))]
     Cancelled {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,

@@ -106,6 +106,10 @@ pub struct RunRequest {
     /// The most this run may spend on priced routes, in USD (docs/design.md §4.9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_usd: Option<f64>,
+    /// The W3C trace context of the web request that enqueues the run (docs/design.md §10):
+    /// its spans join that trace. The `traceparent` header says the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// Why a request or a job is not acceptable. The message names the field.
@@ -296,6 +300,14 @@ impl RunRequest {
         {
             return Err(invalid("max_usd", "must be a number above 0"));
         }
+        if let Some(t) = &self.traceparent
+            && !crate::telemetry::is_traceparent(t)
+        {
+            return Err(invalid(
+                "traceparent",
+                "must be a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>",
+            ));
+        }
         Ok(routes)
     }
 }
@@ -333,6 +345,10 @@ pub struct RunJob {
     /// The run this one retries, when an operator or the web app asked for a retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<String>,
+    /// The trace context the worker's spans continue: the enqueuing span's, else the request's
+    /// own `traceparent` (checked like it: a queue entry is no proof).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A slot of a pool's later window, counted for a waiting run: it calls in it without asking
@@ -385,6 +401,10 @@ impl RunJob {
             .clone()
             .unwrap_or_else(|| format!("conv_{}", ulid::Ulid::generate()));
         let deadline_ms = now_ms + request.deadline_s.unwrap_or(DEFAULT_DEADLINE_S) * 1000;
+        // The span that makes the job (the producer's `enqueue`) parents the run's spans; where
+        // nothing is traced, the request's own context is passed on.
+        let traceparent = crate::telemetry::traceparent(&tracing::Span::current())
+            .or_else(|| request.traceparent.clone());
         RunJob {
             v: JOB_VERSION,
             run_id,
@@ -396,6 +416,7 @@ impl RunJob {
             snooze_n: 0,
             slot: None,
             retry_of: None,
+            traceparent,
         }
     }
 

@@ -36,6 +36,7 @@ pub mod run;
 pub mod signed;
 pub mod spend;
 pub mod store;
+pub mod telemetry;
 pub mod text;
 pub mod tools;
 pub mod unsaved;

@@ -42,6 +42,7 @@ fn request(user: &str) -> RunRequest {
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     }
 }
 

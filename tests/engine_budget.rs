@@ -278,6 +278,7 @@ async fn check_case(
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     };
     let mut job = RunJob::new(request, freeway::clock::epoch_ms());
     if continuation {

@@ -78,6 +78,7 @@ impl Setup {
             tier: None,
             priority: None,
             max_usd: None,
+            traceparent: None,
         };
         RunJob::new(request, self.h.clock.now_ms())
     }
@@ -373,6 +374,7 @@ async fn waiting_run(wait_for_free_s: Option<u32>) -> (Vec<(String, u16)>, bool)
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     };
     let mut waited = false;
     for (user, wait) in [("u1", None), ("u2", None), ("u3", wait_for_free_s)] {

@@ -101,6 +101,7 @@ fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     }
 }
 

@@ -97,6 +97,7 @@ impl Setup {
             tier: None,
             priority: None,
             max_usd: None,
+            traceparent: None,
         };
         RunJob::new(request, freeway::clock::epoch_ms())
     }

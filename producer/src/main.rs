@@ -56,7 +56,11 @@ fn main() -> ExitCode {
         Command::Serve { .. } => "info",
         _ => "warn",
     };
-    logging::init_with_default(settings.log_format, default_filter);
+    let _telemetry =
+        match logging::init_with_default(settings.log_format, default_filter, "freeway-producer") {
+            Ok(t) => t,
+            Err(e) => return cli::fail(cli::EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
+        };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

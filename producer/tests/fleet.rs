@@ -739,3 +739,184 @@ async fn healthz_reports_a_worker_whose_store_writer_fails() {
     let healthy = fleet.json_when("/healthz", |h| h["store"] == "ok").await;
     assert_eq!(healthy["writers"], Value::Null, "{healthy}");
 }
+
+/// The Python with opentelemetry-proto the OTLP receiver needs (`OTLP_PYTHON`, which
+/// scripts/test.sh sets); `None`, said loudly, on a machine without it, except under CI.
+fn otlp_python() -> Option<String> {
+    let python = std::env::var("OTLP_PYTHON").ok().filter(|p| !p.is_empty());
+    if python.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the traces test, but OTLP_PYTHON is not set"
+        );
+        eprintln!("\n*** traces test SKIPPED: OTLP_PYTHON unset; scripts/test.sh sets it ***\n");
+    }
+    python
+}
+
+/// The spans the receiver has written, once `holds` is true of them (each process exports in
+/// batches, every 200 ms here).
+async fn spans_when(out: &std::path::Path, holds: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let spans: Vec<Value> = std::fs::read_to_string(out)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect();
+        if holds(&spans) {
+            return spans;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the spans never arrived: {spans:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_spans_arrive_under_the_trace_of_the_request_that_enqueued_it() {
+    let Some(python) = otlp_python() else {
+        return;
+    };
+    let port = common::fleet::free_port();
+    let out = std::env::temp_dir().join(format!("spans-{}.jsonl", ulid::Ulid::generate()));
+    let mut receiver = tokio::process::Command::new(python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/otlp/receiver.py"
+        ))
+        .arg(port.to_string())
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the receiver starts");
+    let mut said = String::new();
+    let stdout = receiver.stdout.as_mut().expect("the receiver's stdout");
+    tokio::io::AsyncBufReadExt::read_line(&mut tokio::io::BufReader::new(stdout), &mut said)
+        .await
+        .expect("the receiver says it listens");
+    assert_eq!(said.trim(), "listening");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut fleet = Fleet::start_with(
+        "traces",
+        sim::SimConfig::default(),
+        1,
+        Logging::default(),
+        |_| {
+            vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint),
+                ("OTEL_BSP_SCHEDULE_DELAY".into(), "200".into()),
+            ]
+        },
+    )
+    .await;
+    // The web request's own span, as its framework would send it on.
+    let trace_id = format!("{:032x}", rand_u128());
+    let request_span = "00f067aa0ba902b7";
+    let traceparent = format!("00-{trace_id}-{request_span}-01");
+    let resp = fleet
+        .http
+        .post(fleet.url("/v1/runs"))
+        .bearer_auth(API_TOKEN)
+        .header("traceparent", &traceparent)
+        .json_body(&run("u-trace", &[FREE]))
+        .send()
+        .await
+        .expect("the producer answers");
+    assert_eq!(resp.status(), 202);
+    let run_id = common::json_of(resp).await["run_id"]
+        .as_str()
+        .expect("a run id")
+        .to_string();
+    let settled = fleet.settled(&run_id, SETTLE).await;
+    assert_eq!(settled["status"], "succeeded", "{settled}");
+
+    let names = [
+        "enqueue",
+        "run",
+        "queue_wait",
+        "preflight",
+        "attempt",
+        "store_write",
+    ];
+    let spans = spans_when(&out, |spans| {
+        names.iter().all(|name| {
+            spans
+                .iter()
+                .any(|s| s["trace_id"] == trace_id.as_str() && s["name"] == *name)
+        })
+    })
+    .await;
+    let ours: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["trace_id"] == trace_id.as_str())
+        .collect();
+    let one = |name: &str| -> &Value {
+        let found: Vec<&&Value> = ours.iter().filter(|s| s["name"] == name).collect();
+        assert_eq!(found.len(), 1, "one {name} span: {ours:#?}");
+        found[0]
+    };
+    let enqueue = one("enqueue");
+    assert_eq!(
+        enqueue["parent_span_id"], request_span,
+        "the web request parents the enqueue"
+    );
+    assert_eq!(enqueue["service"], "freeway-producer");
+    let run = one("run");
+    assert_eq!(
+        run["parent_span_id"], enqueue["span_id"],
+        "the enqueue parents the run"
+    );
+    assert_eq!(run["service"], "freeway-worker");
+    assert_eq!(run["attributes"]["run_id"], run_id.as_str());
+    for child in ["queue_wait", "preflight", "attempt"] {
+        assert_eq!(
+            one(child)["parent_span_id"],
+            run["span_id"],
+            "the run parents {child}"
+        );
+    }
+    let attempt = one("attempt");
+    assert_eq!(
+        attempt["attributes"]["route"],
+        format!("platform:openrouter/{FREE}")
+    );
+    // The status as the attempt log records it (the exporter may carry it as text).
+    let status = &attempt["attributes"]["status"];
+    assert_eq!(
+        status
+            .as_str()
+            .map_or_else(|| status.to_string(), str::to_string),
+        "200"
+    );
+    let in_run: Vec<&Value> = [run, attempt].iter().map(|s| &s["span_id"]).collect();
+    assert!(
+        ours.iter()
+            .filter(|s| s["name"] == "store_write")
+            .all(|s| in_run.contains(&&s["parent_span_id"])),
+        "store writes are the run's or its attempt's: {ours:#?}"
+    );
+    // The provider's request carries the attempt's context.
+    let span_id = attempt["span_id"].as_str().expect("a span id");
+    let calls = fleet.sim.calls();
+    let call = calls
+        .iter()
+        .find(|c| c.model == FREE)
+        .expect("the run called the simulator");
+    assert_eq!(
+        call.traceparent.as_deref(),
+        Some(format!("00-{trace_id}-{span_id}-01").as_str())
+    );
+    fleet.stop().await;
+    let _ = receiver.kill().await;
+    let _ = std::fs::remove_file(&out);
+}
+
+/// A trace id no other test shares.
+fn rand_u128() -> u128 {
+    let id = ulid::Ulid::generate();
+    u128::from(id) | 1
+}

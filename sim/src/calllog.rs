@@ -34,6 +34,9 @@ pub struct CallRecord {
     /// generic). Sums of it are what a fleet really spent.
     #[serde(default)]
     pub cost_usd: Option<f64>,
+    /// The request's W3C `traceparent` header, as sent: the trace its caller placed it in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug)]
@@ -47,6 +50,7 @@ struct Entry {
     stream: bool,
     max_tokens: Option<u64>,
     cost_usd: Option<f64>,
+    traceparent: Option<String>,
 }
 
 /// One request as the server hands it to the log.
@@ -59,6 +63,7 @@ pub(crate) struct Logged<'a> {
     pub stream: bool,
     pub max_tokens: Option<u64>,
     pub cost_usd: Option<f64>,
+    pub traceparent: Option<&'a str>,
 }
 
 #[derive(Debug)]
@@ -92,6 +97,7 @@ impl CallLog {
             stream: call.stream,
             max_tokens: call.max_tokens,
             cost_usd: call.cost_usd,
+            traceparent: call.traceparent.map(str::to_owned),
         });
     }
 
@@ -110,6 +116,7 @@ impl CallLog {
                 stream: e.stream,
                 max_tokens: e.max_tokens,
                 cost_usd: e.cost_usd,
+                traceparent: e.traceparent.clone(),
             })
             .collect()
     }
@@ -136,6 +143,7 @@ mod tests {
                 stream: false,
                 max_tokens: None,
                 cost_usd: None,
+                traceparent: None,
             };
             log.push(t, call);
         }

@@ -117,7 +117,8 @@ async fn chat(
         return wire::gemini_missing_signature(&name, position);
     }
     let turn = model::respond(&req, style);
-    let adm = sim.admit(provider, key, &req, &turn);
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    let adm = sim.admit(provider, key, &req, &turn, traceparent);
     match adm.verdict {
         Verdict::FreeTier(refusal) => {
             wire::free_tier_429(refusal, adm.config.shape, key).into_response()

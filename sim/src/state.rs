@@ -122,6 +122,7 @@ impl Shared {
         key: &str,
         req: &Request,
         turn: &Turn,
+        traceparent: Option<&str>,
     ) -> Admission {
         let model = req.model.as_str();
         let tokens = turn.prompt_tokens + turn.completion_tokens;
@@ -207,6 +208,7 @@ impl Shared {
             stream: req.stream,
             max_tokens: req.max_tokens,
             cost_usd: charged.map(Cost::total),
+            traceparent,
         };
         st.log.push(now_ms, call);
         Admission {
@@ -238,6 +240,7 @@ impl Shared {
             stream: false,
             max_tokens: None,
             cost_usd: None,
+            traceparent: None,
         };
         st.log.push(now_ms, call);
     }

@@ -35,6 +35,7 @@ use crate::store::{Attached, Store, StoreError};
 use crate::tools::{ToolContext, ToolRunner};
 use std::collections::HashMap;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// Jitter added after a reopening moment, never before it (docs/design.md §4.2).
 pub const SNOOZE_JITTER_MS: (u64, u64) = (0, 2_000);
@@ -389,7 +390,11 @@ impl Engine {
         run: &mut Run<'_>,
         when_resting: WhenResting,
     ) -> Result<Outcome, EngineError> {
-        if let Some(stopped) = self.preflight(run, when_resting).await? {
+        let preflight = self.preflight(run, when_resting);
+        if let Some(stopped) = preflight
+            .instrument(tracing::info_span!("preflight"))
+            .await?
+        {
             return Ok(stopped);
         }
         self.start(run).await?;
@@ -812,7 +817,13 @@ impl Engine {
     pub(crate) async fn save(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
         run.rec.updated_ms = self.clock.now_ms();
         let unsaved = std::mem::take(&mut run.unsaved);
-        match self.store.save_run_with(&run.rec, &unsaved).await {
+        let span = tracing::info_span!("store_write", writes = unsaved.len());
+        match self
+            .store
+            .save_run_with(&run.rec, &unsaved)
+            .instrument(span)
+            .await
+        {
             Ok(()) => Ok(()),
             Err(e) => {
                 self.keep_unsaved(run, unsaved).await;

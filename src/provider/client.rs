@@ -262,13 +262,16 @@ impl HttpProvider {
         } else {
             "application/json"
         };
-        let sending = client
+        let mut sending = client
             .post(Self::endpoint(&target.base_url))
             .header(header::AUTHORIZATION, auth)
             .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, accept)
-            .body(body)
-            .send();
+            .header(header::ACCEPT, accept);
+        // The attempt's span continues in the provider's own traces, where it keeps them.
+        if let Some(traceparent) = crate::telemetry::traceparent(&tracing::Span::current()) {
+            sending = sending.header("traceparent", traceparent);
+        }
+        let sending = sending.body(body).send();
 
         let mut response = match timeout_at(header_deadline, sending).await {
             Ok(Ok(response)) => response,

@@ -176,6 +176,7 @@ pub(crate) fn job(
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     };
     let job = RunJob::new(request, epoch_ms());
     let routes = job.check(&Catalog::builtin()).expect("a valid job");

@@ -165,6 +165,11 @@ async fn deliver(
         }
     };
     let span = tracing::info_span!("run", run_id = %job.run_id, user_id = %job.request.user_id, snooze_n = job.snooze_n);
+    freeway::telemetry::continue_trace(&span, job.traceparent.as_deref());
+    if job.snooze_n == 0 {
+        let now = freeway::clock::epoch_ms();
+        freeway::telemetry::past_span(&span, "queue_wait", job.enqueued_ms, now);
+    }
     match settle(app, &job, &routes).instrument(span).await {
         Ok((label, true)) => (Ok(label), Some(job.run_id)),
         Ok((label, false)) => (Ok(label), None),

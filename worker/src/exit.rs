@@ -21,7 +21,10 @@ pub fn one_shot<F: std::future::Future<Output = ExitCode>>(
         Ok(s) => s,
         Err(e) => return fail(BAD_INPUT, &format!("bad configuration: {e}")),
     };
-    crate::logging::init(settings.log_format);
+    let _telemetry = match crate::logging::init(settings.log_format, "freeway-worker") {
+        Ok(t) => t,
+        Err(e) => return fail(BAD_INPUT, &format!("bad configuration: {e}")),
+    };
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -166,7 +166,10 @@ fn serve(
         Ok(s) => s,
         Err(e) => return exit::fail(exit::BAD_INPUT, &format!("bad configuration: {e}")),
     };
-    logging::init(settings.log_format);
+    let _telemetry = match logging::init(settings.log_format, "freeway-worker") {
+        Ok(t) => t,
+        Err(e) => return exit::fail(exit::BAD_INPUT, &format!("bad configuration: {e}")),
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => return exit::fail(exit::FAILED, &format!("cannot start the runtime: {e}")),

@@ -39,7 +39,10 @@ pub fn main(path: &str) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
     };
-    crate::logging::init(settings.log_format);
+    let _telemetry = match crate::logging::init(settings.log_format, "freeway-worker") {
+        Ok(t) => t,
+        Err(e) => return fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
+    };
     let bytes = match read_job(path) {
         Ok(b) => b,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("cannot read {path}: {e}")),

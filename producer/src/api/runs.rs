@@ -7,11 +7,12 @@ use super::user::{ForUser, not_found};
 use crate::view::RunView;
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use freeway::job::{DEFAULT_DEADLINE_S, RunRequest};
 use queue::enqueue::Outcome;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// `202 {"run_id","status":"queued"}`, also for a repeated idempotency key; `429` while every
 /// route rests and the run's `on_rest` is `refuse` (an interactive run's default).
@@ -27,21 +28,37 @@ use std::sync::Arc;
 )]
 pub async fn create(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     Body(body): Body,
 ) -> Result<Response, ApiError> {
-    let (run_id, deadline_s) = enqueue_one(&state, &body).await?;
+    let (run_id, deadline_s) = enqueue_one(&state, &body, traceparent(&headers)).await?;
     Ok(accepted(&state, run_id, deadline_s))
 }
 
-/// Validate and enqueue one run body; its run id and deadline.
-async fn enqueue_one(state: &AppState, body: &[u8]) -> Result<(String, u64), ApiError> {
-    let request = RunRequest::from_json(body, state.enqueuer.catalog())
+/// The request's W3C `traceparent` header; one that is not a traceparent is ignored, as the
+/// standard asks (the body's field, which the web app writes itself, is refused instead).
+fn traceparent(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get("traceparent")?.to_str().ok()?;
+    freeway::telemetry::is_traceparent(value).then_some(value)
+}
+
+/// Validate and enqueue one run body, in the trace of its `traceparent` (the body's, else the
+/// header's); its run id and deadline.
+async fn enqueue_one(
+    state: &AppState,
+    body: &[u8],
+    header_traceparent: Option<&str>,
+) -> Result<(String, u64), ApiError> {
+    let mut request = RunRequest::from_json(body, state.enqueuer.catalog())
         .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    if request.traceparent.is_none() {
+        request.traceparent = header_traceparent.map(str::to_string);
+    }
     let deadline_s = request.deadline_s.unwrap_or(DEFAULT_DEADLINE_S);
-    Ok((
-        enqueued(state.enqueuer.enqueue(request).await?)?,
-        deadline_s,
-    ))
+    let span = tracing::info_span!("enqueue", user_id = %request.user_id);
+    freeway::telemetry::continue_trace(&span, request.traceparent.as_deref());
+    let outcome = state.enqueuer.enqueue(request).instrument(span).await?;
+    Ok((enqueued(outcome)?, deadline_s))
 }
 
 /// The run an enqueue made (or found by its idempotency key); its refusal as the API's `429`.
@@ -114,8 +131,10 @@ pub struct BatchResults {
 )]
 pub async fn create_batch(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     Body(body): Body,
 ) -> Result<Json<BatchResults>, ApiError> {
+    let header_traceparent = traceparent(&headers);
     let batch: Batch = serde_json::from_slice(&body)
         .map_err(|e| ApiError::InvalidRequest(format!("a batch is {{\"runs\": [...]}}: {e}")))?;
     if batch.runs.is_empty() || batch.runs.len() > MAX_BATCH {
@@ -129,7 +148,7 @@ pub async fn create_batch(
     // few per run.
     let results = futures_util::future::join_all(batch.runs.iter().map(|run| async {
         let bytes = serde_json::to_vec(run).unwrap_or_default();
-        match enqueue_one(&state, &bytes).await {
+        match enqueue_one(&state, &bytes, header_traceparent).await {
             Ok((run_id, deadline_s)) => BatchResult {
                 status: StatusCode::ACCEPTED.as_u16(),
                 events_url: Some(events_url(&state, &run_id, deadline_s)),

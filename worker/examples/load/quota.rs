@@ -441,5 +441,6 @@ fn request(user: u64, deadline_s: u64, chain: Chain) -> RunRequest {
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     }
 }

@@ -130,6 +130,7 @@ fn request(tenant: usize, fallback: bool, catalog: &Catalog) -> RunRequest {
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     }
 }
 

@@ -387,5 +387,6 @@ pub fn request(i: u64) -> RunRequest {
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     }
 }

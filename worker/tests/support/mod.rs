@@ -379,6 +379,7 @@ pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
         tier: None,
         priority: None,
         max_usd: None,
+        traceparent: None,
     }
 }
 
