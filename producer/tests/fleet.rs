@@ -814,7 +814,7 @@ async fn a_runs_spans_arrive_under_the_trace_of_the_request_that_enqueued_it() {
     )
     .await;
     // The web request's own span, as its framework would send it on.
-    let trace_id = format!("{:032x}", rand_u128());
+    let trace_id = format!("{:032x}", fresh_trace_id());
     let request_span = "00f067aa0ba902b7";
     let traceparent = format!("00-{trace_id}-{request_span}-01");
     let resp = fleet
@@ -915,8 +915,8 @@ async fn a_runs_spans_arrive_under_the_trace_of_the_request_that_enqueued_it() {
     let _ = std::fs::remove_file(&out);
 }
 
-/// A trace id no other test shares.
-fn rand_u128() -> u128 {
+/// A trace id no other test shares (a ULID; never all zeros).
+fn fresh_trace_id() -> u128 {
     let id = ulid::Ulid::generate();
     u128::from(id) | 1
 }

@@ -78,15 +78,23 @@ fn rust_bin() -> PathBuf {
         "{} is missing: `cargo test -p producer` builds examples",
         bin.display()
     );
-    // `cargo test --test webapp_browser` builds no example: an old build would pass for the code.
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/webapp.rs");
+    // `cargo test --test webapp_browser` builds no example: an old build would pass for the code,
+    // or for the page and the settings' text it includes.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if let (Some(built), Some(written)) = (modified(&bin), modified(&source)) {
-        assert!(
-            built >= written,
-            "{} is older than its source: `cargo build -p producer --examples`",
-            bin.display()
-        );
+    for source in [
+        manifest.join("examples/webapp.rs"),
+        manifest.join("../examples/webapp/page.html"),
+        manifest.join("../examples/webapp/usage.txt"),
+    ] {
+        if let (Some(built), Some(written)) = (modified(&bin), modified(&source)) {
+            assert!(
+                built >= written,
+                "{} is older than {}: `cargo build -p producer --examples`",
+                bin.display(),
+                source.display()
+            );
+        }
     }
     bin
 }

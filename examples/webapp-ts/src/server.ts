@@ -232,14 +232,21 @@ function app(config: Settings) {
 
   return http.createServer((req, res) => {
     const route = `${req.method} ${req.url}`;
-    const handled =
-      route === 'GET /'
-        ? Promise.resolve(res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8' }).end(page))
-        : route === 'POST /ask'
-          ? ask(req, res)
-          : route === 'POST /events-check'
-            ? checkEvents(req, res)
-            : Promise.resolve(fail(res, 404, 'not_found', `no route for ${req.url}`));
+    let handled: Promise<void>;
+    switch (route) {
+      case 'GET /':
+        res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8' }).end(page);
+        return;
+      case 'POST /ask':
+        handled = ask(req, res);
+        break;
+      case 'POST /events-check':
+        handled = checkEvents(req, res);
+        break;
+      default:
+        fail(res, 404, 'not_found', `no route for ${req.url}`);
+        return;
+    }
     handled.catch((e: unknown) => {
       console.error(`webapp: ${route}: ${(e as Error).message}`);
       if (!res.headersSent) fail(res, 500, 'internal', 'this app failed; try again');
