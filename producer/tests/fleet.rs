@@ -691,6 +691,106 @@ async fn a_producer_killed_mid_batch_strands_no_run_once_the_batch_is_resent() {
     fleet.stop().await;
 }
 
+/// Requests that carry one idempotency key, sent all at once, answer one run: the same `run_id`
+/// in every 202, one stored run and one provider call a key, with `n` = 10 requests on one
+/// producer and 50 spread over two; the same for the bodies of five identical batches of 50, and
+/// for ten retries of one failed run (one new run). No request answers 503. (On the code before
+/// the store decided, 10 requests made 2–4 runs, five batches 101 runs for 50 keys, ten retries
+/// 2–4 runs and some 503s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_is_one_run_and_one_call_however_many_requests_race() {
+    let mut fleet = Fleet::start("onekey", sim::SimConfig::default(), 1, Logging::default()).await;
+    let second = fleet.add_producer("producer-b").await;
+    let producers = [fleet.base.clone(), second];
+    // `n` requests at once, the i-th to producer `spread(i)`: (status, body) of each.
+    let race = async |n: usize, path: &str, body: &Value, spread: fn(usize) -> usize| {
+        let requests = (0..n).map(|i| {
+            let url = format!("{}{path}", producers[spread(i)]);
+            let request = fleet.http.post(url).bearer_auth(API_TOKEN).json_body(body);
+            async move {
+                let resp = request.send().await.expect("a producer answers");
+                let status = resp.status().as_u16();
+                (status, common::json_of(resp).await)
+            }
+        });
+        futures_util::future::join_all(requests).await
+    };
+    let one_run = |answers: &[(u16, Value)]| -> String {
+        let first = answers[0].1["run_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        for (status, body) in answers {
+            assert_eq!(*status, 202, "{body}");
+            assert_eq!(body["run_id"], first.as_str(), "{answers:?}");
+        }
+        first
+    };
+    let mut runs = Vec::new();
+    for (n, spread) in [(10, (|_| 0) as fn(usize) -> usize), (50, |i| i % 2)] {
+        let mut body = run("racer", &[PAID]);
+        body["idempotency_key"] = json!(format!("double-click-{n}"));
+        runs.push(one_run(&race(n, "/v1/runs", &body, spread).await));
+    }
+    let bodies: Vec<Value> = (0..50)
+        .map(|i| {
+            let mut body = run(&format!("b{}", i % 5), &[PAID]);
+            body["idempotency_key"] = json!(format!("batch-{i}"));
+            body
+        })
+        .collect();
+    let batches = race(5, "/v1/runs:batch", &json!({ "runs": bodies }), |i| i % 2).await;
+    for i in 0..50 {
+        let answers: Vec<(u16, Value)> = batches
+            .iter()
+            .map(|(status, body)| {
+                assert_eq!(*status, 200, "{body}");
+                let result = &body["results"][i];
+                (
+                    result["status"].as_u64().unwrap_or(0) as u16,
+                    result.clone(),
+                )
+            })
+            .collect();
+        runs.push(one_run(&answers));
+    }
+    let failed = fleet.seed_failed_runs(1, PAID).await.remove(0);
+    let retry = format!("/v1/runs/{failed}/retry?user_id=seed0");
+    let retries = race(10, &retry, &json!({}), |i| i % 2).await;
+    runs.push(one_run(&retries));
+
+    for id in &runs {
+        let settled = fleet.settled(id, SETTLE).await;
+        assert_eq!(settled["status"], "succeeded", "{settled}");
+    }
+    let store = freeway::store::SqlStore::open(&fleet.db_url)
+        .await
+        .expect("the store");
+    let stored = {
+        use freeway::store::Store;
+        let counts = store.count_by_status().await.expect("counts");
+        counts.iter().map(|c| c.runs).sum::<u64>()
+    };
+    assert_eq!(
+        stored as usize,
+        runs.len() + 1,
+        "one run a key, and the seeded one"
+    );
+    {
+        use freeway::store::Store;
+        assert_eq!(
+            store.retried_as(&failed).await.expect("retries"),
+            [runs[52].clone()]
+        );
+    }
+    assert_eq!(
+        fleet.sim.calls().len(),
+        runs.len(),
+        "one provider call a key"
+    );
+    fleet.stop().await;
+}
+
 /// `prlimit --fsize` of `pid` (soft:hard): past the soft limit a write fails as on a full disk.
 fn limit_file_size(pid: u32, limit: &str) {
     let status = std::process::Command::new("prlimit")

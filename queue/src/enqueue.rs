@@ -10,9 +10,12 @@
 //!
 //! | key | what | TTL |
 //! |---|---|---|
-//! | `{ns}:idem:{user_id}/{idempotency_key}` | the run id of the first request with that key (`/` cannot occur in either id, so two users never share a key) | 48 h |
 //! | `{ns}:job:{run_id}` | the job as it was pushed: an approval reads the parent's tools and request back from it | deadline + 24 h, deleted when the run settles (the store keeps the job) |
 //! | `{ns}:approval:{run_id}:{tool_call_id}` | the continuation that answered this tool call: the claim that makes a second approval a conflict | 48 h |
+//!
+//! Which run an idempotency key names is the store's to decide, not Redis's: the key is claimed
+//! in the transaction that records the run ([`Store::create_queued`]), so requests racing with
+//! one key, on one producer or several, answer one run ([`Enqueuer::resent`]).
 //!
 //! The job copy is the reconciler's sign that Redis still knows an unsettled run, and what an
 //! approval reads the parent's request (tools, system prompt, deadline) from. Once a run
@@ -36,7 +39,7 @@ use freeway::rest::{RedisRests, Rests};
 use freeway::route::{Connection, Route};
 use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
 use freeway::spend::RedisLedger;
-use freeway::store::{Store, StoreError, Transition, UnsettledCursor, UnsettledJob};
+use freeway::store::{Created, Store, StoreError, Transition, UnsettledCursor, UnsettledJob};
 use redis::AsyncCommands;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -73,10 +76,16 @@ fn read_cursor(text: &str) -> Option<UnsettledCursor> {
     })
 }
 
-/// `DEL key` if it still holds `ARGV[1]`: an idempotency key let go by the request that found
-/// its run never recorded, and by no other.
-const RELEASE_IF_HELD: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+/// How old a run recorded under an idempotency key, and not yet pushed, must be before a resend
+/// of its request pushes it: younger, the request that recorded it may still be pushing it, and
+/// the resend waits for that; older, that request died half-way (a killed producer). A push by
+/// both is still one delivery (the first delivery's key), so the grace saves work, not runs.
+const CLAIM_GRACE_MS: u64 = 2_000;
+/// How often a resend looks whether the request it waits for has pushed its run.
+const CLAIM_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+/// How many times a request claims its key again after the run that held it was discarded (its
+/// request failed) before it answers [`EnqueueError::KeyInFlight`].
+const CLAIM_ATTEMPTS: usize = 3;
 /// What the model sees when the web app approves or denies without a result of its own.
 pub const APPROVED: &str = "approved";
 pub const DENIED: &str = "denied by the user";
@@ -86,7 +95,8 @@ pub const DENIED: &str = "denied by the user";
 pub enum Outcome {
     /// Recorded, announced and pushed.
     Enqueued { run_id: String },
-    /// The same user sent the same idempotency key before: that run, nothing enqueued again.
+    /// The same user sent the same idempotency key before (or at the same time): that run,
+    /// nothing enqueued again.
     Duplicate { run_id: String },
     /// Every route is closed and the run's `on_rest` is `refuse` (said, or an interactive run's
     /// default): nothing was written.
@@ -109,6 +119,10 @@ pub enum EnqueueError {
     /// The run is not in a state that allows the request (an approval it is not waiting for).
     #[error("{0}")]
     Conflict(String),
+    /// Requests with this idempotency key keep recording and discarding runs (each failed after
+    /// recording its run): try again in `retry_after_s`.
+    #[error("a request with idempotency key {key:?} is in flight; try again")]
+    KeyInFlight { key: String, retry_after_s: u64 },
     /// A stored job copy that does not read back.
     #[error("the kept job of run {run_id} is unreadable: {error}")]
     CorruptJob {
@@ -258,14 +272,10 @@ impl Enqueuer {
             }
         }
         self.check_connections(&request.user_id, &routes).await?;
-        let idem = request
-            .idempotency_key
-            .as_ref()
-            .map(|k| self.idem_key(&request.user_id, k));
-        let mut conn = self.conn.clone();
-        if let Some(key) = &idem
-            && let Some(run_id) = conn.get::<_, Option<String>>(key).await?
-            && let Some(outcome) = self.resent(key, &run_id).await?
+        // A resend answers the run its key names, even while every route rests.
+        if let Some(key) = &request.idempotency_key
+            && let Some(run_id) = self.store.keyed_run(&request.user_id, key).await?
+            && let Some(outcome) = self.resent(&run_id).await?
         {
             return Ok(outcome);
         }
@@ -302,26 +312,20 @@ impl Enqueuer {
                 });
             }
         }
-        if let Some(key) = &idem
-            && !self.claim(key, &job.run_id).await?
-        {
-            // Another request with the same key won the race between the GET and the SET.
-            let run_id: String = conn.get(key).await?;
-            return Ok(Outcome::Duplicate { run_id });
-        }
-        match self.submit(&job).await {
-            Ok(()) => Ok(Outcome::Enqueued { run_id: job.run_id }),
-            Err(e) => {
-                if let Some(key) = &idem {
-                    // Let a retry with the same key enqueue for real.
-                    let released: Result<(), _> = conn.del(key).await;
-                    if let Err(error) = released {
-                        tracing::warn!(%error, "cannot release an idempotency key");
+        for _ in 0..CLAIM_ATTEMPTS {
+            match self.submit(&job).await? {
+                Created::New => return Ok(Outcome::Enqueued { run_id: job.run_id }),
+                Created::Existing(run_id) => {
+                    if let Some(outcome) = self.resent(&run_id).await? {
+                        return Ok(outcome);
                     }
                 }
-                Err(e)
             }
         }
+        Err(EnqueueError::KeyInFlight {
+            key: job.request.idempotency_key.unwrap_or_default(),
+            retry_after_s: CLAIM_GRACE_MS.div_ceil(1000),
+        })
     }
 
     /// Answer the tool call `run_id` is paused on: enqueue its continuation (docs/design.md §2.4)
@@ -435,38 +439,37 @@ impl Enqueuer {
         }
     }
 
-    /// A request whose idempotency key names `run_id` already: that run, and if the first
-    /// request died half-way (a killed producer), what it left undone. `None` when the first
-    /// request recorded nothing: the key is let go and this request enqueues for real.
-    async fn resent(&self, key: &str, run_id: &str) -> Result<Option<Outcome>, EnqueueError> {
+    /// A request whose idempotency key the run `run_id` holds: that run, once the request that
+    /// recorded it has pushed it. A run still queued of which Redis keeps nothing is being
+    /// pushed by that request, or was left by one that died half-way (a killed producer): this
+    /// request waits for the push while the run is younger than [`CLAIM_GRACE_MS`], and pushes
+    /// it itself after that, so a resend strands nothing and never makes a second run. `None`
+    /// when the run is gone (its request failed and discarded it): the key is free again.
+    async fn resent(&self, run_id: &str) -> Result<Option<Outcome>, EnqueueError> {
         let duplicate = Outcome::Duplicate {
             run_id: run_id.to_string(),
         };
-        let Some(run) = self.store.run(run_id).await? else {
-            let released: u32 = redis::Script::new(RELEASE_IF_HELD)
-                .key(key)
-                .arg(run_id)
-                .invoke_async(&mut self.conn.clone())
-                .await?;
-            tracing::info!(
-                run_id,
-                released,
-                "resent request: its first run was never recorded"
-            );
-            return Ok(None);
-        };
-        if run.status == RunStatus::Queued && self.stranded(run_id).await? {
-            // Recorded, maybe never pushed: push it now. Its first delivery's key makes this a
-            // no-op when the first push did land.
-            if let Some(job) = self.job(run_id).await? {
-                self.push_and_keep(&job, freeway::clock::epoch_ms()).await?;
-                tracing::warn!(
-                    run_id,
-                    "resent request found its run recorded but not kept in Redis: pushed it"
-                );
+        loop {
+            let Some(run) = self.store.run(run_id).await? else {
+                return Ok(None);
+            };
+            if run.status != RunStatus::Queued || !self.stranded(run_id).await? {
+                return Ok(Some(duplicate));
             }
+            let now = freeway::clock::epoch_ms();
+            if now.saturating_sub(run.created_ms) >= CLAIM_GRACE_MS {
+                // Its first delivery's key makes this push a no-op if the first one did land.
+                if let Some(job) = self.job(run_id).await? {
+                    self.push_and_keep(&job, now).await?;
+                    tracing::warn!(
+                        run_id,
+                        "resent request found its run recorded but not kept in Redis: pushed it"
+                    );
+                }
+                return Ok(Some(duplicate));
+            }
+            tokio::time::sleep(CLAIM_POLL).await;
         }
-        Ok(Some(duplicate))
     }
 
     /// Whether Redis keeps nothing of a run: neither its job copy nor a lease.
@@ -485,9 +488,13 @@ impl Enqueuer {
     /// harmless: a run is recorded before anything else, and its job copy (the reconciler's
     /// sign that Redis has the run) is written only once it is pushed, so a run recorded and
     /// never pushed has no copy, and the reconciler pushes it (docs/design.md §4.3).
-    async fn submit(&self, job: &RunJob) -> Result<(), EnqueueError> {
+    /// When another run holds the job's idempotency key, nothing is done and that run is the
+    /// answer.
+    async fn submit(&self, job: &RunJob) -> Result<Created, EnqueueError> {
         let now = freeway::clock::epoch_ms();
-        self.store.create_queued(job, now).await?;
+        if let Created::Existing(run_id) = self.store.create_queued(job, now).await? {
+            return Ok(Created::Existing(run_id));
+        }
         let announced = async {
             self.events.publish(&job.run_id, &Event::Queued).await?;
             self.queue.push(std::slice::from_ref(job)).await?;
@@ -504,7 +511,7 @@ impl Enqueuer {
             // stale, which its lease and stored counters make harmless.
             tracing::warn!(run_id = %job.run_id, %error, "run pushed but its job copy not kept");
         }
-        Ok(())
+        Ok(Created::New)
     }
 
     /// Push a recorded run and keep its job copy, as [`Enqueuer::submit`] ends.
@@ -726,10 +733,6 @@ impl Enqueuer {
             .query_async(&mut conn)
             .await?;
         Ok(set.is_some())
-    }
-
-    fn idem_key(&self, user_id: &str, key: &str) -> String {
-        format!("{}:idem:{user_id}/{key}", self.ns)
     }
 
     fn job_key(&self, run_id: &str) -> String {

@@ -4,9 +4,9 @@
 use super::audit::{AuditEntry, AuditLog};
 use super::usage::{check_usage_args, day_of, sort_tenants, sort_usage};
 use super::{
-    ConnectionInfo, EndedCount, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage, StatusCount,
-    Store, StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob, newest_per_provider,
-    sort_counts,
+    ConnectionInfo, Created, EndedCount, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage,
+    StatusCount, Store, StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob,
+    idem_key, key_of, newest_per_provider, sort_counts,
 };
 use crate::canary::CanaryRecord;
 use crate::chat::{Message, Role};
@@ -30,8 +30,22 @@ struct Memory {
     approvals: HashMap<String, Vec<ApprovalRecord>>,
     owners: HashMap<String, String>,
     jobs: HashMap<String, String>,
+    /// Idempotency keys (`<user_id>/<key>`) and the run each names.
+    keys: HashMap<String, String>,
     canaries: Vec<AttemptRecord>,
     audit: Vec<AuditEntry>,
+}
+
+impl Memory {
+    /// Insert `run` unless it is there: a stored run keeps its progress.
+    fn insert_new(&mut self, run: &RunRecord) {
+        if !self.runs.contains_key(&run.run_id) {
+            self.owners
+                .entry(run.conversation_id.clone())
+                .or_insert_with(|| run.user_id.clone());
+            self.runs.insert(run.run_id.clone(), run.clone());
+        }
+    }
 }
 
 impl MemoryStore {
@@ -47,14 +61,7 @@ impl MemoryStore {
 #[async_trait]
 impl Store for MemoryStore {
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
-        self.with(|m| {
-            if !m.runs.contains_key(&run.run_id) {
-                m.owners
-                    .entry(run.conversation_id.clone())
-                    .or_insert_with(|| run.user_id.clone());
-                m.runs.insert(run.run_id.clone(), run.clone());
-            }
-        })
+        self.with(|m| m.insert_new(run))
     }
 
     async fn conversation_owner(
@@ -64,12 +71,24 @@ impl Store for MemoryStore {
         self.with(|m| m.owners.get(conversation_id).cloned())
     }
 
-    async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<(), StoreError> {
+    async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<Created, StoreError> {
         let text = serde_json::to_string(job).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        self.create_run(&RunRecord::queued(job, now_ms)).await?;
+        let record = RunRecord::queued(job, now_ms);
         self.with(|m| {
+            if let Some(key) = idem_key(job) {
+                let holder = m.keys.entry(key).or_insert_with(|| job.run_id.clone());
+                if *holder != job.run_id {
+                    return Created::Existing(holder.clone());
+                }
+            }
+            m.insert_new(&record);
             m.jobs.entry(job.run_id.clone()).or_insert(text);
+            Created::New
         })
+    }
+
+    async fn keyed_run(&self, user_id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        self.with(|m| m.keys.get(&key_of(user_id, key)).cloned())
     }
 
     async fn job(&self, run_id: &str) -> Result<Option<String>, StoreError> {
@@ -155,6 +174,7 @@ impl Store for MemoryStore {
             if unstarted {
                 m.runs.remove(run_id);
                 m.jobs.remove(run_id);
+                m.keys.retain(|_, holder| holder != run_id);
             }
         })
     }

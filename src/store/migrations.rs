@@ -47,6 +47,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/0009_tenants.sql"),
     ),
     (10, "audit", include_str!("../../migrations/0010_audit.sql")),
+    (
+        11,
+        "one_run_per_key",
+        include_str!("../../migrations/0011_one_run_per_key.sql"),
+    ),
 ];
 
 pub(super) fn migrator() -> Migrator {
@@ -78,7 +83,7 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    const PINNED: [(i64, u64); 10] = [
+    const PINNED: [(i64, u64); 11] = [
         (1, 0xe69cb70d1b7d5fbf),
         (2, 0x8a2f765eeb19a40e),
         (3, 0xd7ae84a71a3089de),
@@ -89,6 +94,7 @@ mod tests {
         (8, 0x75e6eae18d9b0785),
         (9, 0x95e7dce655e6adf2),
         (10, 0x3fbbcccbe9c81455),
+        (11, 0x920e75599997d574),
     ];
 
     /// FNV-1a: a fingerprint of a migration's text, enough to notice an edit.

@@ -50,6 +50,28 @@ pub struct EndedCount {
     pub runs: u64,
 }
 
+/// What [`Store::create_queued`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// The run is recorded with its job (or already was, under its own id).
+    New,
+    /// Another run already holds the request's idempotency key (docs/design.md §4.3): that run,
+    /// and nothing was written.
+    Existing(String),
+}
+
+/// How the store keeps an idempotency key: `<user_id>/<key>`. `/` occurs in neither (both are
+/// `[A-Za-z0-9_.:-]`), so two users never share one.
+fn key_of(user_id: &str, key: &str) -> String {
+    format!("{user_id}/{key}")
+}
+
+/// The key a job's run holds, when its request carries one.
+fn idem_key(job: &RunJob) -> Option<String> {
+    let key = job.request.idempotency_key.as_deref()?;
+    Some(key_of(&job.request.user_id, key))
+}
+
 /// The statuses a run ends with.
 pub const ENDED: [RunStatus; 4] = [
     RunStatus::Succeeded,
@@ -142,8 +164,12 @@ pub trait Store: Send + Sync {
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError>;
     /// [`Store::create_run`] for a run the producer enqueues, kept with the job it is enqueued
     /// as: Redis is for scheduling, the store is the record, so a run whose queue entry Redis
-    /// lost can be pushed again from here ([`Store::unsettled_jobs`]).
-    async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<(), StoreError>;
+    /// lost can be pushed again from here ([`Store::unsettled_jobs`]). A request's idempotency
+    /// key is claimed in the same step: when another run holds it, nothing is written and that
+    /// run is the answer, however many requests race (one key, one run).
+    async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<Created, StoreError>;
+    /// The run that holds `user_id`'s idempotency key `key`, if one does.
+    async fn keyed_run(&self, user_id: &str, key: &str) -> Result<Option<String>, StoreError>;
     /// The jobs of runs that should be somewhere in the queue (queued or delayed, not updated
     /// since `before_ms`; running, not updated since `running_before_ms`), oldest first (by
     /// update time, then id), at most `limit`, after `after` (the last one of the page before).
@@ -171,7 +197,8 @@ pub trait Store: Send + Sync {
     /// The runs that retry `run_id` (`retry_of`), oldest first.
     async fn retried_as(&self, run_id: &str) -> Result<Vec<String>, StoreError>;
     /// Forget a run that was created but could not be enqueued (the request is answered with an
-    /// error): a queued run that made no call, and its job. Anything else is left as it is.
+    /// error): a queued run that made no call, its job and its idempotency key. Anything else is
+    /// left as it is.
     async fn discard_queued(&self, run_id: &str) -> Result<(), StoreError>;
     async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
     /// The user whose first run opened the conversation; `None` for a conversation not stored,

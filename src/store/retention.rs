@@ -3,7 +3,7 @@
 //! the run ends (see [`crate::events`]).
 //!
 //! Pruning deletes finished runs (succeeded, failed, refused) last updated before the cutoff,
-//! with their attempts and approvals, and canaries made before the cutoff. Transcripts are the users' conversations, not run records:
+//! with their attempts, approvals and idempotency keys, and canaries made before the cutoff. Transcripts are the users' conversations, not run records:
 //! their messages stay, except turns a regenerate replaced (soft-deleted) before the cutoff.
 //! Runs still queued, delayed, running or awaiting approval are never pruned.
 
@@ -34,6 +34,8 @@ impl SqlStore {
         const APPROVALS: &str =
             concat!("DELETE FROM approvals WHERE run_id IN (", old_runs!(), ")");
         const JOBS: &str = concat!("DELETE FROM run_jobs WHERE run_id IN (", old_runs!(), ")");
+        // A pruned run's idempotency key is free again.
+        const KEYS: &str = concat!("DELETE FROM run_keys WHERE run_id IN (", old_runs!(), ")");
         const RUNS: &str = concat!("DELETE FROM runs WHERE run_id IN (", old_runs!(), ")");
         const CANARIES: &str = "DELETE FROM attempts WHERE kind = 'canary' AND t_ms < $1";
         const MESSAGES: &str =
@@ -47,6 +49,7 @@ impl SqlStore {
                 (CANARIES, &mut pruned.canaries),
                 (APPROVALS, &mut pruned.approvals),
                 (JOBS, &mut Default::default()),
+                (KEYS, &mut Default::default()),
                 (RUNS, &mut pruned.runs),
                 (MESSAGES, &mut pruned.messages),
             ] {

@@ -13,9 +13,9 @@
 use super::file_lock::FileLock;
 use super::usage::{check_usage_args, sort_tenants, sort_usage};
 use super::{
-    Attached, ConnectionInfo, EndedCount, MAX_PAGE, RouteDay, RunCursor, RunFilter, RunPage,
-    StatusCount, Store, StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob,
-    newest_per_provider, sort_counts,
+    Attached, ConnectionInfo, Created, EndedCount, MAX_PAGE, RouteDay, RunCursor, RunFilter,
+    RunPage, StatusCount, Store, StoreError, TenantSeen, Transition, UnsettledCursor, UnsettledJob,
+    idem_key, newest_per_provider, sort_counts,
 };
 use crate::canary::CanaryRecord;
 use crate::chat::Message;
@@ -262,13 +262,39 @@ impl Store for SqlStore {
 
     async fn create_run(&self, run: &RunRecord) -> Result<(), StoreError> {
         let row = Box::new(RunRow::from_record(run)?);
-        self.writer.write(Write::CreateRun { row, job: None }).await
+        let create = Write::CreateRun {
+            row,
+            job: None,
+            idem_key: None,
+        };
+        self.writer.write(create).await
     }
 
-    async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<(), StoreError> {
+    async fn create_queued(&self, job: &RunJob, now_ms: u64) -> Result<Created, StoreError> {
         let row = Box::new(RunRow::from_record(&RunRecord::queued(job, now_ms))?);
-        let job = Some(json_text(job, "job")?);
-        self.writer.write(Write::CreateRun { row, job }).await
+        let create = Write::CreateRun {
+            row,
+            idem_key: idem_key(job),
+            job: Some(json_text(job, "job")?),
+        };
+        Ok(match self.writer.create(create).await? {
+            None => Created::New,
+            Some(run_id) => Created::Existing(run_id),
+        })
+    }
+
+    async fn keyed_run(&self, user_id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        const SQL: &str = "SELECT run_id FROM run_keys WHERE idem_key = $1";
+        let idem_key = super::key_of(user_id, key);
+        on_db!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(&idem_key)
+                .fetch_optional(pool)
+                .await
+                .map_err(db_error)?
+                .map(|row| row.text("run_id"))
+                .transpose()
+        })
     }
 
     async fn job(&self, run_id: &str) -> Result<Option<String>, StoreError> {
@@ -372,9 +398,12 @@ impl Store for SqlStore {
         const RUN: &str = "DELETE FROM runs WHERE run_id = $1 AND status = 'queued' AND calls = 0";
         const JOB: &str = "DELETE FROM run_jobs WHERE run_id = $1 \
              AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id = $1)";
+        // Its idempotency key is free again: a resend of the request enqueues for real.
+        const KEY: &str = "DELETE FROM run_keys WHERE run_id = $1 \
+             AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.run_id = $1)";
         on_db!(self, |pool| {
             let mut tx = pool.write_tx().await?;
-            for sql in [RUN, JOB] {
+            for sql in [RUN, JOB, KEY] {
                 sqlx::query(sql)
                     .bind(run_id)
                     .execute(&mut *tx)

@@ -8,7 +8,7 @@ use freeway::classify::Verdict;
 use freeway::clock::epoch_ms;
 use freeway::route::RouteSpec;
 use freeway::run::{ApprovalRecord, AttemptRecord, Code, Decided, Decision, RunState, RunStatus};
-use freeway::store::{Attached, RunFilter, RunPage, Store};
+use freeway::store::{Attached, Created, RunFilter, RunPage, Store};
 use sqlx::Connection;
 
 #[tokio::test]
@@ -43,6 +43,80 @@ async fn create_run_is_insert_if_absent_and_keeps_the_stored_progress() {
             db.label
         );
         assert_eq!(s.run("run_missing").await.unwrap(), None, "{}", db.label);
+        db.finish().await;
+    }
+}
+
+/// One key, one run (docs/design.md §4.3): runs created at once under one user's idempotency key,
+/// through two stores on one database (two producers), leave one run; every other create
+/// answers that run and writes nothing. Another user's same key is theirs, and a run discarded
+/// because it could not be enqueued frees its key.
+#[tokio::test]
+async fn one_idempotency_key_records_one_run_however_many_creates_race() {
+    for db in fresh("onekey").await {
+        let label = db.label;
+        let other = freeway::store::SqlStore::open(&db.url)
+            .await
+            .expect("a second store");
+        let keyed = |user: &str| {
+            let (mut job, _) =
+                crate::engine::job(&unique("conv"), Some("hi"), false, &["vendor/m"]);
+            job.request.user_id = user.to_string();
+            job.request.idempotency_key = Some("double-click".into());
+            job
+        };
+        let jobs: Vec<freeway::job::RunJob> = (0..40).map(|_| keyed("u1")).collect();
+        let now = epoch_ms();
+        let created = futures_util::future::join_all(jobs.iter().enumerate().map(|(i, job)| {
+            let store: &dyn Store = if i % 2 == 0 { &db.store } else { &other };
+            store.create_queued(job, now)
+        }))
+        .await;
+        let created: Vec<Created> = created.into_iter().map(Result::unwrap).collect();
+        let new: Vec<&str> = jobs
+            .iter()
+            .zip(&created)
+            .filter(|(_, c)| **c == Created::New)
+            .map(|(job, _)| job.run_id.as_str())
+            .collect();
+        assert_eq!(new.len(), 1, "{label}: {created:?}");
+        let holder = new[0].to_string();
+        for (job, c) in jobs.iter().zip(&created) {
+            if job.run_id != holder {
+                assert_eq!(*c, Created::Existing(holder.clone()), "{label}");
+                assert_eq!(db.store.run(&job.run_id).await.unwrap(), None, "{label}");
+                assert_eq!(db.store.job(&job.run_id).await.unwrap(), None, "{label}");
+            }
+        }
+        let s = &db.store;
+        assert_eq!(
+            s.keyed_run("u1", "double-click").await.unwrap(),
+            Some(holder.clone())
+        );
+        assert_eq!(
+            s.keyed_run("u2", "double-click").await.unwrap(),
+            None,
+            "{label}"
+        );
+        let theirs = keyed("u2");
+        assert_eq!(
+            s.create_queued(&theirs, now).await.unwrap(),
+            Created::New,
+            "{label}"
+        );
+        s.discard_queued(&holder).await.unwrap();
+        assert_eq!(
+            s.keyed_run("u1", "double-click").await.unwrap(),
+            None,
+            "{label}"
+        );
+        let resent = keyed("u1");
+        assert_eq!(
+            s.create_queued(&resent, now).await.unwrap(),
+            Created::New,
+            "{label}"
+        );
+        other.close().await;
         db.finish().await;
     }
 }

@@ -41,6 +41,10 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("{0}")]
     Conflict(String),
+    /// Another request with the same idempotency key is still being enqueued: 409, code
+    /// `conflict`, with `Retry-After`.
+    #[error("{message}; retry in {retry_after_s} s")]
+    InFlight { message: String, retry_after_s: u64 },
     #[error("{0}")]
     PayloadTooLarge(String),
     /// The body did not arrive within [`super::BODY_TIMEOUT`]: 408, and the connection closes.
@@ -123,7 +127,7 @@ impl ApiError {
             ApiError::ForeignHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Conflict(_) | ApiError::InFlight { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -143,7 +147,7 @@ impl ApiError {
             ApiError::ForeignHost(_) | ApiError::CrossSiteOrigin(_) => ErrorCode::Forbidden,
             ApiError::NotFound(_) => ErrorCode::NotFound,
             ApiError::MethodNotAllowed(_) => ErrorCode::MethodNotAllowed,
-            ApiError::Conflict(_) => ErrorCode::Conflict,
+            ApiError::Conflict(_) | ApiError::InFlight { .. } => ErrorCode::Conflict,
             ApiError::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
             ApiError::RequestTimeout(_) => ErrorCode::RequestTimeout,
             ApiError::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
@@ -162,6 +166,7 @@ impl ApiError {
     pub fn detail(&self) -> ErrorDetail {
         let retry_after_s = match self {
             ApiError::Refused { retry_after_s, .. }
+            | ApiError::InFlight { retry_after_s, .. }
             | ApiError::Busy { retry_after_s, .. }
             | ApiError::TooManyRequests { retry_after_s } => Some(*retry_after_s),
             _ => None,
@@ -223,6 +228,10 @@ impl From<EnqueueError> for ApiError {
             | EnqueueError::ConversationNotFound(_)
             | EnqueueError::ConnectionNotFound(_) => ApiError::NotFound(e.to_string()),
             EnqueueError::Conflict(m) => ApiError::Conflict(m),
+            EnqueueError::KeyInFlight { retry_after_s, .. } => ApiError::InFlight {
+                message: e.to_string(),
+                retry_after_s,
+            },
             EnqueueError::Store(s) => s.into(),
             EnqueueError::CorruptJob { .. } => ApiError::unavailable("the job copy", &e),
             EnqueueError::Redis(_)

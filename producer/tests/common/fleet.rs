@@ -155,6 +155,20 @@ impl Fleet {
         self.wait_healthy().await;
     }
 
+    /// A second `producer serve`, `name`, on a port of its own beside the first, sharing the
+    /// fleet's Redis and store; returns its base URL once it is healthy.
+    pub async fn add_producer(&mut self, name: &str) -> String {
+        let addr = format!("127.0.0.1:{}", free_port());
+        self.spawn(
+            name,
+            Path::new(env!("CARGO_BIN_EXE_producer")),
+            &["serve", "--addr", &addr],
+        );
+        let base = format!("http://{addr}");
+        self.wait_healthy_at(&base).await;
+        base
+    }
+
     /// The process id of `name`.
     pub fn pid(&self, name: &str) -> u32 {
         self.children
@@ -206,9 +220,14 @@ impl Fleet {
     }
 
     async fn wait_healthy(&mut self) {
+        let base = self.base.clone();
+        self.wait_healthy_at(&base).await;
+    }
+
+    async fn wait_healthy_at(&mut self, base: &str) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(r) = self.http.get(self.url("/healthz")).send().await
+            if let Ok(r) = self.http.get(format!("{base}/healthz")).send().await
                 && r.status().is_success()
             {
                 return;
@@ -222,7 +241,7 @@ impl Fleet {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the producer did not answer /healthz: {}",
+                "the producer at {base} did not answer /healthz: {}",
                 self.log_of("producer")
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -367,13 +386,14 @@ impl Fleet {
 
     /// Store `n` failed runs on `model`, of users `seed0`..`seed6` in turn, a millisecond apart
     /// an hour ago, as a burst long past would leave them; each kept with its job, as the
-    /// producer keeps a run, so a retry can read its request.
-    pub async fn seed_failed_runs(&self, n: usize, model: &str) {
+    /// producer keeps a run, so a retry can read its request. Returns their ids.
+    pub async fn seed_failed_runs(&self, n: usize, model: &str) -> Vec<String> {
         use freeway::store::Store;
         let store = freeway::store::SqlStore::open(&self.db_url)
             .await
             .expect("the store");
         let now = freeway::clock::epoch_ms();
+        let mut ids = Vec::with_capacity(n);
         for i in 0..n {
             let body = serde_json::json!({
                 "user_id": format!("seed{}", i % 7), "input": "old", "routes": [{ "model": model }]
@@ -392,8 +412,10 @@ impl Fleet {
             rec.status = freeway::run::RunStatus::Failed;
             rec.code = Some(freeway::run::Code::RoutesExhausted);
             store.save_run(&rec).await.expect("a seeded run");
+            ids.push(job.run_id);
         }
         store.close().await;
+        ids
     }
 
     pub async fn json(&self, path: &str) -> Value {

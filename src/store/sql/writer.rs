@@ -43,10 +43,12 @@ const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(2
 /// One write, with every value already converted to what the columns hold.
 pub(super) enum Write {
     /// Insert the run and its conversation unless the run exists, with the job it was enqueued
-    /// as when there is one.
+    /// as when there is one. With `idem_key` (`<user_id>/<idempotency_key>`), only when no other
+    /// run holds that key: the caller learns which one does ([`Writer::create`]).
     CreateRun {
         row: Box<RunRow>,
         job: Option<String>,
+        idem_key: Option<String>,
     },
     /// Upsert the run; `approval` is (tool call id, tool call JSON) when it awaits one.
     SaveRun {
@@ -109,10 +111,15 @@ pub(super) struct AttemptRow {
     pub cost_usd: f64,
 }
 
-/// One caller's writes, committed together, and where to say they are.
+/// Created runs that were not inserted because another run holds their idempotency key: the
+/// run id each would have had, and the run that holds its key.
+type KeyHeld = HashMap<String, String>;
+
+/// One caller's writes, committed together, and where to say they are (with the run that holds
+/// the key of a run it created, when not the caller's own).
 struct Queued {
     writes: Vec<Write>,
-    reply: oneshot::Sender<Result<(), StoreError>>,
+    reply: oneshot::Sender<Result<Option<String>, StoreError>>,
 }
 
 /// The handle callers write through; cloning shares the one writer task.
@@ -137,6 +144,16 @@ impl Writer {
 
     /// Apply `writes` together (all or none) in the next batch.
     pub async fn write_all(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+        self.send(writes).await.map(|_| ())
+    }
+
+    /// Apply a [`Write::CreateRun`] in the next batch: `None` once the run is recorded (or was
+    /// already), or the run that holds its idempotency key, and then nothing was written.
+    pub async fn create(&self, create: Write) -> Result<Option<String>, StoreError> {
+        self.send(vec![create]).await
+    }
+
+    async fn send(&self, writes: Vec<Write>) -> Result<Option<String>, StoreError> {
         let stopped = || StoreError::Unavailable("the store's writer has stopped".into());
         let (reply, answer) = oneshot::channel();
         self.queue
@@ -206,9 +223,10 @@ async fn commit_batch(db: &Db, statements: &Statements, batch: &mut Vec<Queued>)
         "store batch"
     );
     match committed {
-        Ok(()) => {
+        Ok(held) => {
             for queued in batch.drain(..) {
-                let _ = queued.reply.send(Ok(()));
+                let holder = key_holder(&queued.writes, &held);
+                let _ = queued.reply.send(Ok(holder));
             }
         }
         // A lone caller's error is its own: committing it again would fail the same way.
@@ -221,10 +239,20 @@ async fn commit_batch(db: &Db, statements: &Statements, batch: &mut Vec<Queued>)
             tracing::warn!(writes = batch.len(), error = %e, "a batch of store writes failed; retrying them one by one");
             for queued in batch.drain(..) {
                 let writes: Vec<&Write> = queued.writes.iter().collect();
-                let _ = queued.reply.send(commit(db, statements, &writes).await);
+                let committed = commit(db, statements, &writes).await;
+                let answer = committed.map(|held| key_holder(&queued.writes, &held));
+                let _ = queued.reply.send(answer);
             }
         }
     }
+}
+
+/// The run that holds the idempotency key of a run `writes` created, when another one does.
+fn key_holder(writes: &[Write], held: &KeyHeld) -> Option<String> {
+    writes.iter().find_map(|w| match w {
+        Write::CreateRun { row, .. } => held.get(&row.run_id).cloned(),
+        _ => None,
+    })
 }
 
 /// Columns of `runs` in a row of values, and of the other tables' multi-row inserts.
@@ -249,6 +277,10 @@ const PROBE: &str = "INSERT INTO store_probe (id, t_ms) VALUES (1, $1) \
      ON CONFLICT (id) DO UPDATE SET t_ms = excluded.t_ms";
 const INSERT_JOBS: &str = "INSERT INTO run_jobs (run_id, job) VALUES ";
 const INSERT_JOBS_TAIL: &str = " ON CONFLICT (run_id) DO NOTHING";
+/// Claims idempotency keys; the rows it returns are the claims this transaction won.
+const CLAIM_KEYS: &str = "INSERT INTO run_keys (idem_key, run_id) VALUES ";
+const CLAIM_KEYS_TAIL: &str = " ON CONFLICT (idem_key) DO NOTHING RETURNING run_id";
+const KEY_HOLDER: &str = "SELECT run_id FROM run_keys WHERE idem_key = $1";
 const ENSURE_CONVERSATIONS: &str =
     "INSERT INTO conversations (id, user_id, created_ms, updated_ms, next_seq) VALUES ";
 const ENSURE_CONVERSATIONS_TAIL: &str = " ON CONFLICT (id) DO NOTHING";
@@ -298,6 +330,7 @@ enum Params {
 /// the conflict clause.
 #[derive(Clone, Copy)]
 enum MultiRow {
+    ClaimKeys,
     CreateRuns,
     EnsureConversations,
     RunJobs,
@@ -308,7 +341,8 @@ enum MultiRow {
 }
 
 impl MultiRow {
-    const ALL: [MultiRow; 7] = [
+    const ALL: [MultiRow; 8] = [
+        MultiRow::ClaimKeys,
         MultiRow::CreateRuns,
         MultiRow::EnsureConversations,
         MultiRow::RunJobs,
@@ -321,6 +355,7 @@ impl MultiRow {
     /// (head, columns a row, tail).
     fn shape(self) -> (&'static str, usize, &'static str) {
         match self {
+            MultiRow::ClaimKeys => (CLAIM_KEYS, 2, CLAIM_KEYS_TAIL),
             MultiRow::CreateRuns => (INSERT_RUNS, RUN_COLUMNS, CREATE_RUNS_TAIL),
             MultiRow::EnsureConversations => (
                 ENSURE_CONVERSATIONS,
@@ -419,6 +454,8 @@ fn multi_row(head: &str, rows: usize, columns: usize, tail: &str, params: Params
 /// before appended messages (a regenerate's new turn is never deleted), then attempts.
 #[derive(Default)]
 struct ByKind<'a> {
+    /// (idempotency key, run id) of the created runs that carry a key.
+    keys: Vec<(&'a str, &'a str)>,
     creates: Vec<&'a RunRow>,
     /// (run id, job JSON) of the created runs that carry their job.
     jobs: Vec<(&'a str, &'a str)>,
@@ -437,7 +474,10 @@ impl<'a> ByKind<'a> {
         let mut k = ByKind::default();
         for write in writes {
             match write {
-                Write::CreateRun { row, job } => {
+                Write::CreateRun { row, job, idem_key } => {
+                    if let Some(key) = idem_key {
+                        k.keys.push((key, &row.run_id));
+                    }
                     k.creates.push(row);
                     if let Some(job) = job {
                         k.jobs.push((&row.run_id, job));
@@ -531,14 +571,62 @@ macro_rules! apply_all {
     ($pool:expr, $statements:expr, $writes:expr) => {{
         let (k, sql) = (ByKind::of($writes), $statements);
         let mut tx = $pool.write_tx().await?;
-        for rows in chunks(k.creates.len()) {
+        // Idempotency keys first: a run whose key another run holds is not created at all.
+        let mut held = KeyHeld::new();
+        let claims = first_claims(&k.keys, &mut held);
+        for rows in chunks(claims.len()) {
+            let mut q = sqlx::query(sql.get(MultiRow::ClaimKeys, rows.len()));
+            for (key, run_id) in &claims[rows.clone()] {
+                q = q.bind(*key).bind(*run_id);
+            }
+            let won = q.fetch_all(&mut *tx).await.map_err(db_error)?;
+            let won = won
+                .iter()
+                .map(|r| r.try_get::<String, _>("run_id"))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db_error)?;
+            for (key, run_id) in &claims[rows] {
+                if won.iter().any(|w| w == run_id) {
+                    continue;
+                }
+                let holder: String = sqlx::query(KEY_HOLDER)
+                    .bind(*key)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db_error)?
+                    .try_get("run_id")
+                    .map_err(db_error)?;
+                if holder != *run_id {
+                    held.insert(run_id.to_string(), holder);
+                }
+            }
+        }
+        // A later run of a key in this batch is held by whichever run holds its first one's.
+        let holders: Vec<(String, String)> = held
+            .iter()
+            .filter_map(|(run, first)| Some((run.clone(), held.get(first)?.clone())))
+            .collect();
+        held.extend(holders);
+        let creates: Vec<&RunRow> = k
+            .creates
+            .iter()
+            .copied()
+            .filter(|row| !held.contains_key(&row.run_id))
+            .collect();
+        let jobs: Vec<(&str, &str)> = k
+            .jobs
+            .iter()
+            .copied()
+            .filter(|(run_id, _)| !held.contains_key(*run_id))
+            .collect();
+        for rows in chunks(creates.len()) {
             let mut q = sqlx::query(sql.get(MultiRow::CreateRuns, rows.len()));
-            for row in &k.creates[rows.clone()] {
+            for row in &creates[rows.clone()] {
                 q = bind_run!(q, row);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
             let mut q = sqlx::query(sql.get(MultiRow::EnsureConversations, rows.len()));
-            for row in &k.creates[rows] {
+            for row in &creates[rows] {
                 q = q
                     .bind(&row.conversation_id)
                     .bind(&row.user_id)
@@ -548,9 +636,9 @@ macro_rules! apply_all {
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
         }
-        for rows in chunks(k.jobs.len()) {
+        for rows in chunks(jobs.len()) {
             let mut q = sqlx::query(sql.get(MultiRow::RunJobs, rows.len()));
-            for (run_id, job) in &k.jobs[rows] {
+            for (run_id, job) in &jobs[rows] {
                 q = q.bind(*run_id).bind(*job);
             }
             q.execute(&mut *tx).await.map_err(db_error)?;
@@ -653,12 +741,34 @@ macro_rules! apply_all {
                 .await
                 .map_err(db_error)?;
         }
-        tx.commit().await.map_err(db_error)
+        tx.commit().await.map_err(db_error)?;
+        Ok(held)
     }};
 }
 
-/// Apply `writes` in one transaction and commit it.
-async fn commit(db: &Db, statements: &Statements, writes: &[&Write]) -> Result<(), StoreError> {
+/// The claims a batch makes of `keys` ((idempotency key, run id), in queue order): the first run
+/// of each key, sorted by key, so that the transactions of several processes claiming the same
+/// keys take them in one order (PostgreSQL would otherwise deadlock them). A later run of a key
+/// is `held` by the first at once.
+fn first_claims<'a>(keys: &[(&'a str, &'a str)], held: &mut KeyHeld) -> Vec<(&'a str, &'a str)> {
+    let mut first: HashMap<&str, &str> = HashMap::with_capacity(keys.len());
+    for &(key, run_id) in keys {
+        let holder = *first.entry(key).or_insert(run_id);
+        if holder != run_id {
+            held.insert(run_id.to_string(), holder.to_string());
+        }
+    }
+    let mut claims: Vec<(&str, &str)> = first.into_iter().collect();
+    claims.sort_unstable();
+    claims
+}
+
+/// Apply `writes` in one transaction and commit it: which created runs another run's key held.
+async fn commit(
+    db: &Db,
+    statements: &Statements,
+    writes: &[&Write],
+) -> Result<KeyHeld, StoreError> {
     match db {
         Db::Sqlite(pool) => apply_all!(pool, statements, writes),
         Db::Postgres(pool) => apply_all!(pool, statements, writes),
