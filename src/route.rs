@@ -201,6 +201,14 @@ impl Route {
         }
     }
 
+    /// Whether the configuration names this route: the operator's key of a provider, on a model a
+    /// pool or a price names. Any other route (a model only requests name, a user's own
+    /// connection) is one a user can make without end, and what it leaves behind is bounded
+    /// (its rests: [`crate::rest::Rests::write_unnamed`]).
+    pub fn is_configured(&self, catalog: &Catalog) -> bool {
+        self.connection == Connection::Platform && catalog.names_model(&self.provider, &self.model)
+    }
+
     /// Whether the route spends a shared quota.
     pub fn is_shared(&self) -> bool {
         self.pool.is_some()

@@ -1394,6 +1394,43 @@ async fn an_in_band_429_before_any_output_fails_over_and_rests_like_an_http_429(
     assert_eq!(attempts[0].http_status, Some(200));
 }
 
+/// A user naming made-up models rests each one (the provider has no endpoints for it), but those
+/// rests count against that user: the engine writes them bounded, so they keep
+/// `UNNAMED_RESTS_PER_USER`, and another user's rest stays.
+#[tokio::test]
+async fn a_users_made_up_models_rest_within_that_users_bound() {
+    use freeway::rest::{Rests, UNNAMED_RESTS_PER_USER};
+    let s = setup().await;
+    let mut gone = fault(serde_json::json!({"kind": "no_endpoints_404", "model": FREE_A}));
+    gone.count = u32::MAX;
+    s.sim.inject(gone);
+    let (_, outcome) = run(
+        &s.h,
+        request("u1", "hi", &[FREE_A, PAID]),
+        WhenResting::Snooze,
+    )
+    .await;
+    assert_eq!(outcome, finished(RunStatus::Succeeded, None));
+    let made_up = UNNAMED_RESTS_PER_USER + 5;
+    for i in 0..made_up {
+        let mut no_endpoints = fault(serde_json::json!({"kind": "no_endpoints_404"}));
+        no_endpoints.model = Some(format!("vendor/made-up-{i}"));
+        s.sim.inject(no_endpoints);
+        let model = format!("vendor/made-up-{i}");
+        let (job, _) = run(&s.h, request("hog", "hi", &[&model]), WhenResting::Snooze).await;
+        let attempts = s.h.store.attempts(&job.run_id).await.unwrap();
+        assert_eq!(attempts[0].verdict, Some(Verdict::Gone));
+    }
+    let listed = s.h.rests.list().await.unwrap();
+    let resting = listed.iter().filter(|r| r.key.contains("made-up")).count();
+    assert_eq!(resting, UNNAMED_RESTS_PER_USER, "{listed:?}");
+    assert_eq!(s.h.rests.dropped().await.unwrap(), 5);
+    assert!(
+        pttl(&s.h, route_scope(FREE_A)).await > 0,
+        "u1's rest is kept"
+    );
+}
+
 /// A route no provider serves any more answers 404 "No endpoints found for …": it rests an
 /// hour, so the next run skips it without spending an attempt (docs/design.md §3.3).
 #[tokio::test]

@@ -14,7 +14,10 @@ use freeway::clock::{Clock, InstantClock};
 use freeway::connect::RedisConnection;
 use freeway::headers::Headers;
 use freeway::lease::{LEASE_TTL, Lease, Leases, MemoryLeases, RedisLeases};
-use freeway::rest::{ActiveRest, MemoryRests, Probe, RedisRests, RestKind, Rests};
+use freeway::rest::{
+    ActiveRest, MemoryRests, Probe, RedisRests, RestKind, Rests, UNNAMED_RESTS,
+    UNNAMED_RESTS_PER_USER,
+};
 use freeway::route::Route;
 use std::sync::Arc;
 use std::time::Duration;
@@ -296,6 +299,7 @@ on_both!(
     user_connection_failures_never_touch_the_pool,
     closures_return_the_longest_per_route,
     list_and_clear,
+    rests_of_routes_no_configuration_names_are_bounded_per_user_and_in_all,
     closures_of_an_empty_chain_make_no_call,
     a_run_lease_has_one_holder_until_it_lets_go,
     a_period_is_taken_by_one_caller_as_it_ends_and_never_at_the_first_ask,
@@ -815,6 +819,78 @@ async fn closures_return_the_longest_per_route(f: Fixture) {
             None
         ]
     );
+}
+
+/// A made-up model's rest (a request can name any model) is counted against the user whose run
+/// earned it: at most [`UNNAMED_RESTS_PER_USER`] a user and [`UNNAMED_RESTS`] in all, the
+/// shortest-lived dropped first and counted; the configured scopes' rests are all kept. (3,000
+/// made-up models left 9,000 hour-long rests: 30 MB of Redis, and a 4.8 MB `GET /v1/rests`.)
+async fn rests_of_routes_no_configuration_names_are_bounded_per_user_and_in_all(f: Fixture) {
+    let configured = [
+        pool(),
+        route_scope(LLAMA_FREE),
+        RestScope::Connection("platform:openrouter".into()),
+    ];
+    for scope in &configured {
+        f.rests
+            .write(scope, RestLength::For(3_600_000), "configured")
+            .await
+            .expect("write");
+    }
+    let made_up = |n: usize| RestScope::Route {
+        pool: None,
+        route_key: format!("platform:openrouter/made-up/model-{n}"),
+    };
+    let write = async |n: usize, user: &str| {
+        // Later writes rest longer: the first ones are the shortest-lived.
+        let length = RestLength::For(60_000 + 10 * n as u64);
+        f.rests
+            .write_unnamed(&made_up(n), length, "gone on a made-up model", user)
+            .await
+            .expect("write");
+    };
+    // One user alone keeps only their latest.
+    for n in 0..100 {
+        write(n, "hog").await;
+    }
+    let resting = |listed: &[ActiveRest], n: usize| {
+        let key = format!("platform:openrouter/made-up/model-{n}");
+        listed.iter().any(|r| r.scope == "route" && r.key == key)
+    };
+    let listed = f.rests.list().await.expect("list");
+    let kept: Vec<usize> = (0..100).filter(|&n| resting(&listed, n)).collect();
+    assert_eq!(
+        kept,
+        (100 - UNNAMED_RESTS_PER_USER..100).collect::<Vec<_>>()
+    );
+    // Many users together keep the latest in all.
+    let others = 2_900;
+    for n in 100..100 + others {
+        write(n, &format!("u{}", n % 145)).await;
+    }
+    let listed = f.rests.list().await.expect("list");
+    let unnamed = listed.iter().filter(|r| r.key.contains("made-up")).count();
+    assert_eq!(unnamed, UNNAMED_RESTS);
+    assert!(resting(&listed, 100 + others - 1), "the latest is kept");
+    assert!(!resting(&listed, 100), "the shortest-lived went first");
+    for scope in &configured {
+        assert!(f.remaining(scope).await > 0, "{scope:?} is kept");
+    }
+    let written = 100 + others;
+    let dropped = f.rests.dropped().await.expect("dropped");
+    assert_eq!(dropped as usize, written - UNNAMED_RESTS);
+    if let Backend::Redis { conn, .. } = &f.backend {
+        let (rests, _) = f.in_redis();
+        let ns = rests.index_key().trim_end_matches(":rests").to_string();
+        let mut conn = conn.clone();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("*{ns}*"))
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        // The rests, the index, the sets of the users who keep some, the count.
+        assert!(keys.len() <= UNNAMED_RESTS + 200, "{} keys", keys.len());
+    }
 }
 
 async fn list_and_clear(f: Fixture) {

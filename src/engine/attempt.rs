@@ -232,7 +232,8 @@ impl Engine {
         if let Some(at_ms) = admitted_ms {
             self.slot_used(route, at_ms, tokens).await?;
         }
-        self.note_answer(route, tokens, &result).await?;
+        let user = Some(run.job.request.user_id.as_str());
+        self.note_answer(route, tokens, &result, user).await?;
         let cost_usd = self.settle_spend(run, route, held, &result).await?;
         let mut record = AttemptRecord {
             latency_ms: finished.saturating_sub(started),
@@ -321,12 +322,14 @@ impl Engine {
     }
 
     /// What an answer tells the route's pool: the tokens it spent in place of the estimate
-    /// (`tokens`) it was admitted with (a refusal spent none), and its headroom.
+    /// (`tokens`) it was admitted with (a refusal spent none), and its headroom. `user` is whose
+    /// run made the call (none for a canary).
     pub(super) async fn note_answer(
         &self,
         route: &Route,
         tokens: u32,
         result: &Result<Completion, CallError>,
+        user: Option<&str>,
     ) -> Result<(), EngineError> {
         let spent = match result {
             Ok(c) => c.usage.map(|u| u.total_tokens),
@@ -337,7 +340,7 @@ impl Engine {
         match result {
             Ok(c) => {
                 self.learn_served(route, c).await?;
-                self.spend_headroom(route, c).await
+                self.spend_headroom(route, c, user).await
             }
             Err(_) => Ok(()),
         }
@@ -345,7 +348,12 @@ impl Engine {
 
     /// docs/design.md §4.5: an answer that says no request is left until a known reset closes
     /// the route until then (its pool, when it spends one), so the next call is not a 429.
-    async fn spend_headroom(&self, route: &Route, c: &Completion) -> Result<(), EngineError> {
+    async fn spend_headroom(
+        &self,
+        route: &Route,
+        c: &Completion,
+        user: Option<&str>,
+    ) -> Result<(), EngineError> {
         if let (Some(pool), Some(remaining)) = (&route.pool, c.ratelimit_remaining) {
             let now = self.clock.now_ms();
             let seen = Seen::Headroom(Headroom {
@@ -369,9 +377,8 @@ impl Engine {
             "headroom: no request left on {} until its reset",
             route.key()
         );
-        self.fleet
-            .rests
-            .write(&scope, classify::RestLength::For(reset_ms), &reason)
+        let length = classify::RestLength::For(reset_ms);
+        self.rest_route(route, &scope, length, &reason, user)
             .await?;
         let rest = metrics::rest(scope_name(&scope), "headroom");
         self.fleet.metrics.add(rest).await;
@@ -392,7 +399,8 @@ impl Engine {
         }
         let class = &failure.class;
         let route = &run.routes[index];
-        self.write_rest(route, record, &failure.error, class)
+        let user = Some(run.job.request.user_id.as_str());
+        self.write_rest(route, record, &failure.error, class, user)
             .await?;
         if class.evidence
             && let Some(pool) = &route.pool
@@ -418,13 +426,15 @@ impl Engine {
 impl Engine {
     /// Write the rest a failed call on `route` calls for, and count it; the pool's own limit
     /// refusing a call is learned from, and one its limiter admitted is a pacing miss. A 429 on
-    /// a pool's route is kept as the pool's last.
+    /// a pool's route is kept as the pool's last. `user` is whose run made the call (none for
+    /// a canary).
     pub(super) async fn write_rest(
         &self,
         route: &Route,
         record: &AttemptRecord,
         error: &CallError,
         class: &Classification,
+        user: Option<&str>,
     ) -> Result<(), EngineError> {
         if let (Some(pool), Some(429)) = (&route.pool, record.http_status) {
             let seen = Seen::Refusal(Refusal {
@@ -443,13 +453,35 @@ impl Engine {
             route.key(),
             class.rule
         );
-        self.fleet
-            .rests
-            .write(&class.scope, length, &reason)
+        self.rest_route(route, &class.scope, length, &reason, user)
             .await?;
         let rest = metrics::rest(scope_name(&class.scope), class.verdict.as_str());
         self.fleet.metrics.add(rest).await;
         self.pool_refused(route, error, class).await
+    }
+
+    /// Rest `scope` for a call on `route`: a route rest of a route the configuration does not
+    /// name counts against `user`, whose run earned it, and is bounded
+    /// ([`crate::rest::Rests::write_unnamed`]).
+    async fn rest_route(
+        &self,
+        route: &Route,
+        scope: &RestScope,
+        length: classify::RestLength,
+        reason: &str,
+        user: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let rests = &self.fleet.rests;
+        match user {
+            Some(user)
+                if matches!(scope, RestScope::Route { .. })
+                    && !route.is_configured(&self.catalog) =>
+            {
+                rests.write_unnamed(scope, length, reason, user).await?
+            }
+            _ => rests.write(scope, length, reason).await?,
+        };
+        Ok(())
     }
 }
 

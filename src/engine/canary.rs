@@ -99,7 +99,8 @@ impl Engine {
         let deltas = crate::provider::Deltas::default();
         let result = self.provider.call(&target, &request, &deltas).await;
         let finished = self.clock.now_ms();
-        self.note_answer(route, canary_tokens(), &result).await?;
+        self.note_answer(route, canary_tokens(), &result, None)
+            .await?;
         let run_id = CanaryRecord::run_id(&canary.provider, started);
         let mut attempt = AttemptRecord {
             latency_ms: finished.saturating_sub(started),
@@ -113,7 +114,8 @@ impl Engine {
             Err(error) => {
                 let class = classify::classify(&error, route, finished);
                 record_failure(&mut attempt, &error, &class, &target.api_key);
-                self.write_rest(route, &attempt, &error, &class).await?;
+                self.write_rest(route, &attempt, &error, &class, None)
+                    .await?;
             }
         }
         let outcome = attempt.verdict.map_or(metrics::OK, Verdict::as_str);

@@ -7,8 +7,8 @@
 
 use super::{
     ActiveRest, Closure, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
-    Probe, RestKind, Rests, evidence_member, listed, longest, probing, scopes_closing,
-    sort_listing,
+    Probe, RestKind, Rests, UNNAMED_RESTS, UNNAMED_RESTS_PER_USER, evidence_member, listed,
+    longest, probing, scopes_closing, sort_listing,
 };
 use crate::classify::{
     EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS,
@@ -36,6 +36,11 @@ struct State {
     guesses: HashMap<RestScope, u64>,
     /// Scope → (until, owner) of the probe one call holds.
     probes: HashMap<RestScope, (u64, String)>,
+    /// User → scope → expiry of the rests of routes no configuration names that their runs
+    /// earned.
+    unnamed: HashMap<String, HashMap<RestScope, u64>>,
+    /// How many of those were dropped to keep their bounds.
+    dropped: u64,
 }
 
 impl Default for MemoryRests {
@@ -96,10 +101,78 @@ impl State {
             .insert(scope.clone(), (now + requested, reason.to_string()));
         requested
     }
+
+    /// Count `scope`'s rest, in force until `until`, against `user`, and drop the
+    /// shortest-lived such rests past [`UNNAMED_RESTS_PER_USER`] and [`UNNAMED_RESTS`].
+    fn bound_unnamed(&mut self, user: &str, scope: &RestScope, until: u64, now: u64) {
+        for held in self.unnamed.values_mut() {
+            held.retain(|_, expiry| *expiry > now);
+        }
+        self.unnamed.retain(|_, held| !held.is_empty());
+        let mine = self.unnamed.entry(user.to_string()).or_default();
+        let expiry = mine.entry(scope.clone()).or_insert(until);
+        *expiry = (*expiry).max(until);
+        let mut drop = Vec::new();
+        while mine.len() > UNNAMED_RESTS_PER_USER {
+            let Some(shortest) = shortest(mine) else {
+                break;
+            };
+            mine.remove(&shortest);
+            drop.push(shortest);
+        }
+        let mut total: usize = self.unnamed.values().map(HashMap::len).sum();
+        while total > UNNAMED_RESTS {
+            let shortest = self
+                .unnamed
+                .iter()
+                .filter_map(|(user, held)| Some((user.clone(), shortest(held)?)))
+                .min_by_key(|(user, scope)| self.unnamed[user][scope]);
+            let Some((user, scope)) = shortest else {
+                break;
+            };
+            if let Some(held) = self.unnamed.get_mut(&user) {
+                held.remove(&scope);
+            }
+            drop.push(scope);
+            total -= 1;
+        }
+        for scope in drop {
+            self.rests.remove(&scope);
+            self.guesses.remove(&scope);
+            self.dropped += 1;
+        }
+    }
+}
+
+/// The scope whose rest ends first.
+fn shortest(held: &HashMap<RestScope, u64>) -> Option<RestScope> {
+    held.iter()
+        .min_by_key(|(_, expiry)| **expiry)
+        .map(|(scope, _)| scope.clone())
 }
 
 #[async_trait]
 impl Rests for MemoryRests {
+    async fn write_unnamed(
+        &self,
+        scope: &RestScope,
+        length: RestLength,
+        reason: &str,
+        user_id: &str,
+    ) -> Result<u64, FleetError> {
+        let remaining = self.write(scope, length, reason).await?;
+        if *scope != RestScope::None {
+            let now = self.clock.now_ms();
+            let until = now + remaining;
+            self.lock().bound_unnamed(user_id, scope, until, now);
+        }
+        Ok(remaining)
+    }
+
+    async fn dropped(&self) -> Result<u64, FleetError> {
+        Ok(self.lock().dropped)
+    }
+
     async fn write(
         &self,
         scope: &RestScope,

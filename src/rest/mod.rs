@@ -28,6 +28,13 @@ use async_trait::async_trait;
 /// The reason stored with a pool rest that corroborated evidence called for.
 const EVIDENCE_REASON: &str = "ambiguous rate limits from several users";
 
+/// The most rests on routes no configuration names (docs/design.md §3.3) that one user's
+/// requests hold: past it, that user's shortest-lived such rest is dropped.
+pub const UNNAMED_RESTS_PER_USER: usize = 20;
+/// The most rests on routes no configuration names, all users together: past it, the
+/// shortest-lived such rest is dropped.
+pub const UNNAMED_RESTS: usize = 1_000;
+
 /// The longest a claimed probe closes its scope to everyone else: its call answers sooner.
 pub const PROBE_MS: u64 = 120_000;
 /// How long after a guessed rest ends its probe is still due.
@@ -152,6 +159,23 @@ pub trait Rests: Send + Sync {
         length: RestLength,
         reason: &str,
     ) -> Result<u64, FleetError>;
+
+    /// [`Rests::write`] of the rest of a route no configuration names (a model only requests
+    /// name, or a user's own connection), on behalf of the user whose run earned it. A user can
+    /// make such routes without end, so their rests are bounded: at most
+    /// [`UNNAMED_RESTS_PER_USER`] a user and [`UNNAMED_RESTS`] in all, the shortest-lived dropped
+    /// first to make room (a run on a dropped route calls once more and rests it again). A
+    /// configured route's rest is never dropped.
+    async fn write_unnamed(
+        &self,
+        scope: &RestScope,
+        length: RestLength,
+        reason: &str,
+        user_id: &str,
+    ) -> Result<u64, FleetError>;
+
+    /// How many rests [`Rests::write_unnamed`] has dropped to keep its bounds, fleet-wide.
+    async fn dropped(&self) -> Result<u64, FleetError>;
 
     /// Record ambiguous evidence against `pool`; returns the pool rest's remaining ms when the
     /// evidence is corroborated and the pool now rests.

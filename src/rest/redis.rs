@@ -19,6 +19,9 @@
 //! | `ns:{route:<route_key>}:rest` | string + PX | route rest of an off-quota route |
 //! | `ns:{<connection>}:circuit` | string + PX | connection circuit (billing, auth): `<connection>` is `platform:<provider>` or `conn:<conn_id>` |
 //! | `ns:rests` | ZSET | index for [`Rests::list`]: member = rest key, score = expiry in Redis ms |
+//! | `{ns:unnamed}:all` | ZSET | rests of routes no configuration names: member = `<user_id> <rest key>`, score = expiry |
+//! | `{ns:unnamed}:user:<user_id>` | ZSET | the same, of one user's runs: member = rest key |
+//! | `{ns:unnamed}:dropped` | counter | such rests dropped to keep them within their bounds |
 //!
 //! Rest values are `{"reason":…,"set_at_ms":…}`: why and when, never a key or a prompt.
 //!
@@ -34,7 +37,8 @@
 
 use super::{
     ActiveRest, Closure, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
-    Probe, RestKind, Rests, evidence_member, longest, probing, scopes_closing, sort_listing,
+    Probe, RestKind, Rests, UNNAMED_RESTS, UNNAMED_RESTS_PER_USER, evidence_member, longest,
+    probing, scopes_closing, sort_listing,
 };
 use crate::classify::{
     EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS, EVIDENCE_WINDOW_MS,
@@ -43,7 +47,7 @@ use crate::classify::{
 use crate::connect::{RedisConnection, keyed};
 use crate::route::Route;
 use async_trait::async_trait;
-use redis::{Cmd, ErrorKind, RedisError, Script, Value};
+use redis::{AsyncCommands, Cmd, ErrorKind, RedisError, Script, Value};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
@@ -51,6 +55,12 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("extend.lua"),
         include_str!("write.lua")
+    ))
+});
+static BOUND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("extend.lua"),
+        include_str!("bound.lua")
     ))
 });
 static EVIDENCE: LazyLock<Script> = LazyLock::new(|| {
@@ -94,6 +104,31 @@ impl RedisRests {
     /// The index of rest keys that [`Rests::list`] reads.
     pub fn index_key(&self) -> String {
         format!("{}:rests", self.ns)
+    }
+
+    /// The sets that bound the rests of routes no configuration names, and their drop count,
+    /// under one hash tag: `{ns:unnamed}:<what>`.
+    fn unnamed_key(&self, what: &str) -> String {
+        format!("{{{}:unnamed}}:{what}", self.ns)
+    }
+
+    /// Delete rests dropped to keep the bounds, with their guesses, and take them off the index.
+    async fn drop_rests(&self, keys: &[String]) -> Result<(), FleetError> {
+        let index = self.index_key();
+        let commands = keys
+            .iter()
+            .flat_map(|key| {
+                let mut unindex = keyed("ZREM", &index);
+                unindex.arg(key);
+                [keyed("DEL", key), keyed("DEL", &guess_key(key)), unindex]
+            })
+            .collect();
+        self.conn.each::<Value>(commands).await?;
+        tracing::info!(
+            dropped = keys.len(),
+            "rests of routes no configuration names dropped to keep their bounds"
+        );
+        Ok(())
     }
 
     /// Note `key` in the index with its expiry, and prune what has expired.
@@ -201,6 +236,44 @@ impl Rests for RedisRests {
             self.remember_guess(&key, remaining).await?;
         }
         Ok(remaining)
+    }
+
+    async fn write_unnamed(
+        &self,
+        scope: &RestScope,
+        length: RestLength,
+        reason: &str,
+        user_id: &str,
+    ) -> Result<u64, FleetError> {
+        let remaining = self.write(scope, length, reason).await?;
+        let Some(key) = self.key_for(scope) else {
+            return Ok(remaining);
+        };
+        let user_prefix = self.unnamed_key("user:");
+        let mut conn = self.conn.clone();
+        let dropped: Vec<String> = BOUND
+            .key(self.unnamed_key("all"))
+            .key(format!("{user_prefix}{user_id}"))
+            .key(self.unnamed_key("dropped"))
+            .arg(user_id)
+            .arg(&key)
+            .arg(remaining)
+            .arg(UNNAMED_RESTS_PER_USER)
+            .arg(UNNAMED_RESTS)
+            .arg(INDEX_TTL_MS)
+            .arg(&user_prefix)
+            .invoke_async(&mut conn)
+            .await?;
+        if !dropped.is_empty() {
+            self.drop_rests(&dropped).await?;
+        }
+        Ok(remaining)
+    }
+
+    async fn dropped(&self) -> Result<u64, FleetError> {
+        let mut conn = self.conn.clone();
+        let dropped: Option<u64> = conn.get(self.unnamed_key("dropped")).await?;
+        Ok(dropped.unwrap_or(0))
     }
 
     async fn claim_probes(&self, route: &Route, owner: &str) -> Result<Probe, FleetError> {

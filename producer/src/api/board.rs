@@ -28,7 +28,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use freeway::chat::Message;
 use freeway::events::Event;
-use freeway::rest::{ActiveRest, Rests};
+use freeway::rest::Rests;
 use freeway::store::Store;
 use queue::schedule::{Depths, HEARTBEAT, MISSED_HEARTBEATS, Replica};
 use serde::Serialize;
@@ -115,7 +115,8 @@ pub struct Overview {
     viewer: Viewer,
     depths: Depths,
     workers: Vec<Worker>,
-    rests: Vec<ActiveRest>,
+    /// The first page of the active rests (`GET /v1/rests` has the others).
+    rests: super::rests::RestList,
     /// Each provider's newest canary.
     canaries: Vec<ProviderCanary>,
 }
@@ -146,7 +147,8 @@ pub async fn overview(
     let now_ms = freeway::clock::epoch_ms();
     let (depths, mut replicas) = state.enqueuer.queue().snapshot().await?;
     replicas.truncate(MAX_WORKERS);
-    let rests = state.enqueuer.rests().list().await?;
+    let listed = state.enqueuer.rests().list().await?;
+    let rests = super::rests::RestList::page(listed, None, super::rests::REST_PAGE);
     let canaries = state.store.last_canaries().await?;
     Ok(Json(Overview {
         now_ms,

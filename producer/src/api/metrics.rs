@@ -8,6 +8,7 @@
 //! | `freeway_canary_failures_total{provider,verdict}` | counter | Redis, added by the replica that sent the canary |
 //! | `freeway_spend_usd_total{tier,provider}` | counter | Redis, added by the replica whose call cost it |
 //! | `freeway_active_rests{scope}` | gauge | the rest index |
+//! | `freeway_rests_dropped_total` | counter | Redis: rests of routes no configuration names dropped to keep their bounds |
 //! | `freeway_delayed_jobs` | gauge | snoozed runs waiting for a rest to end |
 //! | `freeway_queue_jobs{state}` | gauge | apalis's keys and ours (waiting, scheduled, delayed, running, done, dead) |
 //! | `freeway_workers{state}` | gauge | apalis's workers set: `live` or `stale` |
@@ -47,6 +48,7 @@ use std::sync::Arc;
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
     let (depths, replicas) = state.enqueuer.queue().snapshot().await?;
     let rests = state.enqueuer.rests().list().await?;
+    let dropped = state.enqueuer.rests().dropped().await?;
     let counters = state.enqueuer.metrics().read().await?;
     let runs = state.store.count_by_status().await?;
     let workers = workers(replicas, freeway::clock::epoch_ms());
@@ -122,6 +124,12 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
         let n = rests.iter().filter(|r| r.scope == scope).count();
         out.sample("freeway_active_rests", &[("scope", scope)], n as u64);
     }
+    out.family(
+        "freeway_rests_dropped_total",
+        "counter",
+        "Rests of routes no configuration names (made-up models, users' connections) dropped to keep them within their bounds, a user's and all users'.",
+    );
+    out.sample("freeway_rests_dropped_total", &[], dropped);
     out.family(
         "freeway_delayed_jobs",
         "gauge",

@@ -12,7 +12,7 @@ use super::audit;
 use super::auth::require_admin;
 use super::error::{ApiError, JsonBody, PathParams};
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use freeway::classify::{LONG_REST_CAP_MS, RestLength, RestScope};
 use freeway::pace::Pacer;
@@ -25,18 +25,76 @@ use std::sync::Arc;
 /// The scopes a rest can have, as [`freeway::rest::Rests::list`] names them.
 const SCOPES: [&str; 3] = ["pool", "route", "connection"];
 
+/// How many rests a page lists unless `limit` says otherwise, and the most it may say. Rests of
+/// routes no configuration names are bounded (docs/design.md §3.3), but still too many to send
+/// every operator at every refresh.
+pub const REST_PAGE: usize = 100;
+pub const MAX_REST_PAGE: usize = 500;
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct RestQuery {
+    /// The `next` of the page before: rests listed after it.
+    after: Option<String>,
+    /// 1-500, default 100.
+    limit: Option<usize>,
+}
+
+/// One page of the active rests, sorted by scope and key.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct RestList {
     rests: Vec<ActiveRest>,
+    /// How many rests and circuits are active in all.
+    total: usize,
+    /// The `after` of the next page (`<scope>/<key>`); `null` on the last.
+    next: Option<String>,
 }
 
+impl RestList {
+    /// The page of `listed` (sorted by scope and key, as [`Rests::list`] gives them) after
+    /// `after`, at most `limit` long.
+    pub fn page(listed: Vec<ActiveRest>, after: Option<&str>, limit: usize) -> RestList {
+        let total = listed.len();
+        let after = after.and_then(|a| a.split_once('/'));
+        let mut rests: Vec<ActiveRest> = listed
+            .into_iter()
+            .filter(|r| {
+                after.is_none_or(|(scope, key)| (r.scope.as_str(), r.key.as_str()) > (scope, key))
+            })
+            .take(limit + 1)
+            .collect();
+        let next = (rests.len() > limit).then(|| {
+            rests.truncate(limit);
+            rests
+                .last()
+                .map(|r| format!("{}/{}", r.scope, r.key))
+                .unwrap_or_default()
+        });
+        RestList { rests, total, next }
+    }
+}
+
+/// `GET /v1/rests?after=&limit=`: the active rests and circuits, a page at a time.
 #[utoipa::path(
     get, operation_id = "listRests", path = "/v1/rests", tag = "operations",
-    responses((status = 200, description = "Every active rest and circuit", body = RestList))
+    params(RestQuery),
+    responses((status = 200, description = "Active rests and circuits, by scope and key", body = RestList))
 )]
-pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<RestList>, ApiError> {
-    let rests = state.enqueuer.rests().list().await?;
-    Ok(Json(RestList { rests }))
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<RestQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<RestList>, ApiError> {
+    let Query(query) = query.map_err(|r| ApiError::InvalidRequest(r.body_text()))?;
+    let limit = query.limit.unwrap_or(REST_PAGE);
+    if !(1..=MAX_REST_PAGE).contains(&limit) {
+        return Err(ApiError::InvalidRequest(format!(
+            "limit must be 1-{MAX_REST_PAGE}"
+        )));
+    }
+    let listed = state.enqueuer.rests().list().await?;
+    let after = query.after.as_deref().filter(|a| !a.is_empty());
+    Ok(Json(RestList::page(listed, after, limit)))
 }
 
 /// `204` when a rest was cleared, `404` when nothing rested there. A route key may hold `/`

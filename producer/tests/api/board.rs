@@ -92,7 +92,7 @@ async fn the_board_overview_shows_depths_workers_and_rests_with_their_countdown(
             .as_u64()
             .is_some_and(|a| a >= 3_599_000)
     );
-    let rests = o["rests"].as_array().expect("rests");
+    let rests = o["rests"]["rests"].as_array().expect("rests");
     assert_eq!(rests.len(), 1);
     assert_eq!(rests[0]["scope"], "pool");
     assert_eq!(rests[0]["reason"], "test rest");

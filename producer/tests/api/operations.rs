@@ -91,7 +91,7 @@ async fn rests_are_listed_and_cleared_only_with_the_admin_token() {
         .await
         .expect("GET");
     let list: Value = json_of(resp).await;
-    assert_eq!(list, json!({ "rests": [] }));
+    assert_eq!(list, json!({ "rests": [], "total": 0, "next": null }));
 }
 
 #[tokio::test]
@@ -269,4 +269,87 @@ async fn the_routes_history_counts_each_routes_minutes_by_kind() {
         let (status, err) = s.get_json(&format!("/v1/routes?{bad}")).await;
         assert_eq!((status, code(&err)), (400, "invalid_request"), "{bad}");
     }
+}
+
+/// 3,000 rests of made-up models (each a request can name) from 150 users leave what their
+/// bounds allow: `GET /v1/rests` and the board's overview answer a page (well under 64 KB) with
+/// the total and where the next starts, the pages together list every rest once, the
+/// configured pool's rest is among them, and `/metrics` counts what was dropped. (They left
+/// 9,000 hour-long rests, and a 4.8 MB list on every refresh.)
+#[tokio::test]
+async fn rests_of_made_up_models_are_bounded_and_listed_a_page_at_a_time() {
+    use freeway::rest::{UNNAMED_RESTS, UNNAMED_RESTS_PER_USER};
+    let s = Server::start(tokens(), None).await;
+    rest_pool(&s, 300_000).await;
+    let made_up = 3_000;
+    for n in 0..made_up {
+        let scope = RestScope::Route {
+            pool: None,
+            route_key: format!("platform:openrouter/made-up/model-{n:04}"),
+        };
+        let user = format!("u{}", n % 150);
+        rests(&s)
+            .write_unnamed(
+                &scope,
+                RestLength::For(3_600_000),
+                "gone (no endpoints)",
+                &user,
+            )
+            .await
+            .expect("rest written");
+    }
+    assert!(
+        made_up / 150 <= UNNAMED_RESTS_PER_USER,
+        "the total bound is what drops"
+    );
+    let get = |path: String| {
+        let req = s.http.get(s.url(&path)).bearer_auth("api-token-1");
+        async move {
+            let text = req.send().await.expect("GET").text().await.expect("text");
+            (
+                text.len(),
+                serde_json::from_str::<Value>(&text).expect("JSON"),
+            )
+        }
+    };
+    let (size, overview) = get("/v1/board/overview".into()).await;
+    assert!(size < 64 * 1024, "the overview is {size} bytes");
+    assert_eq!(overview["rests"]["total"], UNNAMED_RESTS + 1);
+    let mut listed = Vec::new();
+    let mut path = "/v1/rests".to_string();
+    loop {
+        let (size, page) = get(path).await;
+        assert!(size < 64 * 1024, "a page is {size} bytes");
+        assert_eq!(page["total"], UNNAMED_RESTS + 1, "{page}");
+        for r in page["rests"].as_array().expect("rests") {
+            listed.push(format!("{}/{}", r["scope"], r["key"]));
+        }
+        match page["next"].as_str() {
+            Some(next) => path = format!("/v1/rests?after={next}&limit=300"),
+            None => break,
+        }
+    }
+    let unique: std::collections::BTreeSet<&String> = listed.iter().collect();
+    assert_eq!(
+        (listed.len(), unique.len()),
+        (UNNAMED_RESTS + 1, UNNAMED_RESTS + 1)
+    );
+    assert!(
+        listed.contains(&format!("\"pool\"/\"{POOL}\"")),
+        "the pool rest is kept"
+    );
+    let (_, bad) = get("/v1/rests?limit=501".into()).await;
+    assert_eq!(code(&bad), "invalid_request");
+    let metrics = s
+        .http
+        .get(s.url("/metrics"))
+        .bearer_auth("api-token-1")
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("text");
+    let dropped = format!("freeway_rests_dropped_total {}", made_up - UNNAMED_RESTS);
+    assert!(metrics.contains(&dropped), "{metrics}");
 }
