@@ -228,10 +228,32 @@ impl RedisConnection {
     }
 }
 
+/// Whether a command failed on a connection that was gone before it could be answered: one that
+/// could not be made (Redis was away when the connection manager last tried) or had closed (Redis
+/// restarted while it sat idle). The manager starts a new connection as it reports the failure,
+/// so one more try goes out on it: the first request after Redis returns is served rather than
+/// answered 503.
+///
+/// A command out when Redis dies meets a closed connection too, and may have run: it runs twice
+/// at most, and only when Redis crashed at that moment. Most of what freeway writes is safe to
+/// repeat (rests only extend, claims and queue pushes are keyed); a counter or an event may be
+/// counted twice.
+fn gone_before_answer(error: &redis::RedisError) -> bool {
+    error.is_connection_refusal() || error.is_connection_dropped()
+}
+
 impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            RedisConnection::Server(c) => c.req_packed_command(cmd),
+            RedisConnection::Server(c) => {
+                let mut c = c.clone();
+                Box::pin(async move {
+                    match c.req_packed_command(cmd).await {
+                        Err(e) if gone_before_answer(&e) => c.req_packed_command(cmd).await,
+                        answer => answer,
+                    }
+                })
+            }
             RedisConnection::Cluster(cluster) => {
                 let cluster = cluster.clone();
                 Box::pin(async move {
@@ -252,7 +274,17 @@ impl ConnectionLike for RedisConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            RedisConnection::Server(c) => c.req_packed_commands(cmd, offset, count),
+            RedisConnection::Server(c) => {
+                let mut c = c.clone();
+                Box::pin(async move {
+                    match c.req_packed_commands(cmd, offset, count).await {
+                        Err(e) if gone_before_answer(&e) => {
+                            c.req_packed_commands(cmd, offset, count).await
+                        }
+                        answer => answer,
+                    }
+                })
+            }
             RedisConnection::Cluster(cluster) => {
                 let cluster = cluster.clone();
                 Box::pin(async move {

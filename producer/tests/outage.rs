@@ -10,12 +10,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A redis-server of the test's own (`--save ""`), and a connection to it.
-async fn own_redis() -> (u16, std::process::Child, freeway::connect::RedisConnection) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+/// A redis-server of the test's own (`--save ""`) on `port`, and a new connection to it once it
+/// answers.
+async fn redis_on(port: u16) -> (std::process::Child, freeway::connect::RedisConnection) {
     let redis = Command::new("redis-server")
         .args([
             "--port",
@@ -37,7 +34,44 @@ async fn own_redis() -> (u16, std::process::Child, freeway::connect::RedisConnec
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    (port, redis, conn.expect("the private Redis answers"))
+    (redis, conn.expect("the private Redis answers"))
+}
+
+/// [`redis_on`] a free port.
+async fn own_redis() -> (u16, std::process::Child, freeway::connect::RedisConnection) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let (redis, conn) = redis_on(port).await;
+    (port, redis, conn)
+}
+
+/// The first request after Redis comes back is served: the connection that failed while Redis
+/// was away reconnects for it. (It failed, and answered 503, until a later request had
+/// reconnected.)
+#[tokio::test]
+async fn the_first_enqueue_after_redis_returns_reconnects_instead_of_failing() {
+    let (port, mut redis, conn) = own_redis().await;
+    let dir = common::temp_dir("reconnect");
+    let store = SqlStore::open(&format!("sqlite://{}", dir.join("freeway.db").display()))
+        .await
+        .expect("store");
+    let enqueuer = Enqueuer::new(conn, "reconnect", Arc::new(store));
+    let mut body = common::run_body("u1", "vendor/paid");
+    body["on_rest"] = "queue".into();
+    let request: RunRequest = serde_json::from_value(body).expect("a request");
+    enqueuer.enqueue(request.clone()).await.expect("enqueued");
+    let _ = redis.kill();
+    let _ = redis.wait();
+    let (mut redis, _) = redis_on(port).await;
+    let first = enqueuer.enqueue(request).await;
+    let _ = redis.kill();
+    let _ = redis.wait();
+    assert!(
+        first.is_ok(),
+        "the first enqueue once Redis answers: {first:?}"
+    );
 }
 
 #[tokio::test]

@@ -18,6 +18,7 @@ use axum::http::HeaderMap;
 use freeway::run::RunStatus;
 use freeway::store::{MAX_PAGE, RunFilter, Store};
 use futures_util::StreamExt;
+use queue::Cancelled;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -75,8 +76,14 @@ pub struct BulkAnswer {
     dry_run: bool,
     /// Runs the filter matches that the action applies to.
     matched: u64,
-    /// Runs acted on.
+    /// Runs acted on: retried, or cancelled by this action.
     done: u64,
+    /// Cancel: runs that were running when cancelled and still are: each stops before its next
+    /// call (or ends on its own, when the call it is in is its last).
+    stopping: u64,
+    /// Cancel: runs that were running when cancelled and have since ended another way
+    /// (succeeded or failed in the call they were in), while the action went on.
+    ended: u64,
     /// Runs left as they were: moved on since they were counted (finished, cancelled by someone
     /// else), or whose request is no longer kept; the message says why for the first.
     skipped: u64,
@@ -136,6 +143,8 @@ pub async fn bulk(
             dry_run: true,
             matched,
             done: 0,
+            stopping: 0,
+            ended: 0,
             skipped: 0,
             message,
         }));
@@ -155,12 +164,16 @@ pub async fn bulk(
     }
     let ids = matching(&state, &filter, &statuses).await?;
     let by = format!("{} (bulk)", audit::ADMIN);
+    // Each action answers the run it left running (cancelled, to stop before its next call).
     let act = |id: String| {
         let (state, by) = (&state, &by);
         async move {
             match action {
-                BulkAction::Retry => state.enqueuer.retry(&id, None).await.map(|_| ()),
-                BulkAction::Cancel => state.enqueuer.cancel(&id, None, by).await.map(|_| ()),
+                BulkAction::Retry => state.enqueuer.retry(&id, None).await.map(|_| None),
+                BulkAction::Cancel => match state.enqueuer.cancel(&id, None, by).await? {
+                    Cancelled::Now => Ok(None),
+                    Cancelled::BeforeNextCall => Ok(Some(id)),
+                },
             }
         }
     };
@@ -170,11 +183,13 @@ pub async fn bulk(
         .map(act)
         .buffer_unordered(BULK_CONCURRENCY);
     let (mut done, mut skipped) = (0, 0);
+    let mut running = Vec::new();
     let mut why_skipped = None;
     let mut failure = None;
     while let Some(result) = acted.next().await {
         match result {
-            Ok(()) => done += 1,
+            Ok(None) => done += 1,
+            Ok(Some(id)) => running.push(id),
             // A run that moved on since it was counted, or cannot be retried (its request is
             // gone), is left as it is; the others go ahead.
             Err(queue::enqueue::EnqueueError::Conflict(why)) => {
@@ -192,17 +207,20 @@ pub async fn bulk(
     let target = describe(&filter, &statuses);
     let name = format!("bulk_{}", action.name());
     if let Some(e) = failure {
-        let detail = format!("stopped after {done} runs: {e}");
+        let detail = format!("stopped after {} runs: {e}", done + running.len() as u64);
         audit::record(&state, audit::ADMIN, &name, &target, &detail).await;
         return Err(e.into());
     }
+    let settled = settled_since(&state, running).await?;
+    done += settled.cancelled;
+    let (stopping, ended) = (settled.stopping, settled.ended);
     let message = match action {
         BulkAction::Retry => format!(
             "{done} runs retried as new runs; each waits its turn in its pool's limiter, so they call no faster than the pools allow{}",
             skipped_note(skipped, why_skipped.as_deref())
         ),
         BulkAction::Cancel => format!(
-            "{done} runs cancelled (a running one stops before its next call){}",
+            "{done} runs cancelled; {stopping} running ones stop before their next call; {ended} ended another way while this ran{}",
             skipped_note(skipped, why_skipped.as_deref())
         ),
     };
@@ -212,9 +230,39 @@ pub async fn bulk(
         dry_run: false,
         matched,
         done,
+        stopping,
+        ended,
         skipped,
         message,
     }))
+}
+
+/// Where the runs a cancel found running stand once it is over.
+#[derive(Default)]
+struct Settled {
+    /// Their executors stopped them: cancelled.
+    cancelled: u64,
+    /// Still running: they stop before their next call.
+    stopping: u64,
+    /// They ended another way (the call they were in was their last).
+    ended: u64,
+}
+
+/// Read back the runs a cancel found running: a run cancelled mid-call may finish that call and
+/// end on its own, and the answer says so rather than count it cancelled.
+async fn settled_since(state: &AppState, running: Vec<String>) -> Result<Settled, ApiError> {
+    let mut read = futures_util::stream::iter(running)
+        .map(|id| async move { state.store.run(&id).await })
+        .buffer_unordered(BULK_CONCURRENCY);
+    let mut settled = Settled::default();
+    while let Some(run) = read.next().await {
+        match run?.map(|r| r.status) {
+            Some(RunStatus::Cancelled) => settled.cancelled += 1,
+            Some(s) if s.is_final() => settled.ended += 1,
+            _ => settled.stopping += 1,
+        }
+    }
+    Ok(settled)
 }
 
 /// The ids of the runs of `statuses` that `filter` matches, newest first, page by page.

@@ -353,3 +353,39 @@ async fn the_days_totals_count_ended_runs_by_status_in_ten_minute_buckets() {
     let (_, again) = call(&s, "GET", "/v1/board/totals", API, Value::Null).await;
     assert_eq!(again, totals, "read once for ten seconds");
 }
+
+/// A bulk cancel says what became of the runs: the waiting ones are cancelled, and a run that was
+/// running is not counted cancelled: it stops before its next call (or ends on its own, when the
+/// call it is in is its last). (A bulk cancel counted as cancelled runs that were mid-call and
+/// then succeeded.)
+#[tokio::test]
+async fn a_bulk_cancel_counts_running_runs_apart_from_the_cancelled() {
+    let s = Server::start(tokens(), None).await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let (status, run) = call(&s, "POST", "/v1/runs", API, run_body("ux", "vendor/m")).await;
+        assert_eq!(status, 202, "{run}");
+        ids.push(run["run_id"].as_str().expect("a run id").to_string());
+    }
+    for id in &ids[..2] {
+        let mut rec = s.store.run(id).await.unwrap().unwrap();
+        rec.status = RunStatus::Running;
+        s.store.save_run(&rec).await.unwrap();
+    }
+    let filter = json!({ "user_id": "ux" });
+    let go = json!({ "action": "cancel", "filter": filter, "expect": 5 });
+    let (status, done) = call(&s, "POST", "/v1/runs:bulk", ADMIN, go).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        (&done["done"], &done["stopping"], &done["ended"]),
+        (&json!(3), &json!(2), &json!(0)),
+        "{done}"
+    );
+    assert!(
+        done["message"]
+            .as_str()
+            .unwrap()
+            .contains("2 running ones stop before their next call"),
+        "{done}"
+    );
+}
