@@ -4,14 +4,12 @@
 
 use crate::cluster::{Sim, with_cluster};
 use crate::measure::{cpu_s, thousands};
+use crate::serve::{API_TOKEN, Producer};
 use crate::{Args, BoxError};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-const API_TOKEN: &str = "load-api-token-3f9c0a7e";
 /// Clients posting single runs at once.
 const CLIENTS: u64 = 256;
 /// Bodies a batch request carries, and batch requests in flight at once.
@@ -19,15 +17,6 @@ const BATCH: u64 = 500;
 const BATCHES_AT_ONCE: u64 = 4;
 
 pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
-    let producer = worker.with_file_name("producer");
-    if !producer.is_file() {
-        return Err(format!(
-            "the producer binary is missing at {}: build it with `cargo build --release -p \
-             producer --bin producer`",
-            producer.display()
-        )
-        .into());
-    }
     let sim = Sim::start(sim::SimConfig::default())?;
     with_cluster(sim, args, "enq", async |sim, cluster| {
         let n = args.runs;
@@ -38,29 +27,11 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
             args.replicas, args.concurrency
         );
         cluster.spawn_fleet(worker, args, sim)?;
-        let port = free_port()?;
-        let mut serve = Serving(
-            Command::new(&producer)
-                .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
-                .env("REDIS_URL", &args.redis_url)
-                .env("DATABASE_URL", cluster.db_url())
-                .env("FREEWAY_NAMESPACE", cluster.namespace())
-                .env("FREEWAY_API_TOKEN", API_TOKEN)
-                .env("RUST_LOG", "warn")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("cannot start {}: {e}", producer.display()))?,
-        );
-        let base = format!("http://127.0.0.1:{port}");
-        freeway::provider::install_crypto();
-        let http = reqwest::Client::new();
-        ready(&http, &base, &mut serve.0).await?;
-
-        let pid = serve.0.id();
-        let single = timed(pid, || single(&http, &base, n)).await?;
+        let producer = Producer::start(worker, args, cluster).await?;
+        let (http, base, pid) = (&producer.http, producer.base.clone(), producer.pid());
+        let single = timed(pid, || single(http, &base, n)).await?;
         single.report("POST /v1/runs", n);
-        let batch = timed(pid, || batches(&http, &base, n)).await?;
+        let batch = timed(pid, || batches(http, &base, n)).await?;
         batch.report("POST /v1/runs:batch", n);
         let started = Instant::now();
         loop {
@@ -82,16 +53,6 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
         Ok(())
     })
     .await
-}
-
-/// The producer process, stopped when the scenario ends however it ends.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// How an enqueue phase went.
@@ -201,29 +162,4 @@ async fn batches(http: &reqwest::Client, base: &str, n: u64) -> Result<(), BoxEr
         s.await??;
     }
     Ok(())
-}
-
-/// Wait for the producer's `/healthz`, failing fast if it exited.
-async fn ready(http: &reqwest::Client, base: &str, serve: &mut Child) -> Result<(), BoxError> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = serve.try_wait()? {
-            return Err(format!("producer serve exited: {status}").into());
-        }
-        if let Ok(resp) = http.get(format!("{base}/healthz")).send().await
-            && resp.status().is_success()
-        {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err("producer serve did not answer /healthz within 30 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn free_port() -> Result<u16, BoxError> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }

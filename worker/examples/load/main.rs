@@ -19,6 +19,9 @@
 //! - `soak`: `--runs` through one replica in rounds of 10,000, its RSS after each round.
 //! - `enqueue`: `POST /v1/runs` and `POST /v1/runs:batch` against `producer serve` (built next
 //!   to the worker) while replicas drain the runs.
+//! - `hostile`: one idempotency key raced by 10 requests, five identical keyed batches at once,
+//!   ten retries of one run at once, then 3,000 made-up models from 150 users: runs per key, the
+//!   provider calls, Redis's memory and the size of the rests list, every answer's status.
 //! - `tenants`: fair share (docs/design.md §4.8): one tenant's backlog of 500 runs on a free
 //!   account, four tenants of 5 runs each arriving behind it, each window's split between them;
 //!   `--weights`: two backlogged tenants of tiers weighing 4 and 1.
@@ -31,11 +34,13 @@
 
 mod cluster;
 mod enqueue;
+mod hostile;
 mod latency;
 mod measure;
 mod oracle;
 mod quota;
 mod search;
+mod serve;
 mod spend;
 mod store_probe;
 mod tenants;
@@ -99,6 +104,9 @@ enum Scenario {
     Latency,
     Soak,
     Enqueue,
+    /// Racing idempotency keys, batches and retries, and thousands of made-up models, as a
+    /// hostile but ordinary client sends them (docs/design.md §4.3, §3.3).
+    Hostile,
     /// Fair share between tenants on one free account (docs/design.md §4.8).
     Tenants,
     /// 20 tenants at a daily spend cap racing for a priced model (docs/design.md §4.9).
@@ -270,6 +278,7 @@ async fn run(args: &Args, worker: &std::path::Path) -> Result<(), BoxError> {
         Scenario::Latency => latency::latency(args, worker).await?,
         Scenario::Soak => latency::soak(args, worker).await?,
         Scenario::Enqueue => enqueue::run(args, worker).await?,
+        Scenario::Hostile => hostile::run(args, worker).await?,
         Scenario::Tenants => tenants::run(args, worker).await?,
         Scenario::Spend => spend::run(args, worker).await?,
         Scenario::Search => search::run(args).await?,
