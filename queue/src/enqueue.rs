@@ -15,7 +15,7 @@
 //!
 //! Which run an idempotency key names is the store's to decide, not Redis's: the key is claimed
 //! in the transaction that records the run ([`Store::create_queued`]), so requests racing with
-//! one key, on one producer or several, answer one run ([`Enqueuer::resent`]).
+//! one key, on one producer or several, answer one run.
 //!
 //! The job copy is the reconciler's sign that Redis still knows an unsettled run, and what an
 //! approval reads the parent's request (tools, system prompt, deadline) from. Once a run
