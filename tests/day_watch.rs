@@ -242,6 +242,40 @@ async fn rests_that_are_no_spent_day_are_never_lifted() {
     }
 }
 
+/// An operator's pause of the pool lasts as long as a spent day, but the watch leaves it be: the
+/// endpoint showing requests left is no resume. (The watch took the pause for a spent day and
+/// lifted it on its second look, a few seconds after the operator paused: the board's browser
+/// test saw the pause on the page and then no pool rest in `GET /v1/rests`.)
+#[tokio::test]
+async fn an_operators_pause_of_the_pool_is_never_lifted_by_the_watch() {
+    let sim = sim::start(sim::SimConfig::default(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let h = support::harness(
+        Arc::new(HttpProvider::new(Timeouts::default()).unwrap()),
+        &sim.base_url(),
+    );
+    let watch = watch(&sim, h.fleet()).with_clock(h.clock.clone());
+    let pool = RestScope::Pool(OPENROUTER_FREE_POOL.into());
+    let pause = freeway::rest::ActiveRest::pause_reason("provider maintenance");
+    let far = h.clock.now_ms() + 25 * 3_600_000;
+    h.rests
+        .write(&pool, RestLength::Long(far), &pause)
+        .await
+        .unwrap();
+    // Three of the watch's periods: it has seen the long rest before, and it reads the endpoint.
+    for _ in 0..3 {
+        assert_eq!(watch.round().await.unwrap(), vec![]);
+        h.clock.advance(watch.period() + Duration::from_secs(1));
+    }
+    assert!(key_reads(&sim) >= 2, "the endpoint was read");
+    let listed = h.rests.list().await.unwrap();
+    assert!(
+        listed.iter().any(|r| r.scope == "pool" && r.paused),
+        "the pause holds: {listed:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_limiter_learns_the_day_from_the_endpoint_and_closes_it_without_a_refusal() {
     let Day { sim, h, watch } = Day::start(3).await;

@@ -143,9 +143,12 @@ impl ActiveRest {
     }
 
     /// Whether this rest closes a pool for a spent day: only a day refusal rests a pool past
-    /// the pool cap (docs/design.md §3.4).
+    /// the pool cap (docs/design.md §3.4). An operator's pause is as long, but it is theirs,
+    /// and only their resume ends it: never a spent day, whatever the quota endpoint says.
     pub fn is_day_rest(&self) -> bool {
-        self.scope == RestKind::Pool.scope_name() && self.remaining_ms > POOL_REST_CAP_MS
+        self.scope == RestKind::Pool.scope_name()
+            && self.remaining_ms > POOL_REST_CAP_MS
+            && !self.paused
     }
 }
 
