@@ -72,28 +72,16 @@ fn bench(c: &mut Criterion) {
     )
     .named("bench");
     let request = RunRequest {
-        user_id: "u".into(),
-        conversation_id: None,
         kind: Kind::Complete,
-        input: Some("hi".into()),
-        routes: vec![RouteSpec {
-            model: "vendor/m:free".into(),
-            connection: None,
-            provider: None,
-        }],
-        tools: vec![],
-        system: None,
-        deadline_s: None,
-        on_rest: Default::default(),
-        regenerate: false,
-        idempotency_key: None,
-        max_tokens: None,
-        wait_for_free_s: None,
-        tenant: None,
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
+        ..RunRequest::new(
+            "u",
+            "hi",
+            vec![RouteSpec {
+                model: "vendor/m:free".into(),
+                connection: None,
+                provider: None,
+            }],
+        )
     };
     c.bench_function("engine: one-step run (fake provider, real Redis)", |b| {
         b.iter(|| {

@@ -135,6 +135,36 @@ pub fn is_id(s: &str) -> bool {
 }
 
 impl RunRequest {
+    /// A `chat` request of `user_id` saying `input` on `routes`, every other field at its
+    /// default, as a body naming only those three reads. Set what else differs with the
+    /// struct's update syntax: `RunRequest { deadline_s: Some(30), ..RunRequest::new(…) }`.
+    pub fn new(
+        user_id: impl Into<String>,
+        input: impl Into<String>,
+        routes: Vec<RouteSpec>,
+    ) -> RunRequest {
+        RunRequest {
+            user_id: user_id.into(),
+            conversation_id: None,
+            kind: Kind::default(),
+            input: Some(input.into()),
+            routes,
+            tools: Vec::new(),
+            system: None,
+            deadline_s: None,
+            on_rest: None,
+            regenerate: false,
+            idempotency_key: None,
+            max_tokens: None,
+            wait_for_free_s: None,
+            tenant: None,
+            tier: None,
+            priority: None,
+            max_usd: None,
+            traceparent: None,
+        }
+    }
+
     /// The tenant whose share the run takes: its `tenant`, else its user.
     pub fn tenant_id(&self) -> &str {
         self.tenant.as_deref().unwrap_or(&self.user_id)

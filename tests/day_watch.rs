@@ -24,25 +24,13 @@ const FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
 
 fn request(user: &str) -> RunRequest {
     RunRequest {
-        user_id: user.into(),
-        conversation_id: None,
-        kind: freeway::budget::Kind::Chat,
-        input: Some("hi".into()),
-        routes: vec![RouteSpec::parse_cli(FREE, &Catalog::builtin())],
-        tools: vec![],
-        system: None,
         // Past any UTC midnight: a spent day delays the run instead of refusing it.
         deadline_s: Some(freeway::job::MAX_DEADLINE_S),
-        on_rest: Default::default(),
-        regenerate: false,
-        idempotency_key: None,
-        max_tokens: None,
-        wait_for_free_s: None,
-        tenant: None,
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
+        ..RunRequest::new(
+            user,
+            "hi",
+            vec![RouteSpec::parse_cli(FREE, &Catalog::builtin())],
+        )
     }
 }
 

@@ -256,29 +256,14 @@ async fn check_case(
     );
     h.engine = h.engine.clone().with_summary(summary);
     let request = RunRequest {
-        user_id: "u1".into(),
-        conversation_id: None,
         kind,
-        input: Some("question".into()),
-        routes: specs,
         tools: vec![ToolSpec {
             name: "lookup".into(),
             description: String::new(),
             parameters: serde_json::json!({"type":"object"}),
             approval: Default::default(),
         }],
-        system: None,
-        deadline_s: None,
-        on_rest: Default::default(),
-        regenerate: false,
-        idempotency_key: None,
-        max_tokens: None,
-        wait_for_free_s: None,
-        tenant: None,
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
+        ..RunRequest::new("u1", "question", specs)
     };
     let mut job = RunJob::new(request, freeway::clock::epoch_ms());
     if continuation {

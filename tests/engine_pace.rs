@@ -58,27 +58,15 @@ impl Setup {
 
     fn job(&self, user: &str, models: &[&str]) -> RunJob {
         let request = RunRequest {
-            user_id: user.into(),
-            conversation_id: None,
-            kind: Default::default(),
-            input: Some("hi".into()),
-            routes: models
-                .iter()
-                .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
-                .collect(),
-            tools: vec![],
-            system: None,
             deadline_s: Some(3_600),
-            on_rest: Default::default(),
-            regenerate: false,
-            idempotency_key: None,
-            max_tokens: None,
-            wait_for_free_s: None,
-            tenant: None,
-            tier: None,
-            priority: None,
-            max_usd: None,
-            traceparent: None,
+            ..RunRequest::new(
+                user,
+                "hi",
+                models
+                    .iter()
+                    .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+                    .collect(),
+            )
         };
         RunJob::new(request, self.h.clock.now_ms())
     }
@@ -354,27 +342,15 @@ async fn waiting_run(wait_for_free_s: Option<u32>) -> (Vec<(String, u16)>, bool)
         tokio::time::sleep(Duration::from_millis(2_050 - now % 2_000)).await;
     }
     let request = |user: &str, models: &[&str], wait: Option<u32>| RunRequest {
-        user_id: user.into(),
-        conversation_id: None,
-        kind: Default::default(),
-        input: Some("hi".into()),
-        routes: models
-            .iter()
-            .map(|m| RouteSpec::parse_cli(m, &catalog))
-            .collect(),
-        tools: vec![],
-        system: None,
-        deadline_s: None,
-        on_rest: Default::default(),
-        regenerate: false,
-        idempotency_key: None,
-        max_tokens: None,
         wait_for_free_s: wait,
-        tenant: None,
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
+        ..RunRequest::new(
+            user,
+            "hi",
+            models
+                .iter()
+                .map(|m| RouteSpec::parse_cli(m, &catalog))
+                .collect(),
+        )
     };
     let mut waited = false;
     for (user, wait) in [("u1", None), ("u2", None), ("u3", wait_for_free_s)] {

@@ -81,27 +81,15 @@ fn fault(spec: serde_json::Value) -> sim::FaultSpec {
 
 fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
     RunRequest {
-        user_id: user.into(),
-        conversation_id: None,
-        kind: Kind::Chat,
-        input: Some(input.into()),
-        routes: models
-            .iter()
-            .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
-            .collect(),
         tools: vec![tool("lookup", Approval::None)],
-        system: None,
-        deadline_s: None,
-        on_rest: Default::default(),
-        regenerate: false,
-        idempotency_key: None,
-        max_tokens: None,
-        wait_for_free_s: None,
-        tenant: None,
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
+        ..RunRequest::new(
+            user,
+            input,
+            models
+                .iter()
+                .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+                .collect(),
+        )
     }
 }
 

@@ -38,27 +38,17 @@ async fn setup(toml: &str) -> Setup {
 impl Setup {
     fn job(&self, tenant: &str, input: &str, models: &[&str]) -> RunJob {
         let request = RunRequest {
-            user_id: "u1".into(),
-            conversation_id: None,
-            kind: Default::default(),
-            input: Some(input.into()),
-            routes: models
-                .iter()
-                .map(|m| RouteSpec::parse_cli(m, &self.catalog))
-                .collect(),
-            tools: vec![],
-            system: None,
             deadline_s: Some(600),
-            on_rest: None,
-            regenerate: false,
-            idempotency_key: None,
             max_tokens: Some(100),
-            wait_for_free_s: None,
             tenant: Some(tenant.into()),
-            tier: None,
-            priority: None,
-            max_usd: None,
-            traceparent: None,
+            ..RunRequest::new(
+                "u1",
+                input,
+                models
+                    .iter()
+                    .map(|m| RouteSpec::parse_cli(m, &self.catalog))
+                    .collect(),
+            )
         };
         RunJob::new(request, freeway::clock::epoch_ms())
     }

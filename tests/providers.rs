@@ -76,29 +76,14 @@ impl Setup {
     }
 
     fn job(&self, user: &str, input: &str, routes: &[&str]) -> RunJob {
-        let request = RunRequest {
-            user_id: user.into(),
-            conversation_id: None,
-            kind: Default::default(),
-            input: Some(input.into()),
-            routes: routes
+        let request = RunRequest::new(
+            user,
+            input,
+            routes
                 .iter()
                 .map(|r| RouteSpec::parse_cli(r, &self.catalog))
                 .collect(),
-            tools: vec![],
-            system: None,
-            deadline_s: None,
-            on_rest: Default::default(),
-            regenerate: false,
-            idempotency_key: None,
-            max_tokens: None,
-            wait_for_free_s: None,
-            tenant: None,
-            tier: None,
-            priority: None,
-            max_usd: None,
-            traceparent: None,
-        };
+        );
         RunJob::new(request, freeway::clock::epoch_ms())
     }
 

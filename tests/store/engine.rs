@@ -3,7 +3,6 @@
 
 use crate::{SECRET_HEX, call, contains, fresh, only, support, unique};
 use async_trait::async_trait;
-use freeway::budget::Kind;
 use freeway::catalog::Catalog;
 use freeway::chat::{Message, ToolSpec};
 use freeway::classify::{RestLength, RestScope, Verdict};
@@ -151,32 +150,23 @@ pub(crate) fn job(
     models: &[&str],
 ) -> (RunJob, Vec<Route>) {
     let request = RunRequest {
-        user_id: "u1".into(),
-        conversation_id: Some(conversation_id.into()),
-        kind: Kind::Chat,
         input: input.map(str::to_string),
-        routes: models
-            .iter()
-            .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
-            .collect(),
+        conversation_id: Some(conversation_id.into()),
         tools: vec![ToolSpec {
             name: "lookup".into(),
             description: String::new(),
             parameters: serde_json::json!({"type": "object"}),
             approval: Default::default(),
         }],
-        system: None,
-        deadline_s: None,
-        on_rest: Default::default(),
         regenerate,
-        idempotency_key: None,
-        max_tokens: None,
-        wait_for_free_s: None,
-        tenant: None,
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
+        ..RunRequest::new(
+            "u1",
+            "",
+            models
+                .iter()
+                .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+                .collect(),
+        )
     };
     let job = RunJob::new(request, epoch_ms());
     let routes = job.check(&Catalog::builtin()).expect("a valid job");

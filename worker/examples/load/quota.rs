@@ -421,26 +421,15 @@ fn request(user: u64, deadline_s: u64, chain: Chain) -> RunRequest {
         Chain::Free => (&[FREE_A, FREE_B][..], OnRest::Queue),
     };
     RunRequest {
-        user_id: format!("user-{user}"),
-        conversation_id: None,
-        kind: Default::default(),
-        input: Some("Say something about shared quotas, please.".into()),
-        routes: models
-            .iter()
-            .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
-            .collect(),
-        tools: vec![],
-        system: None,
         deadline_s: Some(deadline_s),
         on_rest: Some(on_rest),
-        regenerate: false,
-        idempotency_key: None,
-        max_tokens: None,
-        wait_for_free_s: None,
-        tenant: None,
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
+        ..RunRequest::new(
+            format!("user-{user}"),
+            "Say something about shared quotas, please.",
+            models
+                .iter()
+                .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+                .collect(),
+        )
     }
 }

@@ -106,31 +106,22 @@ async fn scenario(
 fn request(tenant: usize, fallback: bool, catalog: &Catalog) -> RunRequest {
     let models: &[&str] = if fallback { &[PAID, FREE] } else { &[PAID] };
     RunRequest {
-        user_id: format!("u{tenant}"),
-        conversation_id: None,
-        kind: Default::default(),
-        input: Some("what does it cost".into()),
-        routes: models
-            .iter()
-            .map(|m| RouteSpec::parse_cli(m, catalog))
-            .collect(),
-        tools: vec![],
-        system: None,
         deadline_s: Some(3_600),
         on_rest: Some(if fallback {
             OnRest::Queue
         } else {
             OnRest::Refuse
         }),
-        regenerate: false,
-        idempotency_key: None,
         max_tokens: Some(MAX_TOKENS),
-        wait_for_free_s: None,
         tenant: Some(format!("tenant-{tenant:02}")),
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
+        ..RunRequest::new(
+            format!("u{tenant}"),
+            "what does it cost",
+            models
+                .iter()
+                .map(|m| RouteSpec::parse_cli(m, catalog))
+                .collect(),
+        )
     }
 }
 

@@ -368,25 +368,9 @@ async fn drain(
 
 /// The `i`-th run of the scenario (the store probe stores the same runs).
 pub fn request(i: u64) -> RunRequest {
-    RunRequest {
-        // A hundred users, each with a conversation per run, as a busy web app would send.
-        user_id: format!("user-{}", i % 100),
-        conversation_id: None,
-        kind: Default::default(),
-        input: Some("Say something about load testing, please.".into()),
-        routes: vec![RouteSpec::parse_cli(PAID, &Catalog::builtin())],
-        tools: vec![],
-        system: None,
-        deadline_s: None,
-        on_rest: Default::default(),
-        regenerate: false,
-        idempotency_key: None,
-        max_tokens: None,
-        wait_for_free_s: None,
-        tenant: None,
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
-    }
+    RunRequest::new(
+        format!("user-{}", i % 100),
+        "Say something about load testing, please.",
+        vec![RouteSpec::parse_cli(PAID, &Catalog::builtin())],
+    )
 }

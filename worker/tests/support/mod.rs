@@ -358,29 +358,14 @@ pub fn run_worker(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> std::pro
 }
 
 pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
-    RunRequest {
-        user_id: user.into(),
-        conversation_id: None,
-        kind: Default::default(),
-        input: Some(input.into()),
-        routes: models
+    RunRequest::new(
+        user,
+        input,
+        models
             .iter()
             .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
             .collect(),
-        tools: vec![],
-        system: None,
-        deadline_s: None,
-        on_rest: Default::default(),
-        regenerate: false,
-        idempotency_key: None,
-        max_tokens: None,
-        wait_for_free_s: None,
-        tenant: None,
-        tier: None,
-        priority: None,
-        max_usd: None,
-        traceparent: None,
-    }
+    )
 }
 
 pub fn types(events: &[serde_json::Value]) -> Vec<String> {
