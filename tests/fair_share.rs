@@ -44,11 +44,12 @@ impl Fixture {
         }
     }
 
-    async fn redis() -> Fixture {
-        let conn = support::redis().await;
-        Fixture {
+    /// The Redis implementation, or `None` (said) without a Redis to test it on.
+    async fn redis() -> Option<Fixture> {
+        let conn = support::redis().await?;
+        Some(Fixture {
             pace: Arc::new(RedisPacer::new(conn, support::unique_ns("fair"))),
-        }
+        })
     }
 
     /// Fill the window: every slot left taken by calls that asked as nobody.
@@ -308,7 +309,10 @@ on_both!(
 async fn redis_and_memory_hand_out_slots_in_the_same_order() {
     let limits = fixed(7);
     for seed in [1u64, 7, 42] {
-        let (memory, redis) = (Fixture::memory(), Fixture::redis().await);
+        let Some(redis) = Fixture::redis().await else {
+            return;
+        };
+        let memory = Fixture::memory();
         let mut orders = Vec::new();
         for f in [&memory, &redis] {
             let mut rng = seed;
@@ -606,7 +610,9 @@ async fn an_admit_costs_the_same_with_ten_tenants_waiting_or_ten_thousand() {
 /// and the window counts no more than its limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ten_replicas_at_once_hand_each_slot_to_one_run() {
-    let conn = support::redis().await;
+    let Some(conn) = support::redis().await else {
+        return;
+    };
     let ns = support::unique_ns("fair-ten");
     let limits = fixed(20);
     let replicas: Vec<Arc<RedisPacer>> = (0..10)

@@ -88,13 +88,14 @@ impl Fixture {
         (f, clock)
     }
 
-    async fn redis() -> Fixture {
-        let conn = support::redis().await;
+    /// The Redis implementation, or `None` (said) without a Redis to test it on.
+    async fn redis() -> Option<Fixture> {
+        let conn = support::redis().await?;
         let ns = support::unique_ns("pace");
-        Fixture {
+        Some(Fixture {
             pace: Arc::new(RedisPacer::new(conn, ns)),
             clock: None,
-        }
+        })
     }
 
     async fn admits(&self, limits: &Limits, n: usize, day_end: u64) -> Vec<Slot> {
@@ -690,7 +691,9 @@ async fn a_sliding_window_admits_as_its_oldest_calls_age_out() {
 /// stated ends 800 ms apart; slots are handed out as calls age out, held ones included.
 #[tokio::test]
 async fn in_redis_a_sliding_window_hands_out_the_slots_its_calls_free() {
-    let conn = support::redis().await;
+    let Some(conn) = support::redis().await else {
+        return;
+    };
     let pace = RedisPacer::new(conn, support::unique_ns("pace"));
     let limits = Limits {
         window_ms: 2_000,
@@ -1055,7 +1058,9 @@ async fn a_window_end_call_whose_answer_is_back_before_the_next_window_gives_its
 /// test can wait (by Redis time) for a window's last 500 ms.
 #[tokio::test]
 async fn in_redis_a_window_end_call_back_in_time_gives_its_slot_back() {
-    let conn = support::redis().await;
+    let Some(conn) = support::redis().await else {
+        return;
+    };
     let pace = RedisPacer::new(conn.clone(), support::unique_ns("pace"));
     let limits = Limits {
         window_ms: 2_000,

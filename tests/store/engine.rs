@@ -491,7 +491,7 @@ impl std::io::Write for LogBuffer {
 
 /// Every key of a Redis namespace with its contents, as text.
 async fn redis_dump(ns: &str) -> String {
-    let mut conn = support::redis().await;
+    let mut conn = support::redis().await.expect("the Redis this test used");
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{ns}:*"))
         .query_async(&mut conn)
@@ -591,7 +591,9 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
             db.store.clone(),
             Some(only(&secret)),
         ));
-        let redis_conn = support::redis().await;
+        let Some(redis_conn) = support::redis().await else {
+            return;
+        };
         let ns = support::unique_ns("leak");
         let engine = rig(&db.store, provider, targets, Fleet::redis(&redis_conn, &ns));
 

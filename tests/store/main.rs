@@ -52,18 +52,6 @@ fn unique(prefix: &str) -> String {
     )
 }
 
-/// Said once per run, straight to stderr so the test harness does not swallow it.
-fn warn_pg_skipped() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n*** PG_URL is not set: the PostgreSQL half of tests/store is SKIPPED (scripts/test.sh sets it) ***\n"
-        );
-    });
-}
-
 /// A fresh SQLite file and, with `PG_URL`, a fresh PostgreSQL database; neither opened yet.
 async fn fresh_urls(test: &str) -> Vec<(&'static str, String, Cleanup)> {
     let dir = std::env::temp_dir().join(unique(&format!("freeway-store-{test}")));
@@ -96,7 +84,10 @@ async fn fresh_urls(test: &str) -> Vec<(&'static str, String, Cleanup)> {
                 Cleanup::PgDatabase(name),
             ));
         }
-        None => warn_pg_skipped(),
+        None => support::skipped(
+            "PostgreSQL",
+            "PG_URL is not set, so each test runs on SQLite alone",
+        ),
     }
     urls
 }
