@@ -6,9 +6,19 @@
 # then the suites that touch Redis (rests, pace, spend, the queue end to end, the API
 # and its event streams, the fleet of processes) once more on a Redis Cluster of six nodes, then
 # kills a primary of that cluster under load (producer/tests/failover.rs), and stops what it
-# started. Extra arguments go to `cargo test`.
+# started. Extra arguments go to `cargo test`. `--quick` first runs only what needs no service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --quick ]; then
+    # The inner loop (docs/contributing.md): what needs no service, started nowhere — the core's
+    # units, the engine on the simulator, the store on SQLite, classification, the properties,
+    # the simulator's own tests and the other crates' unit tests. The core's suites that need
+    # Redis or PostgreSQL skip, saying so, unless REDIS_URL or PG_URL names one.
+    shift
+    cargo test -p freeway -p sim "$@"
+    cargo test -p queue -p worker -p producer --lib --bins "$@"
+    exit
+fi
 . scripts/services.sh
 trap stop_services EXIT
 start_redis
