@@ -1174,8 +1174,8 @@ async fn in_memory_evidence_and_rests_expire_on_the_clock() {
     );
 }
 
-/// The Redis events sink writes a run's events to its stream, which expires a day after the run
-/// ends.
+/// The Redis events sink writes a run's events to its stream, which expires
+/// `FREEWAY_EVENTS_KEEP_S` after the run ends and, for that grace, takes about what it holds.
 #[tokio::test]
 async fn events_go_to_the_runs_redis_stream_and_expire_after_it_ends() {
     use freeway::events::{Event, EventSink, RedisEvents, stream_key};
@@ -1225,6 +1225,24 @@ async fn events_go_to_the_runs_redis_stream_and_expire_after_it_ends() {
         })
         .collect();
     assert_eq!(read, [&run[..], &[last]].concat());
+    // What the entries hold, and what Redis spends on them once the run has ended: no node's
+    // room for more entries that will never come.
+    let held: usize = entries
+        .iter()
+        .flat_map(|(id, fields)| {
+            std::iter::once(id.len()).chain(fields.iter().map(|(k, v)| k.len() + v.len()))
+        })
+        .sum();
+    let bytes: usize = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(&key)
+        .query_async(&mut c)
+        .await
+        .expect("MEMORY USAGE");
+    assert!(
+        bytes <= held + 1024,
+        "a finished run's stream of {held} bytes takes {bytes} bytes of Redis"
+    );
     let ttl = pttl(&conn, &key).await;
     let keep_ms = freeway::events::DEFAULT_EVENTS_KEEP_S as i64 * 1000;
     assert!(

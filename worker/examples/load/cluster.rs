@@ -195,15 +195,21 @@ impl Cluster {
         Ok(())
     }
 
-    /// The scenario's replicas (`--replicas` × `--concurrency`) on `sim`, with no more settings.
-    pub fn spawn_fleet(&mut self, bin: &Path, args: &Args, sim: &Sim) -> Result<(), BoxError> {
+    /// The scenario's replicas (`--replicas` × `--concurrency`) on `sim`, each also getting
+    /// `env`.
+    pub fn spawn_fleet(
+        &mut self,
+        bin: &Path,
+        args: &Args,
+        sim: &Sim,
+        env: &[(&str, &str)],
+    ) -> Result<(), BoxError> {
         let url = sim.handle().base_url();
-        let http2: &[(&str, &str)] = if args.http2 {
-            &[("FREEWAY_HTTP2", "prior-knowledge")]
-        } else {
-            &[]
-        };
-        self.spawn_workers(bin, args.replicas, args.concurrency, &url, http2)
+        let mut env = env.to_vec();
+        if args.http2 {
+            env.push(("FREEWAY_HTTP2", "prior-knowledge"));
+        }
+        self.spawn_workers(bin, args.replicas, args.concurrency, &url, &env)
     }
 
     /// Spread the runs over `queues` queue names, here and in the workers it starts.

@@ -26,7 +26,7 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
              processes × concurrency {} drain them",
             args.replicas, args.concurrency
         );
-        cluster.spawn_fleet(worker, args, sim)?;
+        cluster.spawn_fleet(worker, args, sim, &[])?;
         let producer = Producer::start(worker, args, cluster).await?;
         let (http, base, pid) = (&producer.http, producer.base.clone(), producer.pid());
         let single = timed(pid, || single(http, &base, n)).await?;

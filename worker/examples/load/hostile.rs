@@ -26,6 +26,9 @@ const PAID: &str = "openai/gpt-4o-mini";
 /// Runs naming made-up models, and the users they come from.
 const MADE_UP: usize = 3_000;
 const STRANGERS: usize = 150;
+/// The workers' `FREEWAY_EVENTS_KEEP_S` here (an hour by default): short, so the scenario can
+/// see what runs leave once their streams have lapsed.
+const EVENTS_KEEP_S: u64 = 5;
 
 /// The API as a web app's backend calls it, every answer's status counted.
 struct Client {
@@ -95,7 +98,8 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
              {} worker processes × concurrency {} and one producer",
             args.replicas, args.concurrency
         );
-        cluster.spawn_fleet(worker, args, sim)?;
+        let keep = EVENTS_KEEP_S.to_string();
+        cluster.spawn_fleet(worker, args, sim, &[("FREEWAY_EVENTS_KEEP_S", &keep)])?;
         let producer = Producer::start(worker, args, cluster).await?;
         let client = Client {
             http: producer.http.clone(),
@@ -160,8 +164,7 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
         // The same number of runs on a configured model first: what any runs leave, for a
         // while (their event streams, apalis's records until the vacuum), against which the
         // made-up models' own cost shows.
-        let (conn, ns) = (cluster.conn.clone(), cluster.namespace().to_string());
-        let control = MemoryPhase::measure(&conn, &ns, async || {
+        let control = MemoryPhase::measure(cluster, async |cluster| {
             send_runs(&client, |_| PAID.to_string()).await;
             settle(cluster).await
         })
@@ -170,7 +173,7 @@ pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
         let mut gone = sim::FaultSpec::new(sim::FaultKind::NoEndpoints404);
         gone.count = u32::MAX;
         sim.handle().inject(gone);
-        let made_up = MemoryPhase::measure(&conn, &ns, async || {
+        let made_up = MemoryPhase::measure(cluster, async |cluster| {
             send_runs(&client, |n| format!("made-up/model-{n}")).await;
             settle(cluster).await
         })
@@ -211,25 +214,32 @@ async fn send_runs(client: &Client, model: impl Fn(usize) -> String) {
     futures_util::future::join_all((0..32).map(|_| sender())).await;
 }
 
-/// What a phase left in Redis: `used_memory` and the namespace's keys by kind, before and after.
+/// What a phase cost Redis: `used_memory` before, right after its runs ended, and once what
+/// runs keep for a while has gone — their event streams ([`EVENTS_KEEP_S`] here) and apalis's
+/// records of their deliveries (vacuumed as a replica does once they are old enough) — with the
+/// namespace's keys by kind that grew, at that point.
 struct MemoryPhase {
     wall_s: f64,
-    used: (u64, u64),
+    used: u64,
+    ended: u64,
+    left: u64,
     kinds: Vec<(String, i64, i64)>,
 }
 
 impl MemoryPhase {
     async fn measure(
-        conn: &RedisConnection,
-        ns: &str,
-        phase: impl AsyncFnOnce() -> Result<(), BoxError>,
+        cluster: &mut Cluster,
+        phase: impl AsyncFnOnce(&mut Cluster) -> Result<(), BoxError>,
     ) -> Result<MemoryPhase, BoxError> {
+        let (conn, ns) = (cluster.conn.clone(), cluster.namespace().to_string());
+        let (conn, ns) = (&conn, ns.as_str());
         let (used, kinds) = (used_memory(conn).await?, memory_by_kind(conn, ns).await?);
         let started = Instant::now();
-        phase().await?;
+        phase(cluster).await?;
         let wall_s = started.elapsed().as_secs_f64();
-        let (used_after, mut kinds_after) =
-            (used_memory(conn).await?, memory_by_kind(conn, ns).await?);
+        let ended = used_memory(conn).await?;
+        lapse(cluster).await?;
+        let (left, mut kinds_after) = (used_memory(conn).await?, memory_by_kind(conn, ns).await?);
         for (kind, (keys, bytes)) in kinds {
             let after = kinds_after.entry(kind).or_default();
             after.0 -= keys;
@@ -243,41 +253,48 @@ impl MemoryPhase {
         kinds.sort_by_key(|(_, _, bytes)| std::cmp::Reverse(*bytes));
         Ok(MemoryPhase {
             wall_s,
-            used: (used, used_after),
+            used,
+            ended,
+            left,
             kinds,
         })
     }
 
-    /// The growth, and what of it lasts: a run's event stream expires
-    /// `FREEWAY_EVENTS_KEEP_S` (an hour) after its end and apalis's records of it five minutes
-    /// after (`ns:{events:…}`, `ns:runs:…` but the idempotency marks); the rest is what stays.
     fn report(&self, what: &str) {
-        let passing = |kind: &str| {
-            kind.contains(":events")
-                || kind.starts_with("ns:runs:") && !kind.contains("idempotency")
-        };
-        let lasting: i64 = self
-            .kinds
-            .iter()
-            .filter(|(k, _, _)| !passing(k))
-            .map(|(_, _, b)| b)
-            .sum();
+        let mb = |bytes: u64| bytes as f64 / 1e6;
         println!(
-            "  {what} in {:.1} s: Redis used_memory {:.1} → {:.1} MB (+{:.2}); of the keys' \
-             growth, {:.2} MB lasts past the runs' events and records",
+            "  {what} in {:.1} s: Redis used_memory {:.1} MB → {:.1} as they end (+{:.2}) → \
+             {:.1} once their events and records have gone: {:+.2} MB from where it began",
             self.wall_s,
-            self.used.0 as f64 / 1e6,
-            self.used.1 as f64 / 1e6,
-            (self.used.1 as f64 - self.used.0 as f64) / 1e6,
-            lasting as f64 / 1e6,
+            mb(self.used),
+            mb(self.ended),
+            mb(self.ended) - mb(self.used),
+            mb(self.left),
+            mb(self.left) - mb(self.used),
         );
-        for (kind, keys, bytes) in self.kinds.iter().take(8) {
+        for (kind, keys, bytes) in self.kinds.iter().take(6) {
             println!(
                 "    {:>+9.1} KB {keys:>+6} keys {kind}",
                 *bytes as f64 / 1024.0
             );
         }
     }
+}
+
+/// Wait for the runs' event streams to lapse, then vacuum apalis's records of their
+/// deliveries as a replica does once [`queue::schedule::KEEP_DELIVERED`] has passed.
+async fn lapse(cluster: &Cluster) -> Result<(), BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(EVENTS_KEEP_S + 30);
+    let streams = format!("*{}*:events", cluster.namespace());
+    while !keys(&cluster.conn, &streams).await?.is_empty() {
+        if Instant::now() > deadline {
+            return Err("the runs' event streams outlived their keep".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let later = freeway::clock::epoch_ms() + queue::schedule::KEEP_DELIVERED.as_millis() as u64;
+    cluster.queue.vacuum(later, 1_000_000).await?;
+    Ok(())
 }
 
 /// The distinct run ids among answers (a `202`'s, or a batch result's).
@@ -325,46 +342,52 @@ async fn used_memory(conn: &RedisConnection) -> Result<u64, BoxError> {
         .ok_or_else(|| "INFO memory has no used_memory".into())
 }
 
+/// The keys matching `pattern`.
+async fn keys(conn: &RedisConnection, pattern: &str) -> Result<Vec<String>, BoxError> {
+    let mut conn = conn.clone();
+    let (mut all, mut cursor) = (Vec::new(), 0u64);
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        all.extend(keys);
+        cursor = next;
+        if cursor == 0 {
+            return Ok(all);
+        }
+    }
+}
+
 /// The namespace's keys by kind (ids and numbers as `*`): how many, and their `MEMORY USAGE`.
 async fn memory_by_kind(
     conn: &RedisConnection,
     ns: &str,
 ) -> Result<BTreeMap<String, (i64, i64)>, BoxError> {
-    let mut conn = conn.clone();
     let mut kinds: BTreeMap<String, (i64, i64)> = BTreeMap::new();
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("*{ns}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
+    let mut c = conn.clone();
+    for key in keys(conn, &format!("*{ns}*")).await? {
+        let bytes: Option<i64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&key)
+            .query_async(&mut c)
             .await?;
-        for key in keys {
-            let bytes: Option<i64> = redis::cmd("MEMORY")
-                .arg("USAGE")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await?;
-            let kind = key
-                .replace(ns, "ns")
-                .split(':')
-                .map(|part| match part.chars().any(|c| c.is_ascii_digit()) {
-                    true => "*",
-                    false => part,
-                })
-                .collect::<Vec<_>>()
-                .join(":");
-            let entry = kinds.entry(kind).or_default();
-            entry.0 += 1;
-            entry.1 += bytes.unwrap_or(0);
-        }
-        cursor = next;
-        if cursor == 0 {
-            break;
-        }
+        let kind = key
+            .replace(ns, "ns")
+            .split(':')
+            .map(|part| match part.chars().any(|c| c.is_ascii_digit()) {
+                true => "*",
+                false => part,
+            })
+            .collect::<Vec<_>>()
+            .join(":");
+        let entry = kinds.entry(kind).or_default();
+        entry.0 += 1;
+        entry.1 += bytes.unwrap_or(0);
     }
     Ok(kinds)
 }

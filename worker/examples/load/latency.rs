@@ -49,7 +49,7 @@ pub async fn latency(args: &Args, worker: &Path) -> Result<(), BoxError> {
         let jobs = push(cluster, 0..n).await?;
         let mut conn = cluster.conn.clone();
         let before = Snapshot::take(&mut conn, &[], sim.tid).await?;
-        cluster.spawn_fleet(worker, args, sim)?;
+        cluster.spawn_fleet(worker, args, sim, &[])?;
         let pids = cluster.worker_pids();
         let started = Instant::now();
         let (mut in_flight_peak, mut rss_peak_kb) = (0u64, 0u64);

@@ -103,11 +103,10 @@ async fn scenario(
     let config = config.to_string_lossy().into_owned();
     let mut conn = cluster.conn.clone();
     let before = Snapshot::take(&mut conn, &[], sim.tid).await?;
-    cluster.spawn_workers(
+    cluster.spawn_fleet(
         worker,
-        args.replicas,
-        args.concurrency,
-        &sim.handle().base_url(),
+        args,
+        sim,
         &[
             ("FREEWAY_CONFIG", &config),
             ("FREEWAY_LEARN_LIMITS", learning),

@@ -78,13 +78,7 @@ async fn scenario(
         ),
     )?;
     let config = config.to_string_lossy().into_owned();
-    cluster.spawn_workers(
-        worker,
-        args.replicas,
-        args.concurrency,
-        &sim.handle().base_url(),
-        &[("FREEWAY_CONFIG", &config)],
-    )?;
+    cluster.spawn_fleet(worker, args, sim, &[("FREEWAY_CONFIG", &config)])?;
     let started = Instant::now();
     let catalog = Catalog::builtin();
     let mut jobs = Vec::new();

@@ -159,13 +159,7 @@ async fn scenario(
     let path = path.to_string_lossy().into_owned();
     let mut conn = cluster.conn.clone();
     let before = Snapshot::take(&mut conn, &[], sim.tid).await?;
-    cluster.spawn_workers(
-        worker,
-        args.replicas,
-        args.concurrency,
-        &sim.handle().base_url(),
-        &[("FREEWAY_CONFIG", &path)],
-    )?;
+    cluster.spawn_fleet(worker, args, sim, &[("FREEWAY_CONFIG", &path)])?;
     // The runs should wait for as long as the backlog takes, never miss their deadline.
     let total: usize = tenants.iter().map(|t| t.runs).sum();
     let drain_s = (total as u64).div_ceil(u64::from(r)) * window_s;

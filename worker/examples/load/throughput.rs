@@ -128,7 +128,7 @@ async fn pipeline(
 
     let mut conn = cluster.conn.clone();
     let before = Snapshot::take(&mut conn, &[], sim.tid).await?;
-    cluster.spawn_fleet(worker, args, sim)?;
+    cluster.spawn_fleet(worker, args, sim, &[])?;
     let queue = cluster.queue.clone();
     let drain = drain(&queue, n, args.timeout_s, || cluster.check_workers()).await?;
     let after = Snapshot::take(&mut conn, &cluster.worker_pids(), sim.tid).await?;

@@ -1,7 +1,9 @@
 //! Run events (docs/design.md §2.5): what a run tells the web app while it happens.
 //!
 //! Every event goes to the run's Redis Stream `{ns}:{events:<shard>}:run:{run_id}:events` ([`stream_key`]), trimmed, and set to
-//! expire [`DEFAULT_EVENTS_KEEP_S`] (`FREEWAY_EVENTS_KEEP_S`) after the run's last event. The
+//! expire [`DEFAULT_EVENTS_KEEP_S`] (`FREEWAY_EVENTS_KEEP_S`) after the run's last event, rewritten
+//! then at its true size (`last.lua`: a short run's stream keeps about a kilobyte, not the 4 KB
+//! Redis gives a stream up front). The
 //! API relays the stream as Server-Sent Events; a reader that comes later is told the run's
 //! last event from the store ([`Event::last_of`]), so Redis keeps nothing of a run past that.
 
@@ -11,7 +13,7 @@ use crate::connect::RedisConnection;
 use crate::run::{Code, RunRecord, RunStatus};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 
 /// How long a run's events stay in Redis after its last event, unless `FREEWAY_EVENTS_KEEP_S`
 /// says otherwise.
@@ -21,6 +23,12 @@ pub const DEFAULT_EVENTS_KEEP_S: u64 = 3600;
 pub const EVENTS_URL_GRACE_S: u64 = 24 * 3600;
 /// The most entries a run's stream keeps (approximately).
 const STREAM_MAXLEN: usize = 10_000;
+/// The longest stream `last.lua` rewrites at its true size: about one node's worth (Redis's
+/// `stream-node-max-entries`), so the rewrite stays a few kilobytes.
+const REWRITE_MAX_ENTRIES: usize = 100;
+
+static LAST: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("last.lua")));
 
 /// One run event, as the worker publishes it and every reader (the SSE relay, the CLI, the
 /// board) parses it back: one type on every side, so no reader matches strings in JSON.
@@ -205,25 +213,31 @@ impl RedisEvents {
 impl EventSink for RedisEvents {
     async fn publish(&self, run_id: &str, event: &Event) -> Result<(), EventError> {
         let key = stream_key(&self.ns, run_id);
-        let mut pipe = redis::pipe();
-        pipe.cmd("XADD")
-            .arg(&key)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(STREAM_MAXLEN)
-            .arg("*")
-            .arg("type")
-            .arg(event.kind())
-            .arg("data")
-            .arg(event.to_json())
-            .ignore();
-        if event.is_last() {
-            pipe.cmd("EXPIRE").arg(&key).arg(self.keep_s).ignore();
-        }
         let mut conn = self.conn.clone();
-        pipe.query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| EventError(e.to_string()))
+        let written = if event.is_last() {
+            LAST.key(&key)
+                .arg(STREAM_MAXLEN)
+                .arg(event.kind())
+                .arg(event.to_json())
+                .arg(self.keep_s)
+                .arg(REWRITE_MAX_ENTRIES)
+                .invoke_async::<()>(&mut conn)
+                .await
+        } else {
+            redis::cmd("XADD")
+                .arg(&key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(STREAM_MAXLEN)
+                .arg("*")
+                .arg("type")
+                .arg(event.kind())
+                .arg("data")
+                .arg(event.to_json())
+                .query_async::<()>(&mut conn)
+                .await
+        };
+        written.map_err(|e| EventError(e.to_string()))
     }
 }
 
