@@ -175,7 +175,7 @@ ensure_otlp_receiver() {
     export OTLP_PYTHON=$PWD/$venv/bin/python
 }
 
-# The browser tests (producer/tests/board_browser.rs, webapp_browser.rs): Debian's chromium, node
+# The browser tests (producer/tests/browser/): Debian's chromium, node
 # with npm, playwright-core and axe-core from tests/browser's lockfile, and the TypeScript web
 # app's packages from its lockfile. Only what is missing is
 # installed.

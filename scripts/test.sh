@@ -5,7 +5,7 @@
 # tests once, checks the OpenAPI document (a validator, and a Python client generated from it),
 # then the suites that touch Redis (rests, pace, spend, the queue end to end, the API
 # and its event streams, the fleet of processes) once more on a Redis Cluster of six nodes, then
-# kills a primary of that cluster under load (producer/tests/failover.rs), and stops what it
+# kills a primary of that cluster under load (producer/tests/processes/failover.rs), and stops what it
 # started. Extra arguments go to `cargo test`. `--quick` first runs only what needs no service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,9 @@ cargo test --workspace "$@"
 scripts/check_openapi.sh
 start_redis_cluster
 echo "the Redis suites again on a cluster: REDIS_URL=$REDIS_CLUSTER_URL" >&2
-REDIS_URL=$REDIS_CLUSTER_URL cargo test -p freeway --test rests --test pace --test spend \
-    -p worker --test queue_e2e -p producer --test api --test streams --test fleet "$@"
+REDIS_URL=$REDIS_CLUSTER_URL cargo test -p worker --test queue_e2e -p producer --test api "$@"
+REDIS_URL=$REDIS_CLUSTER_URL cargo test -p freeway --test fleet "$@" -- rests:: pace:: spend::
+REDIS_URL=$REDIS_CLUSTER_URL cargo test -p producer --test processes "$@" -- fleet::
 # Last: it kills one of the cluster's primaries.
-REDIS_URL=$REDIS_CLUSTER_URL REDIS_CLUSTER_PORTS=$REDIS_CLUSTER_PORTS cargo test -p producer --test failover "$@"
+REDIS_URL=$REDIS_CLUSTER_URL REDIS_CLUSTER_PORTS=$REDIS_CLUSTER_PORTS \
+    cargo test -p producer --test processes "$@" -- failover::

@@ -23,7 +23,7 @@
 //! between tenants by their weights, interactive runs first ([`Waiter`], `fair.rs`).
 //!
 //! [`RedisPacer`] is the fleet's (one Lua script on Redis `TIME`, keys hash-tagged by pool
-//! instance); [`MemoryPacer`] keeps the same rules in one process. `tests/pace.rs` runs one
+//! instance); [`MemoryPacer`] keeps the same rules in one process. `tests/fleet/pace.rs` runs one
 //! suite on both.
 
 mod fair;

@@ -2,7 +2,7 @@
 //!
 //! Engine tests, the budget property test and benchmarks exercise the engine's rules, not Redis;
 //! with this they need no server. It keeps the rules of [`super::Rests`] (extend only, clamps,
-//! evidence corroboration, longest closure) on its own clock, and `tests/rests.rs` runs the same
+//! evidence corroboration, longest closure) on its own clock, and `tests/fleet/rests.rs` runs the same
 //! suite on it and on [`super::RedisRests`] so the two cannot drift apart.
 
 use super::{

@@ -12,7 +12,7 @@
 //!
 //! [`RedisRests`] is the fleet's: Redis keys with TTLs, written by Lua scripts on Redis time.
 //! [`MemoryRests`] keeps the same rules in one process, for tests and benchmarks that need no
-//! server; `tests/rests.rs` runs one suite on both.
+//! server; `tests/fleet/rests.rs` runs one suite on both.
 
 mod memory;
 mod redis;

@@ -18,7 +18,7 @@
 //! call (a few tokens at cents per million) still counts. [`RedisLedger`] is the fleet's: Lua
 //! scripts on Redis `TIME`, every key of a tenant under its hash tag, and the work of a call in
 //! proportion to that tenant's keys alone. [`MemoryLedger`] keeps the same rules in one process;
-//! `tests/spend.rs` runs one suite on both.
+//! `tests/fleet/spend.rs` runs one suite on both.
 
 mod memory;
 mod redis;

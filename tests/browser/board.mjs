@@ -1,6 +1,6 @@
 // Drives the job board in headless Chromium (Debian's `chromium`, through playwright-core) against
 // a running fleet: the producer at BOARD_URL, worker replicas and the simulator at SIM_URL with one
-// free call per SIM_WINDOW_S window. producer/tests/board_browser.rs starts all of that and runs
+// free call per SIM_WINDOW_S window. producer/tests/browser/board.rs starts all of that and runs
 // this script; it exits non-zero on the first failed check.
 //
 // The scenario: nothing of the dashboard shows before a valid token; the status tabs and paging

@@ -1,7 +1,7 @@
 // The job board of a server without an API token (it listens on loopback only, and anyone who
 // can reach it may read it): the dashboard shows at once, with no sign-in, as "open", and again
 // after a reload; a link to a run opens it; operator actions stay hidden until the operator signs
-// in with the admin token from the Sign in button. producer/tests/board_browser.rs starts the
+// in with the admin token from the Sign in button. producer/tests/browser/board.rs starts the
 // fleet, enqueues the run RUN_ID and runs this script; it exits non-zero on the first failed check.
 
 import assert from 'node:assert/strict';

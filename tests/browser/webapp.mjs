@@ -6,7 +6,7 @@
 // then its answer once the rest is cleared; a second question closes the first question's
 // stream, so its answer alone is shown; a stream freeway refuses (403, 503) and a question it
 // refuses are messages, and a stream refused for want of a slot is tried again.
-// producer/tests/webapp_browser.rs starts the fleet and the app, and runs this script; it exits
+// producer/tests/browser/webapp.rs starts the fleet and the app, and runs this script; it exits
 // non-zero on the first failed check.
 
 import assert from 'node:assert/strict';

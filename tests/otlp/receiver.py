@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An OTLP/HTTP trace receiver for the traces test (producer/tests/fleet.rs), speaking the
+"""An OTLP/HTTP trace receiver for the traces test (producer/tests/processes/fleet.rs), speaking the
 protobuf freeway's exporter sends.
 
 usage: receiver.py PORT OUT.jsonl    (needs opentelemetry-proto from PyPI; scripts/test.sh

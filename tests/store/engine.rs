@@ -491,7 +491,9 @@ impl std::io::Write for LogBuffer {
 
 /// Every key of a Redis namespace with its contents, as text.
 async fn redis_dump(ns: &str) -> String {
-    let mut conn = support::redis().await.expect("the Redis this test used");
+    let mut conn = support::skip::redis()
+        .await
+        .expect("the Redis this test used");
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{ns}:*"))
         .query_async(&mut conn)
@@ -591,7 +593,7 @@ async fn a_user_connection_is_opened_at_call_time_and_its_key_leaks_nowhere() {
             db.store.clone(),
             Some(only(&secret)),
         ));
-        let Some(redis_conn) = support::redis().await else {
+        let Some(redis_conn) = support::skip::redis().await else {
             return;
         };
         let ns = support::unique_ns("leak");

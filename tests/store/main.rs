@@ -84,7 +84,7 @@ async fn fresh_urls(test: &str) -> Vec<(&'static str, String, Cleanup)> {
                 Cleanup::PgDatabase(name),
             ));
         }
-        None => support::skipped(
+        None => support::skip::skipped(
             "PostgreSQL",
             "PG_URL is not set, so each test runs on SQLite alone",
         ),

@@ -1,9 +1,10 @@
 //! Shared set-up for the engine's integration tests: an engine on the in-process fleet (rests,
 //! leases, events and counters in memory, on a clock tests can move), an in-memory store, and a
 //! provider the test chooses, usually the simulator over real HTTP. No Redis: the Redis
-//! implementations of the fleet's parts have their own suite (`tests/rests.rs`).
+//! implementations of the fleet's parts have their own suite (`tests/fleet/rests.rs`).
 #![allow(dead_code, unused_macros)]
 
+pub mod skip;
 pub mod tool_service;
 
 use freeway::clock::{Clock, InstantClock};
@@ -124,49 +125,6 @@ impl Parts {
         .with_tools(ToolRunner::default())
         .named("test-worker")
     }
-}
-
-/// A connection to the test Redis (`REDIS_URL`, started by `scripts/test.sh`), for the tests that
-/// check what lands in Redis itself; `None` when no Redis answers there, and the test skips
-/// ([`skipped`]).
-pub async fn redis() -> Option<freeway::connect::RedisConnection> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string());
-    match freeway::connect::redis(&url).await {
-        Ok(conn) => Some(conn),
-        Err(error) => {
-            skipped("Redis", &format!("none answers at REDIS_URL ({error})"));
-            None
-        }
-    }
-}
-
-/// A test lacks `service` (`why` says how): it skips, and the suite says so once a service on
-/// stderr, so that `cargo test` passes on a machine without the services. Under `CI` (where
-/// `scripts/test.sh` starts them all) a missing service fails the test instead: CI must run it.
-pub fn skipped(service: &str, why: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must run this test, but {why}"
-    );
-    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
-    if said.iter().any(|s| s == service) {
-        return;
-    }
-    said.push(service.to_string());
-    let suite = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.file_stem()?.to_str()?.to_string()))
-        .map(|stem| match stem.rsplit_once('-') {
-            Some((name, _)) => name.to_string(),
-            None => stem,
-        })
-        .unwrap_or_default();
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "\nskipped: the tests of {suite} that need {service}: {why}; scripts/test.sh starts it\n"
-    );
 }
 
 /// A namespace of its own for one test, so tests share one Redis without seeing each other.

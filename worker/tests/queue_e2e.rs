@@ -36,7 +36,9 @@ async fn rest_pool(c: &Cluster, ms: u64) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn while_the_pool_rests_free_runs_are_delayed_then_complete_and_paid_routes_run_at_once() {
-    let mut c = Cluster::start("rest", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("rest", sim::SimConfig::default()).await else {
+        return;
+    };
     c.spawn_worker(&[]);
     c.spawn_worker(&[]);
     rest_pool(&c, 2_000).await;
@@ -79,7 +81,9 @@ async fn while_the_pool_rests_free_runs_are_delayed_then_complete_and_paid_route
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_continuation_runs_once_while_the_pool_rests() {
-    let mut c = Cluster::start("continuation", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("continuation", sim::SimConfig::default()).await else {
+        return;
+    };
     c.spawn_worker(&[]);
     rest_pool(&c, 60_000).await;
     let mut job = freeway::job::RunJob::new(
@@ -118,7 +122,9 @@ async fn a_continuation_runs_once_while_the_pool_rests() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_survives_a_kill_9_of_its_worker() {
-    let mut c = Cluster::start("kill", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("kill", sim::SimConfig::default()).await else {
+        return;
+    };
     // The first call hangs long enough to kill the worker in the middle of it.
     let mut hang = sim::FaultSpec::new(sim::FaultKind::Timeout);
     hang.delay_ms = Some(60_000);
@@ -175,7 +181,9 @@ async fn wait_until_faults_consumed(c: &Cluster) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn poison_jobs_are_dead_lettered_while_valid_runs_complete() {
-    let mut c = Cluster::start("poison", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("poison", sim::SimConfig::default()).await else {
+        return;
+    };
     let mut payloads: Vec<Vec<u8>> = Vec::new();
     for i in 0..1000 {
         payloads.push(match i % 4 {
@@ -238,7 +246,9 @@ async fn stored_settled(c: &Cluster, run_id: &str, timeout: Duration) -> freeway
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dead_lettered_job_ends_its_run_invalid_job_and_names_no_other() {
-    let mut c = Cluster::start("deadrun", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("deadrun", sim::SimConfig::default()).await else {
+        return;
+    };
     let unreadable = record_unreadable(&c, "u1").await;
     let valid = c.enqueue(request("u2", "still works", &[PAID])).await;
     c.store
@@ -284,7 +294,9 @@ async fn a_dead_lettered_job_ends_its_run_invalid_job_and_names_no_other() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_reconciler_is_not_blinded_by_runs_it_cannot_act_on() {
-    let mut c = Cluster::start("blind", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("blind", sim::SimConfig::default()).await else {
+        return;
+    };
     let batch = queue::enqueue::RECONCILE_BATCH as usize;
     let mut unreadable = Vec::new();
     for i in 0..batch + 100 {
@@ -319,7 +331,9 @@ async fn the_reconciler_is_not_blinded_by_runs_it_cannot_act_on() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_reconciler_resumes_at_its_cursor_and_starts_over_after_the_end() {
     use freeway::store::Store;
-    let c = Cluster::start("cursor", sim::SimConfig::default()).await;
+    let Some(c) = Cluster::start("cursor", sim::SimConfig::default()).await else {
+        return;
+    };
     let mut lost = Vec::new();
     for i in 0..3 {
         let job = freeway::job::RunJob::new(
@@ -387,7 +401,9 @@ fn undecodable_entries() -> Vec<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn undecodable_entries_are_dead_lettered_within_a_poll_and_strand_no_run() {
-    let mut c = Cluster::start("undecodable", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("undecodable", sim::SimConfig::default()).await else {
+        return;
+    };
     let poison = undecodable_entries();
     let n_poison = poison.len() as u64;
     c.queue.push_payloads(poison).await.unwrap();
@@ -435,7 +451,9 @@ async fn recorded_runs_on(
         latency_ms,
         ..sim::SimConfig::default()
     };
-    let c = Cluster::start_on(name, config, redis.url.clone()).await;
+    let c = Cluster::start_on(name, config, redis.url.clone())
+        .await
+        .expect("the test's own Redis answers");
     let enqueuer =
         queue::Enqueuer::new(c.conn.clone(), &c.ns, std::sync::Arc::new(c.store.clone()));
     let mut runs = Vec::new();
@@ -451,7 +469,9 @@ async fn recorded_runs_on(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_redis_that_loses_its_data_loses_no_run() {
-    let redis = PrivateRedis::start().await;
+    let Some(redis) = PrivateRedis::start().await else {
+        return;
+    };
     let (mut c, runs) = recorded_runs_on(&redis, "flushall", 1_500, 20).await;
     for _ in 0..2 {
         c.spawn_worker(&["--concurrency", "4", "--reconcile-s", "2"]);
@@ -510,7 +530,9 @@ async fn a_redis_that_loses_its_data_loses_no_run() {
 /// twice: its lease gone, the reconciler pushed it again at once.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flushall_mid_call_pays_for_no_call_twice() {
-    let redis = PrivateRedis::start().await;
+    let Some(redis) = PrivateRedis::start().await else {
+        return;
+    };
     let (mut c, runs) = recorded_runs_on(&redis, "flushmid", 6_000, 8).await;
     for _ in 0..2 {
         c.spawn_worker(&["--concurrency", "16", "--reconcile-s", "1"]);
@@ -533,7 +555,9 @@ async fn an_answer_the_store_could_not_take_is_kept_and_not_bought_again() {
         latency_ms: 2_000,
         ..sim::SimConfig::default()
     };
-    let mut c = Cluster::start("unsaved", config).await;
+    let Some(mut c) = Cluster::start("unsaved", config).await else {
+        return;
+    };
     let n = c.spawn_worker(&[]);
     let job = c.enqueue(request("u1", "keep me", &[PAID])).await;
     c.wait_for(&job.run_id, WAIT, |e| e["type"] == "attempt")
@@ -625,7 +649,7 @@ async fn an_answer_kept_through_a_postgres_outage_is_bought_once() {
         .filter(|u| !u.is_empty())
         .is_none()
     {
-        eprintln!("PG_URL is not set: the PostgreSQL outage test is SKIPPED");
+        support::skip::skipped("PostgreSQL", "PG_URL is not set");
         return;
     }
     let pg = tokio::task::spawn_blocking(OwnPostgres::start)
@@ -635,8 +659,11 @@ async fn an_answer_kept_through_a_postgres_outage_is_bought_once() {
         latency_ms: 2_000,
         ..sim::SimConfig::default()
     };
-    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut c = Cluster::start_with("pgdown", config, redis_url, Some(pg.url.clone())).await;
+    let redis_url = support::skip::redis_url();
+    let Some(mut c) = Cluster::start_with("pgdown", config, redis_url, Some(pg.url.clone())).await
+    else {
+        return;
+    };
     c.spawn_worker(&[]);
     let job = c
         .enqueue(request("u1", "through the outage", &[PAID]))
@@ -693,7 +720,9 @@ fn paid_runs(n: usize) -> Vec<freeway::job::RunJob> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backlog_of_20000_runs_drains_once_workers_start() {
-    let mut c = Cluster::start("backlog", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("backlog", sim::SimConfig::default()).await else {
+        return;
+    };
     let jobs = paid_runs(20_000);
     c.queue.push(&jobs).await.unwrap();
     // Everything is due at once before any worker runs: the apalis-redis 1.0.0 trap.
@@ -710,7 +739,9 @@ async fn a_backlog_of_20000_runs_drains_once_workers_start() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn thousands_of_snoozed_runs_waking_at_once_do_not_stall_the_queue() {
-    let mut c = Cluster::start("wake", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("wake", sim::SimConfig::default()).await else {
+        return;
+    };
     // The paid route rests for 10 s: the runs snooze until about the same moment.
     let paid = freeway::route::Route::parse(PAID, &Catalog::builtin()).unwrap();
     let scope = RestScope::Route {
@@ -762,7 +793,9 @@ async fn thousands_of_snoozed_runs_waking_at_once_do_not_stall_the_queue() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_lets_the_running_run_finish_then_exits_cleanly() {
-    let mut c = Cluster::start("sigterm", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("sigterm", sim::SimConfig::default()).await else {
+        return;
+    };
     // The call takes 2 s: SIGTERM arrives while it is in flight.
     let mut slow = sim::FaultSpec::new(sim::FaultKind::Timeout);
     slow.delay_ms = Some(2_000);
@@ -800,7 +833,9 @@ async fn sigterm_lets_the_running_run_finish_then_exits_cleanly() {
 /// answer was bought twice.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_past_its_grace_hands_the_runs_lease_back() {
-    let mut c = Cluster::start("sigtermgrace", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("sigtermgrace", sim::SimConfig::default()).await else {
+        return;
+    };
     let mut slow = sim::FaultSpec::new(sim::FaultKind::Timeout);
     slow.delay_ms = Some(10_000);
     c.sim.inject(slow);
@@ -865,7 +900,9 @@ async fn a_spent_day_delays_runs_until_a_top_up_the_key_endpoint_shows_wakes_the
         rpd: 1,
         ..Default::default()
     };
-    let mut c = Cluster::start("day", config).await;
+    let Some(mut c) = Cluster::start("day", config).await else {
+        return;
+    };
     // Learning off: the day is closed by the provider's refusal or by the watch's read (below),
     // not also by the first answer's headers.
     c.spawn_worker_with(
@@ -958,7 +995,9 @@ async fn ten_replicas_never_call_a_declared_pool_past_its_limit_in_any_window() 
         window_s: WINDOW_S,
         ..Default::default()
     };
-    let mut c = Cluster::start("pace", config).await;
+    let Some(mut c) = Cluster::start("pace", config).await else {
+        return;
+    };
     let file = c.dir.join("freeway.toml");
     let declared = format!("[pools.openrouter-free]\nrpm = {RPM}\nwindow_s = {WINDOW_S}\n");
     std::fs::write(&file, declared).unwrap();
@@ -1004,7 +1043,9 @@ async fn three_replicas_serve_a_later_tenant_ahead_of_anothers_batch() {
         window_s: WINDOW_S,
         ..Default::default()
     };
-    let mut c = Cluster::start("fair", config).await;
+    let Some(mut c) = Cluster::start("fair", config).await else {
+        return;
+    };
     let file = c.dir.join("freeway.toml");
     let declared = format!("[pools.openrouter-free]\nrpm = {RPM}\nwindow_s = {WINDOW_S}\n");
     std::fs::write(&file, declared).unwrap();
@@ -1058,7 +1099,9 @@ async fn three_replicas_serve_a_later_tenant_ahead_of_anothers_batch() {
 #[tokio::test(flavor = "multi_thread")]
 async fn three_replicas_send_one_canary_per_period_for_the_fleet() {
     const PERIOD_MS: u64 = 2_000;
-    let mut c = Cluster::start("canary", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("canary", sim::SimConfig::default()).await else {
+        return;
+    };
     let file = c.dir.join("freeway.toml");
     std::fs::write(&file, "[pools.openrouter-free]\ncanary_every = \"2s\"\n").unwrap();
     let file = file.to_str().unwrap().to_string();
@@ -1110,7 +1153,9 @@ async fn three_replicas_send_one_canary_per_period_for_the_fleet() {
 #[tokio::test(flavor = "multi_thread")]
 async fn runs_spread_over_three_queue_names_each_end_once() {
     const LANES: usize = 3;
-    let mut c = Cluster::start("lanes", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("lanes", sim::SimConfig::default()).await else {
+        return;
+    };
     c.queue = c.queue.clone().with_lanes(LANES);
     let paid = freeway::route::Route::parse(PAID, &Catalog::builtin()).unwrap();
     let scope = RestScope::Route {
@@ -1183,14 +1228,17 @@ async fn runs_spread_over_three_queue_names_each_end_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_holds_no_more_than_its_concurrency_and_one_fetch_batch() {
     const CONCURRENCY: u64 = 40;
-    let mut c = Cluster::start(
+    let Some(mut c) = Cluster::start(
         "claims",
         sim::SimConfig {
             latency_ms: 100,
             ..Default::default()
         },
     )
-    .await;
+    .await
+    else {
+        return;
+    };
     let jobs = paid_runs(1_500);
     c.queue.push(&jobs).await.unwrap();
     let concurrency = CONCURRENCY.to_string();
@@ -1242,7 +1290,9 @@ async fn a_replica_holds_no_more_than_its_concurrency_and_one_fetch_batch() {
 #[tokio::test(flavor = "multi_thread")]
 async fn once_runs_are_kept_long_enough_redis_keeps_under_a_kilobyte_of_each() {
     const RUNS: usize = 300;
-    let mut c = Cluster::start("bytes", sim::SimConfig::default()).await;
+    let Some(mut c) = Cluster::start("bytes", sim::SimConfig::default()).await else {
+        return;
+    };
     let enqueuer =
         queue::Enqueuer::new(c.conn.clone(), &c.ns, std::sync::Arc::new(c.store.clone()));
     let mut ids = Vec::new();
@@ -1352,7 +1402,9 @@ async fn keys(conn: &mut freeway::connect::RedisConnection, pattern: &str) -> Ve
 /// the vacuum never deletes a job a replica may still be executing or acknowledging.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_vacuum_deletes_a_retired_delivery_only_once_apalis_marked_it_finished() {
-    let c = Cluster::start("vacuum", sim::SimConfig::default()).await;
+    let Some(c) = Cluster::start("vacuum", sim::SimConfig::default()).await else {
+        return;
+    };
     c.queue.push(&paid_runs(1)).await.unwrap();
     let q = c.queue.name();
     let mut conn = c.conn.clone();

@@ -20,7 +20,9 @@ async fn approve(s: &Server, run_id: &str, body: Value) -> (u16, Value) {
 
 #[tokio::test]
 async fn an_approval_conflicts_unless_the_run_awaits_that_call() {
-    let s = Server::open().await;
+    let Some(s) = Server::open().await else {
+        return;
+    };
     let (_, body) = s.post_run(&run_body("u1", "vendor/m")).await;
     let queued = body["run_id"].as_str().expect("run id");
     let yes = json!({ "tool_call_id": "call_1", "decision": "approve" });
@@ -48,7 +50,9 @@ async fn an_approval_conflicts_unless_the_run_awaits_that_call() {
 
 #[tokio::test]
 async fn an_approval_enqueues_one_continuation() {
-    let s = Server::open().await;
+    let Some(s) = Server::open().await else {
+        return;
+    };
     let parent = awaiting_run(&s).await;
     let parent_job = s.enqueuer.job(&parent).await.expect("read").expect("kept");
     let yes = json!({ "tool_call_id": "call_1", "decision": "approve", "result": "sent" });
@@ -107,7 +111,9 @@ async fn an_approval_enqueues_one_continuation() {
 
 #[tokio::test]
 async fn a_denial_tells_the_model_the_user_said_no() {
-    let s = Server::open().await;
+    let Some(s) = Server::open().await else {
+        return;
+    };
     let parent = awaiting_run(&s).await;
     let (status, body) = approve(
         &s,
@@ -129,7 +135,9 @@ async fn a_denial_tells_the_model_the_user_said_no() {
 /// (Both answered 202, and the "cancelled" run's continuation called the model.)
 #[tokio::test]
 async fn an_approval_and_a_cancel_at_once_have_exactly_one_winner() {
-    let s = Server::start(tokens(), None).await;
+    let Some(s) = Server::start(tokens(), None).await else {
+        return;
+    };
     let post = |path: String, body: Option<Value>| {
         let mut req = s.http.post(s.url(&path)).bearer_auth("admin-token-1");
         if let Some(b) = body {

@@ -10,11 +10,14 @@ use serde_json::{Value, json};
 #[tokio::test]
 async fn a_connection_key_is_stored_sealed_and_never_echoed() {
     const KEY: &str = "sk-user-very-secret-0123456789";
-    let s = Server::start(
+    let Some(s) = Server::start(
         Tokens::default(),
         Some(SecretKey::from_hex(SECRET_HEX).expect("hex")),
     )
-    .await;
+    .await
+    else {
+        return;
+    };
     let put = |user: &str| {
         s.http
             .put(s.url("/v1/connections/conn_a"))
@@ -88,7 +91,9 @@ async fn a_connection_key_is_stored_sealed_and_never_echoed() {
 
 #[tokio::test]
 async fn connections_need_the_secret_key() {
-    let s = Server::open().await;
+    let Some(s) = Server::open().await else {
+        return;
+    };
     let resp = s
         .http
         .put(s.url("/v1/connections/conn_a"))

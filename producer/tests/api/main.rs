@@ -15,8 +15,11 @@ mod guards;
 mod openapi;
 mod operations;
 mod operator;
+mod ownership;
 mod pools;
 mod requests;
+mod shapes;
+mod streams;
 mod tenants;
 mod users;
 

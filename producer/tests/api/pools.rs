@@ -80,7 +80,9 @@ fn pool<'a>(pools: &'a Value, name: &str) -> &'a Value {
 
 #[tokio::test]
 async fn pools_show_each_instances_waiting_runs_their_tenants_and_this_windows_shares() {
-    let s = Server::with_catalog(catalog()).await;
+    let Some(s) = Server::with_catalog(catalog()).await else {
+        return;
+    };
     let (status, pools) = s.get_json("/v1/pools").await;
     assert_eq!(status, 200, "{pools}");
     let free = pool(&pools, "openrouter-free");

@@ -7,7 +7,8 @@
 //! --workspace` (the test command) builds both. A test run of this package alone needs
 //! `cargo build -p worker` first, and says so.
 
-use super::{JsonBody, json_of, redis_url, unique};
+use super::skip::redis_url;
+use super::{JsonBody, json_of, skip, unique};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -76,13 +77,14 @@ pub fn free_port() -> u16 {
 }
 
 impl Fleet {
-    /// The simulator, `producer serve` with both tokens, and `workers` worker replicas.
+    /// The simulator, `producer serve` with both tokens, and `workers` worker replicas; `None`
+    /// (said) without a Redis for them.
     pub async fn start(
         name: &str,
         sim_config: sim::SimConfig,
         workers: usize,
         logging: Logging,
-    ) -> Fleet {
+    ) -> Option<Fleet> {
         Fleet::start_with(name, sim_config, workers, logging, |_| Vec::new()).await
     }
 
@@ -94,8 +96,10 @@ impl Fleet {
         workers: usize,
         logging: Logging,
         env: impl FnOnce(&sim::SimHandle) -> Vec<(String, String)>,
-    ) -> Fleet {
+    ) -> Option<Fleet> {
         freeway::provider::install_crypto();
+        // Every process of the fleet needs it.
+        skip::redis().await?;
         let ns = unique(&format!("fleet-{name}"));
         let dir = std::env::temp_dir().join(&ns);
         std::fs::create_dir_all(&dir).expect("a temp dir");
@@ -132,7 +136,7 @@ impl Fleet {
             fleet.add_worker();
         }
         fleet.wait_healthy().await;
-        fleet
+        Some(fleet)
     }
 
     /// Kill `name` at once (SIGKILL), as a crash or the OOM killer would, and reap it.

@@ -1,11 +1,14 @@
 //! What the producer's tests share: a real Redis (`REDIS_URL`, default
 //! `redis://127.0.0.1:6379`), a fresh namespace per test so tests run in parallel, the real SQL
-//! store on a temporary SQLite file, and the API served in-process on 127.0.0.1:0.
+//! store on a temporary SQLite file, and the API served in-process on 127.0.0.1:0. Without a
+//! Redis, a server or fleet is `None` and the test returns, as [`skip`] says.
 
 #![allow(dead_code)] // each test binary uses part of this module
 
 pub mod browser;
 pub mod fleet;
+#[path = "../../../tests/support/skip.rs"]
+pub mod skip;
 
 use freeway::connect::RedisConnection;
 use freeway::events::{Event, EventSink, RedisEvents};
@@ -19,10 +22,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::sync::watch;
 
 pub const SECRET_HEX: &str = "5f5dbb7fe192bcc2bf10bb66a83d5c1e39035bd981ba29773d79e7f3ff225967";
-
-pub fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
-}
 
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -40,12 +39,6 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(unique(&format!("freeway-producer-{name}")));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
-}
-
-pub async fn redis() -> RedisConnection {
-    freeway::connect::redis(&redis_url())
-        .await
-        .expect("Redis at REDIS_URL")
 }
 
 /// The API served in-process, with its own namespace, store and tokens.
@@ -67,7 +60,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub async fn start(tokens: Tokens, secret_key: Option<SecretKey>) -> Server {
+    pub async fn start(tokens: Tokens, secret_key: Option<SecretKey>) -> Option<Server> {
         let streams = freeway::config::DEFAULT_MAX_STREAMS;
         Server::start_capped(tokens, secret_key, streams).await
     }
@@ -77,13 +70,13 @@ impl Server {
         tokens: Tokens,
         secret_key: Option<SecretKey>,
         max_streams: usize,
-    ) -> Server {
+    ) -> Option<Server> {
         let catalog = freeway::catalog::Catalog::builtin();
         Server::start_with(tokens, secret_key, max_streams, catalog).await
     }
 
     /// Without tokens, validating runs against `catalog` (its tiers, providers and pools).
-    pub async fn with_catalog(catalog: freeway::catalog::Catalog) -> Server {
+    pub async fn with_catalog(catalog: freeway::catalog::Catalog) -> Option<Server> {
         let streams = freeway::config::DEFAULT_MAX_STREAMS;
         Server::start_with(Tokens::default(), None, streams, catalog).await
     }
@@ -93,21 +86,21 @@ impl Server {
         secret_key: Option<SecretKey>,
         max_streams: usize,
         catalog: freeway::catalog::Catalog,
-    ) -> Server {
+    ) -> Option<Server> {
         freeway::provider::install_crypto();
+        let conn = skip::redis().await?;
         let ns = unique("ptest");
         let dir = temp_dir("db");
         let db_path = dir.join("freeway.db");
         let db_url = format!("sqlite://{}", db_path.display());
         let store = SqlStore::open(&db_url).await.expect("store opens");
-        let conn = redis().await;
         let enqueuer = Enqueuer::new(conn.clone(), &ns, Arc::new(store.clone()))
             .with_catalog(Arc::new(catalog));
         let (shutdown_tx, shutdown) = watch::channel(false);
         let state = Arc::new(AppState {
             enqueuer: enqueuer.clone(),
             store: store.clone(),
-            hub: Hub::new(&redis_url(), conn.clone(), max_streams),
+            hub: Hub::new(&skip::redis_url(), conn.clone(), max_streams),
             stream_slots: producer::api::stream_slots::StreamSlots::new(max_streams),
             rate_limits: producer::api::rate_limit::RateLimits::new(
                 freeway::config::DEFAULT_RATE_LIMIT,
@@ -125,7 +118,7 @@ impl Server {
         let base = format!("http://{}", listener.local_addr().expect("bound"));
         let router = api::router(state.clone());
         tokio::spawn(async move { axum::serve(listener, router).await.expect("the API serves") });
-        Server {
+        Some(Server {
             base,
             ns,
             db_url,
@@ -136,10 +129,11 @@ impl Server {
             http: reqwest::Client::new(),
             state,
             _shutdown: shutdown_tx,
-        }
+        })
     }
 
-    pub async fn open() -> Server {
+    /// The API without tokens; `None` (said) without a Redis to serve it on.
+    pub async fn open() -> Option<Server> {
         Server::start(Tokens::default(), None).await
     }
 

@@ -1,6 +1,10 @@
 //! A small cluster for end-to-end tests: real Redis (REDIS_URL), a SQLite store in a temp
 //! folder, the simulator in-process, and worker *processes* started from the built binary.
+//! Without a Redis, a cluster is `None` and the test returns, as [`skip`] says.
 #![allow(dead_code)]
+
+#[path = "../../../tests/support/skip.rs"]
+pub mod skip;
 
 use freeway::catalog::Catalog;
 use freeway::connect::RedisConnection;
@@ -31,14 +35,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub async fn start(name: &str, sim_config: sim::SimConfig) -> Cluster {
-        let redis_url =
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        Cluster::start_on(name, sim_config, redis_url).await
+    pub async fn start(name: &str, sim_config: sim::SimConfig) -> Option<Cluster> {
+        Cluster::start_on(name, sim_config, skip::redis_url()).await
     }
 
     /// A cluster on the Redis at `redis_url` (a test's own server, to flush or stop).
-    pub async fn start_on(name: &str, sim_config: sim::SimConfig, redis_url: String) -> Cluster {
+    pub async fn start_on(
+        name: &str,
+        sim_config: sim::SimConfig,
+        redis_url: String,
+    ) -> Option<Cluster> {
         Cluster::start_with(name, sim_config, redis_url, None).await
     }
 
@@ -48,8 +54,9 @@ impl Cluster {
         sim_config: sim::SimConfig,
         redis_url: String,
         db_url: Option<String>,
-    ) -> Cluster {
+    ) -> Option<Cluster> {
         freeway::provider::install_crypto();
+        let conn = skip::redis_at(&redis_url).await?;
         let ns = format!(
             "e2e-{name}-{}",
             ulid::Ulid::generate().to_string().to_lowercase()
@@ -62,9 +69,8 @@ impl Cluster {
         let sim = sim::start(sim_config, "127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
-        let conn = freeway::connect::redis(&redis_url).await.unwrap();
         let queue = Queue::new(conn.clone(), &ns);
-        Cluster {
+        Some(Cluster {
             ns,
             redis_url,
             db_url,
@@ -74,7 +80,7 @@ impl Cluster {
             conn,
             store,
             workers: vec![],
-        }
+        })
     }
 
     /// Start a worker process; its log goes to `worker-N.log` in the cluster's folder.
@@ -286,24 +292,31 @@ pub struct PrivateRedis {
 }
 
 impl PrivateRedis {
-    pub async fn start() -> PrivateRedis {
+    /// `None` (said) on a machine without `redis-server`.
+    pub async fn start() -> Option<PrivateRedis> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap();
-        let mut child = Command::new("redis-server")
+        let spawned = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH");
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                skip::skipped("redis-server", &format!("it does not start ({e})"));
+                return None;
+            }
+        };
         let url = format!("redis://127.0.0.1:{port}");
         let client = redis::Client::open(url.as_str()).unwrap();
         for _ in 0..200 {
             if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
                 let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
                 if pong.is_ok() {
-                    return PrivateRedis { url, child };
+                    return Some(PrivateRedis { url, child });
                 }
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
