@@ -8,6 +8,7 @@
 
 mod audit;
 mod connections;
+mod file_limit;
 mod file_lock;
 mod list;
 mod memory;
@@ -20,6 +21,7 @@ pub use audit::{AuditEntry, AuditLog, MAX_AUDIT_DETAIL, MAX_AUDIT_PAGE};
 pub use connections::{
     ConnectionInfo, NewConnection, Resealed, SecretKey, SecretKeyError, SecretKeys, StoreTargets,
 };
+pub use file_limit::survive_file_size_limit;
 pub use list::{MAX_PAGE, RunCursor, RunFilter, RunPage};
 pub use memory::MemoryStore;
 pub use migrations::MIGRATIONS;

@@ -334,11 +334,7 @@ pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(
             true
         })
         .shutdown_timeout(grace);
-    // A file size limit reached (`ulimit -f`) raises SIGXFSZ, which ends the process by
-    // default: handled, it is a write that fails like a full disk, reported by `/healthz`, and
-    // the runs in flight keep their answers for when there is room.
-    let _file_size_limit =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(SIGXFSZ));
+    let _file_size_limit = freeway::store::survive_file_size_limit();
     info!(concurrency, "worker started");
     let result = monitor.run_with_signal(shutdown_signal()).await;
     ticker.abort();
@@ -482,9 +478,6 @@ async fn shutdown_signal() -> std::io::Result<()> {
     info!("shutdown signal: finishing running jobs");
     Ok(())
 }
-
-/// SIGXFSZ's number on Linux.
-const SIGXFSZ: i32 = 25;
 
 /// The replica's one name, `{host}-{pid}`: the board's workers list, its runs' `started` events
 /// and its logs all say it.

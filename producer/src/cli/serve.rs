@@ -73,6 +73,7 @@ pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         body_timeout_s = api::BODY_TIMEOUT.as_secs(),
         "producer listening"
     );
+    let _file_size_limit = freeway::store::survive_file_size_limit();
     listen::serve(listener, api::router(state), limits, async move {
         shutdown_signal().await;
         tracing::info!("shutting down");

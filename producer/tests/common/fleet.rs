@@ -182,6 +182,21 @@ impl Fleet {
             .unwrap_or_else(|| panic!("no process {name}"))
     }
 
+    /// Limit the file size of the process `name` (`prlimit --pid --fsize`, `soft:hard`): at
+    /// `1:unlimited` its next write to the store fails as on a full disk (the binaries handle
+    /// SIGXFSZ); `unlimited:unlimited` gives the room back. Only that process is limited.
+    pub fn limit_file_size(&self, name: &str, limit: &str) {
+        let status = Command::new("prlimit")
+            .args([
+                "--pid",
+                &self.pid(name).to_string(),
+                &format!("--fsize={limit}"),
+            ])
+            .status()
+            .expect("prlimit (util-linux) on PATH");
+        assert!(status.success(), "prlimit --fsize={limit} of {name}");
+    }
+
     /// One more worker replica, `worker-N`.
     pub fn add_worker(&mut self) {
         let n = self

@@ -806,15 +806,6 @@ async fn one_key_is_one_run_and_one_call_however_many_requests_race() {
     fleet.stop().await;
 }
 
-/// `prlimit --fsize` of `pid` (soft:hard): past the soft limit a write fails as on a full disk.
-fn limit_file_size(pid: u32, limit: &str) {
-    let status = std::process::Command::new("prlimit")
-        .args(["--pid", &pid.to_string(), &format!("--fsize={limit}")])
-        .status()
-        .expect("prlimit (util-linux) on PATH");
-    assert!(status.success(), "prlimit --fsize={limit}");
-}
-
 /// A worker whose store writer fails ("database or disk is full", its own disk) makes the fleet
 /// unhealthy, though the producer's own writer is fine: `/healthz` is 503 naming the replica,
 /// and 200 again once it writes. (It said 200 `store: ok`.)
@@ -834,7 +825,7 @@ async fn healthz_reports_a_worker_whose_store_writer_fails() {
     let replica_suffix = format!("-{worker}");
     fleet.json_when("/healthz", |h| h["store"] == "ok").await;
     // Its file size limited to nothing: SQLite's next write in that process fails (SQLITE_FULL).
-    limit_file_size(worker, "1:unlimited");
+    fleet.limit_file_size("worker-0", "1:unlimited");
     let unhealthy = fleet
         .json_when("/healthz", |h| h["store"] == "failed")
         .await;
@@ -853,7 +844,7 @@ async fn healthz_reports_a_worker_whose_store_writer_fails() {
         .await
         .expect("GET");
     assert_eq!(resp.status().as_u16(), 503);
-    limit_file_size(worker, "unlimited:unlimited");
+    fleet.limit_file_size("worker-0", "unlimited:unlimited");
     let healthy = fleet.json_when("/healthz", |h| h["store"] == "ok").await;
     assert_eq!(healthy["writers"], Value::Null, "{healthy}");
 }
