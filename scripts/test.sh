@@ -7,8 +7,10 @@
 # and its event streams, the fleet of processes) once more on a Redis Cluster of six nodes, then
 # kills a primary of that cluster under load (producer/tests/processes/failover.rs), and stops what it
 # started. Extra arguments go to `cargo test`. `--quick` first runs only what needs no service.
+# Both start with the tests of the tree check (scripts/check_tree.py), which take a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+python3 scripts/test_check_tree.py
 if [ "${1:-}" = --quick ]; then
     # The inner loop (docs/contributing.md): what needs no service, started nowhere — the core's
     # units, the engine on the simulator, the store on SQLite, classification, the properties,

@@ -1,4 +1,4 @@
-//! Configuration from the environment (docs/api.md §5.3), checked once at start-up.
+//! Configuration from the environment (docs/api.md §3), checked once at start-up.
 //!
 //! Every binary reads the same variables; a bad value is reported as one [`ConfigError`] line
 //! that names the variable, never as a panic.
@@ -9,21 +9,7 @@ use crate::store::{SecretKey, SecretKeyError, SecretKeys};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{var}: {message}")]
-pub struct ConfigError {
-    pub var: &'static str,
-    pub message: String,
-}
-
-impl ConfigError {
-    pub(crate) fn new(var: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            var,
-            message: message.into(),
-        }
-    }
-}
+pub use crate::error::ConfigError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {

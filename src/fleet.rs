@@ -16,17 +16,7 @@ use crate::spend::{Ledger, MemoryLedger, RedisLedger};
 use crate::unsaved::{MemoryUnsaved, RedisUnsaved, Unsaved};
 use std::sync::Arc;
 
-/// The shared state could not be read or written (Redis is down or answered nonsense); the
-/// message and the cause chain say what, without naming the client library's types.
-#[derive(Debug, thiserror::Error)]
-#[error("redis: {0}")]
-pub struct FleetError(Box<dyn std::error::Error + Send + Sync>);
-
-impl From<redis::RedisError> for FleetError {
-    fn from(e: redis::RedisError) -> Self {
-        FleetError(Box::new(e))
-    }
-}
+pub use crate::error::FleetError;
 
 /// The engine's handles on the fleet's shared state.
 #[derive(Clone)]

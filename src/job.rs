@@ -1,4 +1,4 @@
-//! The job payload: what a web app asks for (`POST /v1/runs`, docs/api.md §5.1) and what travels in
+//! The job payload: what a web app asks for (`POST /v1/runs`, docs/api.md §1) and what travels in
 //! the queue. Validation lives here so the API, `worker run-one` and the worker's pre-flight reject
 //! the same things with the same precise messages.
 
@@ -35,7 +35,7 @@ pub enum OnRest {
     Queue,
 }
 
-/// Who gets a shared pool's slots first (docs/design.md §4.8): interactive runs, fairly between
+/// Who gets a shared pool's slots first (docs/design.md §4.7): interactive runs, fairly between
 /// tenants, then batch runs. A batch run is one nobody watches: it waits for a free slot rather
 /// than be refused, so its `on_rest` defaults to `queue`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -93,7 +93,7 @@ pub struct RunRequest {
     /// rather wait a few seconds than pay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_for_free_s: Option<u32>,
-    /// Whose share of a shared pool the run takes (docs/design.md §4.8), asserted by the web
+    /// Whose share of a shared pool the run takes (docs/design.md §4.7), asserted by the web
     /// app's backend like `user_id`: an organisation. Absent: the user is the tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
@@ -103,10 +103,10 @@ pub struct RunRequest {
     /// Absent: interactive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
-    /// The most this run may spend on priced routes, in USD (docs/design.md §4.9).
+    /// The most this run may spend on priced routes, in USD (docs/design.md §4.8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_usd: Option<f64>,
-    /// The W3C trace context of the web request that enqueues the run (docs/design.md §10):
+    /// The W3C trace context of the web request that enqueues the run (docs/design.md §6):
     /// its spans join that trace. The `traceparent` header says the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
@@ -392,7 +392,7 @@ pub struct HeldSlot {
     /// Epoch ms from which, and until which, the slot may be used.
     pub from_ms: u64,
     pub until_ms: u64,
-    /// A place in the pool's queue of waiting runs (docs/design.md §4.8) rather than a slot:
+    /// A place in the pool's queue of waiting runs (docs/design.md §4.7) rather than a slot:
     /// the slot is granted to the run in Redis when its turn comes (from `from_ms`, roughly),
     /// and the run asks for it by its id. Given back, the place is left.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

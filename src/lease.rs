@@ -11,7 +11,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::connect::RedisConnection;
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};

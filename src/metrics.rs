@@ -30,7 +30,7 @@
 //! Recording never fails a run; a failed write is logged and that count is lost.
 
 use crate::connect::RedisConnection;
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Mutex;

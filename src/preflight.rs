@@ -8,7 +8,7 @@
 //! deadline; otherwise it is refused, `account_resting` when every route is shared and a pool
 //! rest (or a full pool) is among the closures, else `routes_resting`, with the seconds to that
 //! reopening; `spend_cap_reached` when a priced route is closed by a spend cap (docs/design.md
-//! §4.9), which no run waits for.
+//! §4.8), which no run waits for.
 
 use crate::rest::{Closure, RestKind};
 use crate::route::Route;

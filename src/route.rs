@@ -10,6 +10,7 @@
 //! and a user's `conn:{id}/…`, and no connection id can pass for the platform or a provider.
 
 use crate::catalog::{Catalog, OPENROUTER};
+use crate::connection::BadConnection;
 use crate::dialect::{DayClock, Dialect};
 use crate::pace::Limits;
 use serde::{Deserialize, Serialize};
@@ -19,60 +20,12 @@ use std::fmt;
 pub const OTHER_MODEL: &str = "other";
 
 pub use crate::catalog::OPENROUTER_FREE_POOL;
-
-/// Whose key a call uses.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(into = "String", try_from = "String")]
-pub enum Connection {
-    /// The operator's key from the environment.
-    Platform,
-    /// A user's own stored connection, by id (`conn_…`); the key itself never travels.
-    User(String),
-}
-
-impl Connection {
-    /// The id used in rest keys and in `worker classify --route MODEL@CONNECTION`.
-    pub fn id(&self) -> &str {
-        match self {
-            Connection::Platform => "platform",
-            Connection::User(id) => id,
-        }
-    }
-}
-
-impl From<Connection> for String {
-    fn from(c: Connection) -> String {
-        c.id().to_string()
-    }
-}
-
-impl TryFrom<String> for Connection {
-    type Error = RouteError;
-    fn try_from(s: String) -> Result<Self, RouteError> {
-        Connection::parse(&s)
-    }
-}
-
-impl Connection {
-    pub fn parse(s: &str) -> Result<Self, RouteError> {
-        if s.is_empty() || s == "platform" {
-            return Ok(Connection::Platform);
-        }
-        let valid = s.len() <= 128
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
-        if valid {
-            Ok(Connection::User(s.to_string()))
-        } else {
-            Err(RouteError::BadConnection(s.to_string()))
-        }
-    }
-}
+pub use crate::connection::Connection;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
-    #[error("connection id {0:?} must be 1-128 characters of [A-Za-z0-9_.:-]")]
-    BadConnection(String),
+    #[error(transparent)]
+    BadConnection(#[from] BadConnection),
     #[error("model must be 1-200 printable characters without spaces, got {0:?}")]
     BadModel(String),
     #[error("provider must be 1-64 characters of [a-z0-9_-], got {0:?}")]

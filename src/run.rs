@@ -1,5 +1,5 @@
-//! A run's record: its status, its code (docs/api.md §6), its resumable position and its attempt
-//! log (docs/design.md §7). The engine reads and writes these through [`crate::store::Store`].
+//! A run's record: its status, its code (docs/api.md §4), its resumable position and its attempt
+//! log (docs/design.md §5). The engine reads and writes these through [`crate::store::Store`].
 
 use crate::budget::{Counters, Kind};
 use crate::chat::{ToolCall, Usage};
@@ -36,7 +36,8 @@ impl RunStatus {
         RunStatus::Cancelled,
     ];
 
-    /// Whether a job for this run has nothing left to do (a redelivery is acknowledged and skipped).
+    /// Whether a job for this run has nothing left to do (a redelivery is acknowledged and
+    /// skipped).
     pub fn is_settled(self) -> bool {
         matches!(
             self,
@@ -68,7 +69,7 @@ impl RunStatus {
     }
 }
 
-/// The codes of docs/api.md §6 that end a run.
+/// The codes of docs/api.md §4 that end a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
@@ -89,7 +90,7 @@ pub enum Code {
     /// user's, a provider without its key).
     ConnectionMissing,
     /// Only priced routes were left, and the run's or its tenant's spend cap would be passed
-    /// (docs/design.md §4.9).
+    /// (docs/design.md §4.8).
     SpendCapReached,
 }
 
@@ -135,7 +136,8 @@ pub struct RunState {
     pub counters: Counters,
     /// The chain index the run settled on after step 1.
     pub route_index: Option<usize>,
-    /// The run's input (user message, regenerate delete or continuation result) is in the transcript.
+    /// The run's input (user message, regenerate delete or continuation result) is in the
+    /// transcript.
     pub input_applied: bool,
     /// This run met an ambiguous 402/429: it walks no more shared routes (docs/design.md §3 rule
     /// 4).
@@ -181,7 +183,7 @@ pub struct RunRecord {
     /// The run's own spending cap, USD.
     #[serde(default)]
     pub max_usd: Option<f64>,
-    /// What its attempts cost so far, USD: their sum (docs/design.md §4.9).
+    /// What its attempts cost so far, USD: their sum (docs/design.md §4.8).
     #[serde(default)]
     pub cost_usd: f64,
 }
@@ -248,7 +250,7 @@ pub struct AttemptRecord {
     pub provider_name: Option<String>,
     pub latency_ms: u64,
     pub t_ms: u64,
-    /// What the call cost in USD (docs/design.md §4.9): the provider's figure, or the
+    /// What the call cost in USD (docs/design.md §4.8): the provider's figure, or the
     /// configured price of the tokens it reported; 0 on a free route or a refusal.
     #[serde(default)]
     pub cost_usd: f64,

@@ -1,4 +1,4 @@
-//! Traces (docs/design.md §10): a run is part of the trace of the web request that enqueued it.
+//! Traces (docs/design.md §6): a run is part of the trace of the web request that enqueued it.
 //!
 //! The request's W3C `traceparent` (its header, or the run body's field) parents the producer's
 //! `enqueue` span; the job carries that span's context to the worker, whose `run` span continues
@@ -87,7 +87,7 @@ mod otel {
         Some(opentelemetry::Context::new().with_remote_span_context(context))
     }
 
-    pub fn continue_trace(span: &Span, traceparent: Option<&str>) {
+    pub(super) fn continue_trace(span: &Span, traceparent: Option<&str>) {
         let Some(parent) = traceparent.filter(|t| is_traceparent(t)).and_then(remote) else {
             return;
         };
@@ -95,7 +95,7 @@ mod otel {
         let _ = span.set_parent(parent);
     }
 
-    pub fn traceparent(span: &Span) -> Option<String> {
+    pub(super) fn traceparent(span: &Span) -> Option<String> {
         let context = span.context();
         let span = context.span();
         let context = span.span_context();
@@ -109,7 +109,7 @@ mod otel {
         })
     }
 
-    pub fn past_span(parent: &Span, name: &'static str, start_ms: u64, end_ms: u64) {
+    pub(super) fn past_span(parent: &Span, name: &'static str, start_ms: u64, end_ms: u64) {
         let context = parent.context();
         if !context.span().span_context().is_valid() {
             return;

@@ -2,7 +2,7 @@
 //! it is stored, returned or logged: a provider can answer a 7 MB error, and whatever is kept of
 //! it is kept in every attempt, event and log line that quotes it.
 
-/// The most of an error text freeway keeps anywhere (docs/design.md §10).
+/// The most of an error text freeway keeps anywhere (docs/design.md §6).
 pub const MAX_ERROR_BYTES: usize = 8 * 1024;
 
 /// `text` cut to at most `max` bytes on a character boundary, with `…` when it was cut.

@@ -4,14 +4,14 @@
 //! restarting, a full disk), the delivery fails and the run is delivered again; without the
 //! answer in the store, the next executor would call again and pay again. So a save that fails
 //! leaves its writes here, and the next delivery of the run stores them before anything else: it
-//! resumes after the answer instead of buying it twice (docs/design.md §10).
+//! resumes after the answer instead of buying it twice (docs/design.md §6).
 //!
 //! | key | what | TTL |
 //! |---|---|---|
 //! | `{ns}:run:{run_id}:unsaved` | the run record and the writes of its last failed save (JSON) | a day past the run's deadline |
 
 use crate::connect::RedisConnection;
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,5 +1,5 @@
 //! `producer`: the HTTP API (`serve`), and `enqueue` / `status` for people and scripts
-//! (docs/api.md §5.2). All configuration comes from the environment (docs/api.md §5.3); bad
+//! (docs/api.md §2). All configuration comes from the environment (docs/api.md §3); bad
 //! configuration is one line on stderr and exit 2.
 
 mod cli;

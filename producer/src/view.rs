@@ -1,4 +1,4 @@
-//! A run as the web app and `producer status` see it (`GET /v1/runs/{id}`, docs/api.md §5.1): the
+//! A run as the web app and `producer status` see it (`GET /v1/runs/{id}`, docs/api.md §1): the
 //! record, its attempt log, its pending approval and the approvals it was given in one JSON
 //! object. Internal resume state
 //! (route index, flags) stays out; the call count is the one counter people ask about.

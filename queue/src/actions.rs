@@ -29,7 +29,12 @@ pub enum Woken {
     Now,
     /// Its routes are still closed (a rest, a full pool): waking it would only delay it again,
     /// so it keeps waiting, until `until_ms` for the closure `reason` names.
-    Waits { until_ms: u64, reason: String },
+    Waits {
+        /// When the closure is due to end, epoch ms.
+        until_ms: u64,
+        /// What closes its routes, as the run's `delayed` event says it.
+        reason: String,
+    },
 }
 
 impl Enqueuer {

@@ -3,7 +3,7 @@
 //!
 //! Why here and not in the worker: a run refused at enqueue costs nothing at all (no record, no
 //! event, no job), and the web app learns at once, with `Retry-After`, that the shared account
-//! rests (docs/api.md §5.1). The worker still runs its own pre-flight (docs/design.md §4.1) when it
+//! rests (docs/api.md §1). The worker still runs its own pre-flight (docs/design.md §4.1) when it
 //! takes the job, because rests change while a job waits.
 //!
 //! Redis keys written here, besides the queue's and the run's event stream:
@@ -86,27 +86,43 @@ const CLAIM_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 /// How many times a request claims its key again after the run that held it was discarded (its
 /// request failed) before it answers [`EnqueueError::KeyInFlight`].
 const CLAIM_ATTEMPTS: usize = 3;
-/// What the model sees when the web app approves or denies without a result of its own.
+/// What the model sees when the web app approves without a result of its own.
 pub const APPROVED: &str = "approved";
+/// What the model sees when the web app denies without a result of its own.
 pub const DENIED: &str = "denied by the user";
 
 /// How an enqueue ended (errors aside).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Recorded, announced and pushed.
-    Enqueued { run_id: String },
+    Enqueued {
+        /// The new run.
+        run_id: String,
+    },
     /// The same user sent the same idempotency key before (or at the same time): that run,
     /// nothing enqueued again.
-    Duplicate { run_id: String },
+    Duplicate {
+        /// The run the key already names.
+        run_id: String,
+    },
     /// Every route is closed and the run's `on_rest` is `refuse` (said, or an interactive run's
     /// default): nothing was written.
-    Refused { code: Code, retry_after_s: u64 },
+    Refused {
+        /// Why: the closure that shuts every route (`pool_resting`, `spend_cap_reached`, …).
+        code: Code,
+        /// When the first route reopens, in seconds (the 429's `Retry-After`).
+        retry_after_s: u64,
+    },
 }
 
+/// Why a request to the queue was not carried out. Nothing a refused request asked for was
+/// written.
 #[derive(Debug, thiserror::Error)]
 pub enum EnqueueError {
+    /// The request breaks a rule of its schema (docs/api.md §1): the message says which.
     #[error(transparent)]
     Invalid(#[from] InvalidRequest),
+    /// No run of that id (of this user, when a user asks).
     #[error("run {0} not found")]
     NotFound(String),
     /// Another user's conversation looks, to this user, like none at all.
@@ -122,21 +138,33 @@ pub enum EnqueueError {
     /// Requests with this idempotency key keep recording and discarding runs (each failed after
     /// recording its run): try again in `retry_after_s`.
     #[error("a request with idempotency key {key:?} is in flight; try again")]
-    KeyInFlight { key: String, retry_after_s: u64 },
+    KeyInFlight {
+        /// The idempotency key.
+        key: String,
+        /// When to try again, in seconds.
+        retry_after_s: u64,
+    },
     /// A stored job copy that does not read back.
     #[error("the kept job of run {run_id} is unreadable: {error}")]
     CorruptJob {
+        /// The run whose job it is.
         run_id: String,
+        /// What does not read.
         error: InvalidRequest,
     },
+    /// Redis failed, or answered what it should not.
     #[error("redis: {0}")]
     Redis(#[source] RedisFault),
+    /// The fleet's shared state (rests, limiters, the ledger) could not be read or written.
     #[error(transparent)]
     Rest(#[from] FleetError),
+    /// The store failed: the run was not recorded, or not read.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A run's event could not be published.
     #[error(transparent)]
     Event(#[from] EventError),
+    /// The job could not be pushed.
     #[error(transparent)]
     Queue(#[from] QueueError),
 }
@@ -152,7 +180,9 @@ impl From<redis::RedisError> for EnqueueError {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Approval {
+    /// The tool call the run waits on.
     pub tool_call_id: String,
+    /// Run the tool, or not.
     pub decision: Decision,
     /// The tool result the model sees; by default "approved" or "denied by the user".
     #[serde(default)]
@@ -175,6 +205,8 @@ pub struct Enqueuer {
 }
 
 impl Enqueuer {
+    /// An enqueuer on the Redis `conn` and the `store` the workers use, in namespace `ns`
+    /// (`FREEWAY_NAMESPACE`): OpenRouter's built-in catalog, one lane, events kept an hour.
     pub fn new(conn: RedisConnection, ns: &str, store: Arc<dyn Store>) -> Enqueuer {
         Enqueuer {
             queue: Queue::new(conn.clone(), ns),
@@ -214,10 +246,12 @@ impl Enqueuer {
         &self.catalog
     }
 
+    /// The apalis queue the runs are pushed on.
     pub fn queue(&self) -> &Queue {
         &self.queue
     }
 
+    /// The fleet's rests, which the pre-flight reads.
     pub fn rests(&self) -> &RedisRests {
         &self.rests
     }
@@ -232,15 +266,17 @@ impl Enqueuer {
         RedisPacer::new(self.conn.clone(), &self.ns)
     }
 
+    /// The store runs are recorded in.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
-    /// The fleet's spend ledger the workers reserve priced calls in (docs/design.md §4.9).
+    /// The fleet's spend ledger the workers reserve priced calls in (docs/design.md §4.8).
     pub fn ledger(&self) -> &RedisLedger {
         &self.spend
     }
 
+    /// The Redis namespace (`FREEWAY_NAMESPACE`).
     pub fn namespace(&self) -> &str {
         &self.ns
     }
@@ -531,8 +567,8 @@ impl Enqueuer {
         Ok(())
     }
 
-    /// Delivery `task_id` of `lane` is over: its apalis records go `keep` from now, and when it settled
-    /// `settled_run` the run's job copy goes at once (the store keeps the job for a retry; a
+    /// Delivery `task_id` of `lane` is over: its apalis records go `keep` from now, and when it
+    /// settled `settled_run` the run's job copy goes at once (the store keeps the job for a retry; a
     /// run awaiting an approval keeps its copy until the approval). One round trip.
     pub async fn delivered(
         &self,

@@ -47,6 +47,7 @@ pub struct Health {
 }
 
 impl Health {
+    /// The health of the fleet in namespace `ns` of the Redis `conn`.
     pub fn new(conn: RedisConnection, ns: &str) -> Health {
         Health {
             conn,

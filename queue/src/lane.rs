@@ -80,6 +80,7 @@ pub struct ApalisConnection {
 }
 
 impl ApalisConnection {
+    /// `conn` as the lane whose workers set is `workers_set` uses it.
     pub fn new(conn: RedisConnection, workers_set: &str) -> ApalisConnection {
         ApalisConnection {
             conn,

@@ -27,7 +27,9 @@ use std::time::Duration;
 
 /// How long apalis keeps an idempotency key: longer than any run's deadline (24 h).
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(48 * 3600);
+/// How often a replica tells apalis it is alive, by default (`worker --heartbeat-s`).
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
+/// Heartbeats a replica may miss before the board shows it as gone.
 pub const MISSED_HEARTBEATS: usize = 3;
 /// Ids moved or pushed per Redis call: far below Lua's 8,000-value `unpack` limit.
 pub const CHUNK: usize = 1_000;
@@ -43,10 +45,13 @@ pub const KEEP_DELIVERED: Duration = Duration::from_secs(300);
 /// How long a dead-lettered delivery's records stay, with the reason it was dead-lettered.
 pub const KEEP_DEAD: Duration = Duration::from_secs(3600);
 
+/// Why the queue could not push, park, wake or read.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
+    /// Redis failed, or apalis on it.
     #[error("redis: {0}")]
     Redis(#[source] RedisFault),
+    /// A job that does not encode as JSON.
     #[error("encoding a job: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -88,13 +93,16 @@ pub struct Depths {
     pub delayed: u64,
     /// Taken by a worker and not finished.
     pub running: u64,
+    /// Finished, and still in apalis's records.
     pub done: u64,
+    /// Dead-lettered: failed for good, or undecodable.
     pub dead: u64,
 }
 
 /// A worker replica as apalis registered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replica {
+    /// The name the replica registered with.
     pub name: String,
     /// Its last heartbeat (apalis scores them in whole seconds).
     pub heartbeat_ms: u64,
@@ -200,6 +208,7 @@ impl Queue {
             .collect()
     }
 
+    /// The Redis namespace (`FREEWAY_NAMESPACE`).
     pub fn namespace(&self) -> &str {
         &self.ns
     }
@@ -469,6 +478,7 @@ impl Queue {
         Ok(deleted)
     }
 
+    /// How many runs are in each state now, over every lane.
     pub async fn depths(&self) -> Result<Depths, QueueError> {
         Ok(self.snapshot().await?.0)
     }

@@ -11,8 +11,8 @@ use super::prices::{self, Price, PriceRule};
 use super::{
     Catalog, DEFAULT_CANARY_EVERY_S, Glob, OPENROUTER, Pool, PoolKeys, Provider, Tier, Window,
 };
-use crate::config::ConfigError;
 use crate::dialect::Dialect;
+use crate::error::ConfigError;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -422,7 +422,7 @@ fn parse_every(text: &str) -> Result<Option<u64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::Connection;
+    use crate::connection::Connection;
 
     fn merged(text: &str) -> Result<Catalog, String> {
         let mut c = Catalog::builtin();

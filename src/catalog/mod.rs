@@ -4,9 +4,9 @@
 //! Free tiers are quotas with shapes: OpenRouter's free models share one per-account minute and
 //! day; Groq limits each model on each key; Gemini's day ends at midnight Pacific. A [`Catalog`]
 //! holds those shapes, from the built-in defaults merged with `FREEWAY_CONFIG` ([`file`]), and
-//! answers the two questions everything else asks: which provider does a route call, and which
-//! pool instance (if any) does it spend. (v3) It also holds the tiers tenants are weighed and
-//! capped by (§4.8, §4.9) and the prices of routes whose provider does not report a cost.
+//! answers the two questions everything else asks: which provider does a route call, and which pool
+//! instance (if any) does it spend. (v3) It also holds the tiers tenants are weighed and capped by
+//! (docs/design.md §4.7, §4.8) and the prices of routes whose provider does not report a cost.
 
 mod file;
 mod glob;
@@ -17,9 +17,9 @@ pub use file::load;
 pub use glob::Glob;
 pub use prices::{Price, PriceRule};
 
+use crate::connection::Connection;
 use crate::dialect::{DayClock, Dialect};
 use crate::pace::Limits;
-use crate::route::Connection;
 use chrono_tz::Tz;
 use serde::{Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -129,7 +129,7 @@ fn zone_name<S: Serializer>(zone: &Option<Tz>, s: S) -> Result<S::Ok, S::Error> 
     }
 }
 
-/// What a tenant's runs are weighed and capped by (`[tiers.NAME]`, docs/design.md §4.8, §4.9).
+/// What a tenant's runs are weighed and capped by (`[tiers.NAME]`, docs/design.md §4.7, §4.8).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Tier {
     /// The tenant's share of a shared pool's slots while several tenants wait, relative to the

@@ -1,4 +1,4 @@
-//! What a call on a priced route costs where the provider does not say (docs/design.md §4.9):
+//! What a call on a priced route costs where the provider does not say (docs/design.md §4.8):
 //! the configuration's `[prices]`, USD per million input and output tokens by model glob.
 //!
 //! A key is `PROVIDER:GLOB` or a bare model glob (any provider). As on the command lines,

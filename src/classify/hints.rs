@@ -1,4 +1,4 @@
-//! Retry hints: every way a provider writes "when to try again" (docs/design.md §3.4,
+//! Retry hints: every way a provider writes "when to try again" (docs/design.md §3.2,
 //! docs/providers.md §5), as ms from now.
 //!
 //! Mixing the formats up is the easy mistake: OpenRouter's `X-RateLimit-Reset` is epoch
@@ -16,7 +16,7 @@ pub(super) struct Hint {
     pub ms: u64,
 }
 
-/// The first hint present, in the order of docs/design.md §3.4: `Retry-After`, `retry-after-ms`,
+/// The first hint present, in the order of docs/design.md §3.2: `Retry-After`, `retry-after-ms`,
 /// `metadata.retry_after_seconds`, `RetryInfo.retryDelay`, a duration in the message, then the
 /// per-model reset headers (`x-ratelimit-reset-requests` / `-tokens`). OpenRouter's epoch-ms
 /// `X-RateLimit-Reset` is a moment, not a wait; the rules read it themselves.

@@ -6,9 +6,9 @@
 //! covers every provider that states the same fact.
 
 use super::signals::Signals;
-use super::{
-    DEFAULT_REST_MS, GONE_REST_MS, LONG_REST_CAP_MS, MIN_EPOCH_MS, POOL_REST_CAP_MS, RestLength,
-    RestScope, Verdict,
+use super::verdict::{
+    CIRCUIT_MS, DEFAULT_REST_MS, GONE_REST_MS, LONG_REST_CAP_MS, MIN_EPOCH_MS, POOL_REST_CAP_MS,
+    RestLength, RestScope, Verdict,
 };
 use crate::catalog::OPENROUTER;
 use crate::day::next_midnight_ms;
@@ -306,7 +306,7 @@ pub(super) fn says_high_demand(message: &str) -> bool {
 }
 
 impl Decision {
-    pub fn bare(verdict: Verdict, rule: &'static str) -> Self {
+    pub(super) fn bare(verdict: Verdict, rule: &'static str) -> Self {
         Decision {
             verdict,
             scope: RestScope::None,
@@ -354,7 +354,7 @@ impl Decision {
         Decision {
             verdict,
             scope: RestScope::Connection(route.connection_scope()),
-            length: Some(RestLength::Guess(super::CIRCUIT_MS)),
+            length: Some(RestLength::Guess(CIRCUIT_MS)),
             evidence: false,
             rule,
             day: false,
@@ -396,7 +396,7 @@ fn route_length(s: &Signals) -> RestLength {
     }
 }
 
-/// The rest of a spent day (docs/design.md §3.4), when this is a day refusal: one that says so,
+/// The rest of a spent day (docs/design.md §3.2), when this is a day refusal: one that says so,
 /// or whose wait is more than 300 s away. On a fixed day clock it lasts until that zone's next
 /// midnight, whatever shorter hint came with it; on a rolling day, for its hint (up to a day).
 fn day_length(s: &Signals, route: &Route, now_ms: u64) -> Option<RestLength> {

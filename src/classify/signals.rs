@@ -35,12 +35,12 @@ pub(super) struct Signals {
     /// A Google `QuotaFailure` detail: a `RESOURCE_EXHAUSTED` that is the key's quota, not the
     /// model's capacity.
     pub quota_failure: bool,
-    /// The first retry hint present, in the order of docs/design.md §3.4.
+    /// The first retry hint present, in the order of docs/design.md §3.2.
     pub hint: Option<Hint>,
 }
 
 impl Signals {
-    pub fn read(headers: &Headers, body: &[u8], now_ms: u64) -> Signals {
+    pub(super) fn read(headers: &Headers, body: &[u8], now_ms: u64) -> Signals {
         let mut s = Signals {
             headers: headers.clone(),
             ..Signals::default()
@@ -131,17 +131,17 @@ impl Signals {
     }
 
     /// Whether any of the error's code, type or status is `kind` (lowercase).
-    pub fn kind_is(&self, kind: &str) -> bool {
+    pub(super) fn kind_is(&self, kind: &str) -> bool {
         self.kinds.iter().any(|k| k == kind)
     }
 
     /// Whether the message contains any of `needles` (lowercase).
-    pub fn says(&self, needles: &[&str]) -> bool {
+    pub(super) fn says(&self, needles: &[&str]) -> bool {
         needles.iter().any(|n| self.message.contains(n))
     }
 
     /// `X-RateLimit-Remaining` or `x-ratelimit-remaining-requests`.
-    pub fn ratelimit_remaining(&self) -> Option<i64> {
+    pub(super) fn ratelimit_remaining(&self) -> Option<i64> {
         let parse = |name: &str| {
             self.headers
                 .get(name)

@@ -1,5 +1,5 @@
 //! One attempt: count it, make the call, relay its text, and on failure classify it, write the
-//! rest it calls for and log it (docs/design.md §2.1, §3, §7).
+//! rest it calls for and log it (docs/design.md §2.1, §3, §5).
 //!
 //! Each attempt runs in a tracing span `attempt` whose fields are the attempt log's (recorded
 //! once the call is over), so a log line explains a failover as the stored record does; the
@@ -31,7 +31,7 @@ impl Failure {
     /// A rate-limit error inside a 200 after something was emitted (text of this call, or
     /// output of the run's earlier steps): the run ends `interrupted` and nothing rests
     /// (docs/design.md §2.3). Before that it is read as the 429 it stands for.
-    pub fn is_mid_stream_rate_limit(&self, emitted: bool) -> bool {
+    pub(crate) fn is_mid_stream_rate_limit(&self, emitted: bool) -> bool {
         matches!(&self.error, CallError::InBand { error, partial }
             if error.is_rate_limit() && (emitted || !partial.is_empty()))
     }
@@ -108,7 +108,7 @@ impl Engine {
         if let Some(by) = self.fleet.leases.cancelled_by(&run.rec.run_id).await? {
             return Err(EngineError::Cancelled { by });
         }
-        // docs/design.md §10: an answer is paid for once. An executor whose lease another holds
+        // docs/design.md §6: an answer is paid for once. An executor whose lease another holds
         // now (it was thought gone) makes no more calls; one whose lease Redis forgot takes it
         // back, so the reconciler does not hand the run to another meanwhile. A lease confirmed
         // less than a renewal period ago cannot be another's (it lives three periods), so that
@@ -120,7 +120,7 @@ impl Engine {
             }
             run.lease_confirmed_ms = now_ms;
         }
-        // docs/design.md §4.9: a priced call is made only once what it may cost is held.
+        // docs/design.md §4.8: a priced call is made only once what it may cost is held.
         let held = match self.hold_spend(run, route).await? {
             Ok(held) => held,
             Err(capped) => return Ok(Err(Miss::Closed(capped))),

@@ -39,7 +39,7 @@ use tracing::Instrument;
 
 /// Jitter added after a reopening moment, never before it (docs/design.md §4.2).
 pub const SNOOZE_JITTER_MS: (u64, u64) = (0, 2_000);
-/// The one-route retry's pause (docs/design.md §2.2.5).
+/// The one-route retry's pause (docs/design.md §2.2, rule 5).
 pub const RETRY_PAUSE_MS: (u64, u64) = (1_000, 3_000);
 const SUMMARY_PROMPT: &str = "Summarise this conversation in one short sentence.";
 

@@ -1,4 +1,4 @@
-//! The engine's side of pacing (docs/design.md §4.2, §4.4, §4.8): a pool with no slot closes its
+//! The engine's side of pacing (docs/design.md §4.2, §4.4, §4.7): a pool with no slot closes its
 //! routes without a call, a call on a paced route takes a slot first, a run that must wait for
 //! a slot takes its place in the pool's queue, where slots go to tenants by weight, and is
 //! woken when one is granted to it (it leaves the queue when it goes elsewhere), what the
@@ -6,8 +6,8 @@
 
 use super::{Engine, EngineError, Run};
 use crate::classify::{Classification, RestScope, Verdict};
+use crate::error::FleetError;
 use crate::events::Event;
-use crate::fleet::FleetError;
 use crate::job::{HeldSlot, Priority};
 use crate::pace::{Answer, Joined, Lane, Pacer, Slot, Stated, WINDOW_GUARD_MS, Waiter};
 use crate::preflight::Preflight;
@@ -43,7 +43,7 @@ const LIMITER_SKEW_MS: u64 = 1_000;
 const SLOT_JITTER_MS: (u64, u64) = (0, 250);
 
 impl Engine {
-    /// Hand out the room of every pool with runs waiting their turn (docs/design.md §4.8) and
+    /// Hand out the room of every pool with runs waiting their turn (docs/design.md §4.7) and
     /// return the runs granted a slot since the last round, to be woken. Every replica may run
     /// it at once: the limiter grants each slot once and names each run once.
     pub async fn dispatch_turns(&self) -> Result<Vec<String>, EngineError> {

@@ -1,4 +1,4 @@
-//! The engine's side of spend caps (docs/design.md §4.9): a priced route spends the operator's
+//! The engine's side of spend caps (docs/design.md §4.8): a priced route spends the operator's
 //! money (the platform's key, off every free pool; a user's own key is the user's business).
 //! Before its call a run reserves what the call may cost in the fleet's ledger, against its
 //! tier's daily cap for its tenant and its own `max_usd`; a refused reservation closes the
@@ -9,7 +9,7 @@
 use super::{Engine, EngineError, Run};
 use crate::catalog::{Catalog, Price};
 use crate::dialect::Dialect;
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use crate::job::RunRequest;
 use crate::metrics;
 use crate::pace::DEFAULT_ANSWER_TOKENS;

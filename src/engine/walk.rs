@@ -230,9 +230,9 @@ impl Engine {
         None
     }
 
-    /// docs/design.md §2.2.5: one retry for a one-route chain, on a 5xx or network failure, when
-    /// the pool (for a shared route) is not resting. Never for `complete` (its budget has no
-    /// retry).
+    /// docs/design.md §2.2, rule 5: one retry for a one-route chain, on a 5xx or network
+    /// failure, when the pool (for a shared route) is not resting. Never for `complete` (its
+    /// budget has no retry).
     async fn may_retry_one_route(
         &self,
         run: &Run<'_>,

@@ -1,4 +1,4 @@
-//! Fair share of a pool's slots between tenants (docs/design.md §4.8), in one process: the
+//! Fair share of a pool's slots between tenants (docs/design.md §4.7), in one process: the
 //! order `pace.lua` hands out slots to waiting runs, kept by [`super::MemoryPacer`].
 //!
 //! One account serves many tenants: first come, first served, one tenant's batch of 500 runs
@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-/// Which runs a pool serves first: interactive ones, then batch ones (docs/design.md §4.8).
+/// Which runs a pool serves first: interactive ones, then batch ones (docs/design.md §4.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Lane {
     #[default]

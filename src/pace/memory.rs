@@ -6,7 +6,7 @@ use super::{
     Share, Slot, Stated, WINDOW_GUARD_MS, Waiter, rolling_emission_ms,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -36,7 +36,7 @@ pub use fair::{Joined, Lane, Waiter};
 pub use memory::MemoryPacer;
 pub use stated::{Answer, MAX_STATED, Stated};
 
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use async_trait::async_trait;
 use serde::Serialize;
 
@@ -133,7 +133,7 @@ pub struct PoolUse {
     pub day_tokens: u64,
     /// What the provider stated, and the limit in force after pacing misses.
     pub learned: Learned,
-    /// Runs waiting their turn for a slot (docs/design.md §4.8).
+    /// Runs waiting their turn for a slot (docs/design.md §4.7).
     pub waiting: u32,
     /// Tenants with runs waiting.
     pub tenants_waiting: u32,

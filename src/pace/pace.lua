@@ -317,7 +317,7 @@ local function release_at(at)
   end
 end
 
--- Fair share (docs/design.md §4.8, src/pace/fair.rs keeps the same rules in one process). Once
+-- Fair share (docs/design.md §4.7, src/pace/fair.rs keeps the same rules in one process). Once
 -- runs wait for the pool, its slots go through its queue only, by WF2Q+ over tenants, lane 0
 -- (interactive) before lane 1 (batch). KEYS[3] is a hash:
 --   v<l> / wb<l>          lane l's virtual time, and the weights of its tenants with runs waiting

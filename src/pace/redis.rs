@@ -11,7 +11,7 @@ use super::{
     Reservation, SEEN_TTL_MS, Seen, Share, Slot, Stated, WINDOW_GUARD_MS, Waiter,
 };
 use crate::connect::RedisConnection;
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use async_trait::async_trait;
 use redis::Script;
 use std::sync::LazyLock;

@@ -64,7 +64,7 @@ pub struct ChatRequest {
     /// The most tokens the answer may take, when the job set it.
     pub max_tokens: Option<u32>,
     /// Ask for the call's cost in its usage (`usage: {include: true}`, OpenRouter's usage
-    /// accounting): a priced route's answer says what it cost (docs/design.md §4.9).
+    /// accounting): a priced route's answer says what it cost (docs/design.md §4.8).
     pub ask_cost: bool,
 }
 

@@ -21,7 +21,7 @@ pub use self::redis::RedisRests;
 pub use memory::MemoryRests;
 
 use crate::classify::{POOL_REST_CAP_MS, RestLength, RestScope};
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use crate::route::Route;
 use async_trait::async_trait;
 
@@ -73,7 +73,7 @@ pub enum RestKind {
     /// Not a rest: the pool's limiter has no slot before then (docs/design.md §4.4).
     Pace,
     /// Not a rest: a priced route this run may not pay for, its spend cap (or its tenant's)
-    /// being reached (docs/design.md §4.9). A run never waits for it.
+    /// being reached (docs/design.md §4.8). A run never waits for it.
     SpendCap,
 }
 
@@ -143,7 +143,7 @@ impl ActiveRest {
     }
 
     /// Whether this rest closes a pool for a spent day: only a day refusal rests a pool past
-    /// the pool cap (docs/design.md §3.4). An operator's pause is as long, but it is theirs,
+    /// the pool cap (docs/design.md §3.2). An operator's pause is as long, but it is theirs,
     /// and only their resume ends it: never a spent day, whatever the quota endpoint says.
     pub fn is_day_rest(&self) -> bool {
         self.scope == RestKind::Pool.scope_name()

@@ -9,7 +9,7 @@ use super::{
     TenantSpend, Usd, day_kept_ms,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -26,7 +26,7 @@ mod redis;
 pub use self::redis::RedisLedger;
 pub use memory::MemoryLedger;
 
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use async_trait::async_trait;
 
 /// How long a reservation holds its estimate without being settled: longer than any call takes

@@ -25,7 +25,7 @@ use super::{
     Reserve, SWEEP_MAX, TenantSpend, Usd,
 };
 use crate::connect::RedisConnection;
-use crate::fleet::FleetError;
+use crate::error::FleetError;
 use async_trait::async_trait;
 use redis::{ErrorKind, RedisError, Script};
 use std::sync::LazyLock;

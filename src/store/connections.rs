@@ -1,5 +1,5 @@
-//! Users' own provider keys (docs/design.md §1 "connection", §5.1 `PUT /v1/connections/{id}`):
-//! stored sealed, opened only at call time.
+//! Users' own provider keys (docs/design.md §1 "connection", docs/api.md §1 `PUT
+//! /v1/connections/{id}`): stored sealed, opened only at call time.
 //!
 //! A job names only the connection id; [`StoreTargets`] reads the row when a call is about to be
 //! made and opens the key with `FREEWAY_SECRET_KEY`, so the plain key exists only in the worker's
@@ -13,8 +13,9 @@
 //! `FREEWAY_SECRET_KEY_PREVIOUS` ([`SecretKeys`]: keys sealed with it still open), run
 //! `worker reseal-keys` ([`SqlStore::reseal_connections`]), then drop the previous key.
 
-use super::StoreError;
-use super::sql::{Columns, SqlStore, db_error, now_ms, on_db};
+use super::sql::db::{db_error, now_ms, on_db};
+use super::sql::{Columns, SqlStore};
+use super::{ConnectionInfo, StoreError};
 use crate::catalog::Catalog;
 use crate::provider::{ApiKey, EnvTargets, Target, TargetError, Targets};
 use crate::route::{Connection, Route};
@@ -209,16 +210,6 @@ pub struct Resealed {
     pub current: u64,
     /// Connections whose key opens with neither key: left as they are.
     pub unreadable: Vec<String>,
-}
-
-/// A stored connection as anyone may see it: everything but the key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectionInfo {
-    pub id: String,
-    pub user_id: String,
-    pub provider: String,
-    pub created_ms: u64,
-    pub updated_ms: u64,
 }
 
 impl NewConnection {

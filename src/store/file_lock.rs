@@ -29,7 +29,7 @@ pub(super) struct Held {
 
 impl FileLock {
     /// Open (create) `<database>-lock`; the error says what failed.
-    pub fn open(database: &Path) -> Result<FileLock, String> {
+    pub(super) fn open(database: &Path) -> Result<FileLock, String> {
         let path = lock_path(database);
         let file = OpenOptions::new()
             .create(true)
@@ -44,7 +44,7 @@ impl FileLock {
     }
 
     /// Take the lock when it is free, else wait for it off the async runtime's threads.
-    pub async fn lock(&self) -> Result<Held, StoreError> {
+    pub(super) async fn lock(&self) -> Result<Held, StoreError> {
         let file = self.file.clone();
         let failed = |why: String| {
             StoreError::Unavailable(format!("cannot lock {}: {why}", self.path.display()))

@@ -75,7 +75,7 @@ pub(super) fn migrator() -> Migrator {
 }
 
 pub(super) fn migrate_error(e: sqlx::migrate::MigrateError) -> StoreError {
-    StoreError::Migrate(super::sql::one_line(&e.to_string()))
+    StoreError::Migrate(super::sql::db::one_line(&e.to_string()))
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Where transcripts, runs and attempts live (docs/design.md §7), behind a trait so the engine does
+//! Where transcripts, runs and attempts live (docs/design.md §5), behind a trait so the engine does
 //! not care whether it is SQL or memory.
 //!
 //! [`SqlStore`] is the real store: SQLite (the embedded default) or PostgreSQL through sqlx, with
@@ -19,7 +19,7 @@ mod usage;
 
 pub use audit::{AuditEntry, AuditLog, MAX_AUDIT_DETAIL, MAX_AUDIT_PAGE};
 pub use connections::{
-    ConnectionInfo, NewConnection, Resealed, SecretKey, SecretKeyError, SecretKeys, StoreTargets,
+    NewConnection, Resealed, SecretKey, SecretKeyError, SecretKeys, StoreTargets,
 };
 pub use file_limit::survive_file_size_limit;
 pub use list::{MAX_PAGE, RunCursor, RunFilter, RunPage};
@@ -159,6 +159,16 @@ pub enum Attached {
     },
 }
 
+/// A stored connection as anyone may see it: everything but the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    pub id: String,
+    pub user_id: String,
+    pub provider: String,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Insert the run when it is not there yet; a stored run keeps its progress. The producer
@@ -253,8 +263,8 @@ pub trait Store: Send + Sync {
             self.transcript(conversation_id).await?,
         ))
     }
-    /// Append one message of `run_id` to the conversation. `key` names the message within its
-    /// run (`input`, `step-2`, `tool-<call id>`): appending the same key twice keeps the first, so a
+    /// Append one message of `run_id` to the conversation. `key` names the message within its run
+    /// (`input`, `step-2`, `tool-<call id>`): appending the same key twice keeps the first, so a
     /// job delivered twice, or resumed after a crash, never duplicates a message.
     async fn append_message(
         &self,

@@ -1,14 +1,16 @@
-//! Retention (issue 4 §5): SQL rows are the audit trail and stay until an operator prunes them
-//! with `worker prune --older-than-days N`; run events in Redis expire on their own a day after
-//! the run ends (see [`crate::events`]).
+//! Retention (docs/operations.md, "Retention and keys"): SQL rows are the audit trail and stay
+//! until an operator prunes them with `worker prune --older-than-days N`; run events in Redis
+//! expire on their own `FREEWAY_EVENTS_KEEP_S` after the run ends (see [`crate::events`]).
 //!
-//! Pruning deletes finished runs (succeeded, failed, refused) last updated before the cutoff,
-//! with their attempts, approvals and idempotency keys, and canaries made before the cutoff. Transcripts are the users' conversations, not run records:
-//! their messages stay, except turns a regenerate replaced (soft-deleted) before the cutoff.
-//! Runs still queued, delayed, running or awaiting approval are never pruned.
+//! Pruning deletes finished runs (succeeded, failed, refused) last updated before the cutoff, with
+//! their attempts, approvals and idempotency keys, and canaries made before the cutoff. Transcripts
+//! are the users' conversations, not run records: their messages stay, except turns a regenerate
+//! replaced (soft-deleted) before the cutoff. Runs still queued, delayed, running or awaiting
+//! approval are never pruned.
 
 use super::StoreError;
-use super::sql::{SqlStore, WriteTx, db_error, on_db, to_i64};
+use super::sql::SqlStore;
+use super::sql::db::{WriteTx, db_error, on_db, to_i64};
 
 /// What one prune removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

@@ -1,4 +1,4 @@
-//! The SQL store of docs/design.md §7: SQLite (one file, WAL) or PostgreSQL, chosen by
+//! The SQL store of docs/design.md §5: SQLite (one file, WAL) or PostgreSQL, chosen by
 //! `DATABASE_URL`.
 //!
 //! Both backends run the same SQL text (`$n` parameters, `ON CONFLICT`, `RETURNING`), written
@@ -10,7 +10,6 @@
 //! (`BEGIN IMMEDIATE` on SQLite; on PostgreSQL an append takes the conversation's row), so
 //! concurrent appends get distinct, ordered positions and a duplicated `(run, key)` is dropped.
 
-use super::file_lock::FileLock;
 use super::usage::{check_usage_args, sort_tenants, sort_usage};
 use super::{
     Attached, ConnectionInfo, Created, EndedCount, MAX_PAGE, RouteDay, RunCursor, RunFilter,
@@ -22,24 +21,18 @@ use crate::chat::Message;
 use crate::job::RunJob;
 use crate::run::{ApprovalRecord, AttemptRecord, Decided, RunRecord, RunStatus};
 use async_trait::async_trait;
-use sqlx::postgres::PgPool;
-use sqlx::sqlite::SqlitePool;
-use sqlx::{AssertSqlSafe, Postgres, Row, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, Row};
 
+pub(super) mod db;
 #[macro_use]
 mod rows;
-pub(super) use rows::{Columns, RunRow, to_i64};
+pub use db::Backend;
+use db::{Db, WriteTx, db_error, now_ms, on_db, to_i64};
 use rows::{
-    approval_from, attempt_from, attempt_row, decision_row, enum_from, from_i64, json_text,
-    message_from, message_row,
+    AttemptRow, approval_from, attempt_from, attempt_row, decision_row, enum_from, from_i64,
+    json_text, message_from, message_row,
 };
-
-/// Which database a [`SqlStore`] talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
+pub(super) use rows::{Columns, RunRow};
 
 /// The store on a SQL database. Cloning shares the connection pool.
 #[derive(Clone)]
@@ -52,23 +45,6 @@ pub struct SqlStore {
     /// `DATABASE_URL` without its password, for error lines.
     url: String,
 }
-
-#[derive(Clone)]
-pub(super) enum Db {
-    Sqlite(SqlitePool),
-    Postgres(PgPool),
-}
-
-/// Run `$body` with `$pool` bound to the store's pool, whichever driver it is.
-macro_rules! on_db {
-    ($store:expr, |$pool:ident| $body:expr) => {
-        match &$store.db {
-            $crate::store::sql::Db::Sqlite($pool) => $body,
-            $crate::store::sql::Db::Postgres($pool) => $body,
-        }
-    };
-}
-pub(super) use on_db;
 
 /// The rows `sql` selects for one key, each decoded by `decode`.
 macro_rules! rows_for {
@@ -98,28 +74,6 @@ macro_rules! rows_of {
                 .collect::<Result<Vec<_>, StoreError>>()
         })
     };
-}
-
-/// A transaction that writes: SQLite takes the write lock at `BEGIN IMMEDIATE`, so a transaction
-/// never has to upgrade a read lock (which fails at once instead of waiting when another writer
-/// got in between); PostgreSQL locks rows as it goes.
-pub(super) trait WriteTx {
-    type Db: sqlx::Database;
-    async fn write_tx(&self) -> Result<Transaction<'static, Self::Db>, StoreError>;
-}
-
-impl WriteTx for SqlitePool {
-    type Db = Sqlite;
-    async fn write_tx(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        self.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)
-    }
-}
-
-impl WriteTx for PgPool {
-    type Db = Postgres;
-    async fn write_tx(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        self.begin().await.map_err(db_error)
-    }
 }
 
 impl std::fmt::Debug for SqlStore {
@@ -190,23 +144,6 @@ impl SqlStore {
     }
 }
 
-/// An error text on one line, as every error of the store is reported.
-pub(super) fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-pub(super) fn db_error(e: sqlx::Error) -> StoreError {
-    let text = one_line(&e.to_string());
-    match e {
-        sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::TypeNotFound { .. } => StoreError::Corrupt(text),
-        _ => StoreError::Unavailable(text),
-    }
-}
-
 const SELECT_RUN: &str = concat!("SELECT ", run_columns!(), " FROM runs WHERE run_id = $1");
 macro_rules! transcript_of {
     ($conversation:literal) => {
@@ -239,11 +176,7 @@ mod open;
 mod search;
 mod usage;
 mod writer;
-use writer::{AttemptRow, Write, Writer};
-
-pub(super) fn now_ms() -> Result<i64, StoreError> {
-    to_i64(crate::clock::epoch_ms(), "now")
-}
+use writer::{Write, Writer};
 
 impl SqlStore {
     /// Whether the store takes writes now: a probe row rewritten through the writer the runs'
@@ -745,14 +678,4 @@ where
         };
     }
     query
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn errors_are_one_line() {
-        assert_eq!(one_line("a\nb\r\n  c "), "a b c");
-    }
 }

@@ -1,5 +1,5 @@
 //! What tenants spend and call, read from the attempt log, for `GET /v1/tenants` and
-//! `GET /v1/tenants/{id}/usage` (docs/design.md §4.9) and the board's spend by tenant.
+//! `GET /v1/tenants/{id}/usage` (docs/design.md §4.8) and the board's spend by tenant.
 //!
 //! The ledger in Redis ([`crate::spend`]) holds today's spend fleet-wide, for the caps; the
 //! store is the record: every attempt's `cost_usd` under its run, whose tenant it counts for.

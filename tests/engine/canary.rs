@@ -1,4 +1,4 @@
-//! Canaries (docs/design.md §4.7): one tiny call per provider and period, as any call is made
+//! Canaries (docs/design.md §4.6): one tiny call per provider and period, as any call is made
 //! (a slot of its pool, classified, its rests written, counted), recorded in the attempt log as
 //! kind `canary`, and never while its route is closed. The engine calls the simulator over real
 //! HTTP; the fleet is in process, moved in time by its clock. The one-per-fleet rule across

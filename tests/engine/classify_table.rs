@@ -1,5 +1,5 @@
-//! The classification table of docs/design.md §3, on every 429/402 variant of the wire notes (§3,
-//! #1–#18), in their 2025 and 2026 shapes, on shared and off-quota routes.
+//! The classification table of docs/design.md §3, on every 429/402 variant of docs/providers.md
+//! §2 (#1–#18), in their 2025 and 2026 shapes, on shared and off-quota routes.
 //!
 //! Bodies are the notes' reconstructions, verbatim (placeholders included): the classifier must
 //! read exactly what OpenRouter, Groq and OpenAI send.
@@ -102,7 +102,7 @@ fn expect(c: &Classification, route_arg: &str, verdict: Verdict, scope: Scope, r
     );
 }
 
-// ---- §2.3 A: platform per-minute free-model limit (#1) ----
+// ---- docs/providers.md §2.2 A: platform per-minute free-model limit (#1) ----
 
 const A_HEADERS: [(&str, &str); 3] = [
     ("X-RateLimit-Limit", "20"),
@@ -160,7 +160,7 @@ fn a_per_minute_2025_is_read_from_the_headers_wherever_they_are() {
         ("x-ratelimit-reset", "1785056700000"),
     ];
     let shouting: Vec<(&str, &str)> = vec![("X-RATELIMIT-RESET", "1785056700000")];
-    let variants: [(&str, &[Pair], &str); 5] = [
+    let variants: [(&str, &[Pair<'_>], &str); 5] = [
         ("real and echo", &A_HEADERS, A_2025),
         ("echo only", &[], A_2025),
         ("real only", &A_HEADERS, A_2025_NO_ECHO),
@@ -248,7 +248,7 @@ fn a_reset_that_is_not_epoch_ms_is_ignored() {
     assert_eq!(c.length, Some(RestLength::Guess(DEFAULT_REST_MS)));
 }
 
-// ---- §2.3 B and C: platform daily limits (#2, #3) ----
+// ---- docs/providers.md §2.2 B and C: platform daily limits (#2, #3) ----
 
 const B_2026: &str = r#"{
   "error": {
@@ -284,7 +284,7 @@ const C_2026: &str = r#"{
 const NOW_C: u64 = 1_790_985_600_000 - 3 * 3_600_000;
 
 /// OpenRouter's day is a fixed UTC clock: a spent day rests the pool until UTC midnight, not the
-/// 300 s cap of a minute's rest (docs/design.md §3.4).
+/// 300 s cap of a minute's rest (docs/design.md §3.2).
 #[test]
 fn b_and_c_daily_limits_rest_the_pool_until_utc_midnight() {
     for r in SHARED {
@@ -311,7 +311,7 @@ fn a_daily_limit_on_a_user_connection_rests_that_route_until_utc_midnight() {
     assert_eq!(c.rest_ms(NOW_B), 1_779_321_600_000 - NOW_B);
 }
 
-// ---- §2.3 D: per-model "high demand" cap (#4, #5) ----
+// ---- docs/providers.md §2.3 D: per-model "high demand" cap (#4, #5) ----
 
 const D_JUL_2026: &str = r#"{
   "error": {
@@ -378,7 +378,7 @@ fn d_on_off_quota_routes_is_a_route_rest() {
     }
 }
 
-// ---- §2.3 E and F: upstream provider (#6) ----
+// ---- docs/providers.md §2.4 E and F: upstream provider (#6) ----
 
 const E_2026: &str = r#"{
   "error": {
@@ -473,7 +473,7 @@ fn e_and_f_on_off_quota_routes_are_provider_route_rests() {
     assert_eq!(c.length, Some(RestLength::For(17_000)));
 }
 
-// ---- §2.3 G and H, OpenAPI bare 429 (#7, #8, #9) ----
+// ---- docs/providers.md §2.4 G and H, OpenAPI bare 429 (#7, #8, #9) ----
 
 const G: &str = r#"{"error": {"code": 429, "message": "Rate limit exceeded",
            "metadata": {"error_type": "rate_limit_exceeded", "provider_code": "rate_limited"}}}"#;
@@ -652,7 +652,7 @@ fn classify_reads_http_errors_like_classify_response() {
     );
 }
 
-// ---- §2.4 402s (#12–#17) ----
+// ---- docs/providers.md §2.5 402s (#12–#17) ----
 
 const P12_2026: &str = r#"{"error": {"message": "Insufficient credits. Add more using https://openrouter.ai/settings/credits", "code": 402,
            "metadata": {"limit_source": "openrouter_credits",
@@ -864,7 +864,7 @@ fn client_and_server_statuses() {
     assert_eq!(c.provider_name.as_deref(), Some("Together"));
 }
 
-// ---- Groq and OpenAI (§5, §6.1) ----
+// ---- Groq and OpenAI (docs/providers.md §4, §5) ----
 
 const GROQ_429: &str = r#"{
   "error": {
@@ -1322,7 +1322,7 @@ fn in_band_errors_before_output_are_read_as_the_status_they_carry() {
     }
 }
 
-// ---- §3.3 (v3): the code and the message count, not only the status ----
+// ---- docs/design.md §3.2.1: the code and the message count, not only the status ----
 
 /// Routes of every kind a v3 answer can come back on: OpenRouter's shared pool, OpenRouter
 /// off-quota, a user's connection, and a Groq and a Gemini model pool.
@@ -1610,7 +1610,7 @@ fn server_statuses_stay_server_failures() {
 }
 
 /// A wait in the message, in any common wording, is the rest's length; a day's worth makes a
-/// day refusal. Hints before it in docs/design.md §3.4 still win, and the reset headers after it
+/// day refusal. Hints before it in docs/design.md §3.2 still win, and the reset headers after it
 /// lose.
 #[test]
 fn a_wait_in_any_wording_sets_the_rest() {

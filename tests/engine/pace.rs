@@ -172,7 +172,7 @@ async fn waiting_runs_take_their_place_in_the_pools_queue_and_are_handed_slots_i
 
 /// One tenant's batch fills the line; another tenant's run that comes later is handed the next
 /// slot, not the batch's 41st: slots go to waiting tenants by weight, not first come first
-/// served (docs/design.md §4.8).
+/// served (docs/design.md §4.7).
 #[tokio::test]
 async fn a_tenant_that_comes_later_is_not_served_after_anothers_whole_batch() {
     let s = setup(20).await;

@@ -1,4 +1,4 @@
-//! Spend caps end to end (docs/design.md §4.9): the engine calls the simulator over real HTTP
+//! Spend caps end to end (docs/design.md §4.8): the engine calls the simulator over real HTTP
 //! (it prices paid models and reports `usage.cost` when asked), with the in-process ledger;
 //! assertions read the simulator's call log, the run and its attempts.
 

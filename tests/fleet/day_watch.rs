@@ -1,4 +1,4 @@
-//! A spent day and the quota endpoint (docs/design.md §3.4): a day refusal rests the pool until
+//! A spent day and the quota endpoint (docs/design.md §3.2): a day refusal rests the pool until
 //! the day clock's midnight, no chat call probes the closed day, and one replica reads
 //! OpenRouter's `GET /key` every period while the rest lasts, lifting it once the key shows
 //! requests left (credits bought). The engine calls the simulator over real HTTP; the fleet is

@@ -1,4 +1,4 @@
-//! Fair share of a pool's slots between tenants (docs/design.md §4.8), as one suite on both
+//! Fair share of a pool's slots between tenants (docs/design.md §4.7), as one suite on both
 //! limiters, and a property test of the order the in-process one hands slots out in.
 //!
 //! Windows are an hour long so a test never crosses one: a full window is given room by giving
@@ -554,7 +554,7 @@ async fn commands_run(conn: &mut freeway::connect::RedisConnection) -> u64 {
         .sum()
 }
 
-/// docs/design.md §4.8: handing out a slot, and a waiting run's asking for one, run as many Redis
+/// docs/design.md §4.7: handing out a slot, and a waiting run's asking for one, run as many Redis
 /// commands with ten tenants waiting as with ten thousand: the script walks no tenants (a loop
 /// over them would show as commands; each command it runs is a hash field by name or a
 /// sorted-set step, O(log n)).

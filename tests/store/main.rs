@@ -1,4 +1,4 @@
-//! The store's contract (docs/design.md §7, issue 4), one suite for both backends: every test runs
+//! The store's contract (docs/design.md §5), one suite for both backends: every test runs
 //! on a fresh SQLite file and, when `PG_URL` is set (`scripts/test.sh` starts a private server), on
 //! a fresh PostgreSQL database. Without `PG_URL` the PostgreSQL half is skipped, loudly.
 //!

@@ -365,7 +365,7 @@ async fn check_approvals(s: &dyn Store, label: &str) {
     assert_eq!(s.run(&r.run_id).await.unwrap(), Some(r));
 }
 
-/// The board's list and the metrics' counts (issue 6), with the same answers from every store.
+/// The board's list and the metrics' counts, with the same answers from every store.
 async fn check_recent_runs_and_counts(s: &dyn Store, label: &str) {
     assert!(s.count_by_status().await.unwrap().is_empty(), "{label}");
     let conv = unique("conv");

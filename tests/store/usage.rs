@@ -1,4 +1,4 @@
-//! (v3) What tenants call and spend, from the attempt log (docs/design.md §4.9): by tenant, day
+//! (v3) What tenants call and spend, from the attempt log (docs/design.md §4.8): by tenant, day
 //! and route within the days a caller bounds, and the tenants of recent runs with their newest
 //! run's tier. Costs here are sums of binary fractions, exact in any order of addition.
 

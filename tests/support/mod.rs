@@ -4,8 +4,8 @@
 //! implementations of the fleet's parts have their own suite (`tests/fleet/rests.rs`).
 #![allow(dead_code, unused_macros)]
 
-pub mod skip;
-pub mod tool_service;
+pub(crate) mod skip;
+pub(crate) mod tool_service;
 
 use freeway::clock::{Clock, InstantClock};
 use freeway::engine::Engine;
@@ -23,7 +23,7 @@ use freeway::unsaved::MemoryUnsaved;
 use std::sync::Arc;
 
 /// An engine and every part of it a test may look into.
-pub struct Harness {
+pub(crate) struct Harness {
     pub engine: Engine,
     /// The keys `engine` looks up.
     pub targets: Arc<dyn Targets>,
@@ -31,7 +31,7 @@ pub struct Harness {
 }
 
 /// What the harness's engines are made of.
-pub struct Parts {
+pub(crate) struct Parts {
     pub provider: Arc<dyn ChatProvider>,
     pub store: Arc<MemoryStore>,
     pub events: Arc<MemoryEvents>,
@@ -52,17 +52,17 @@ impl std::ops::Deref for Harness {
 }
 
 /// The platform key the harness's targets send.
-pub const PLATFORM_KEY: &str = "sk-or-v1-platform-test";
+pub(crate) const PLATFORM_KEY: &str = "sk-or-v1-platform-test";
 
 /// A harness calling `provider` with OpenRouter at `base_url` and the platform key.
-pub fn harness(provider: Arc<dyn ChatProvider>, base_url: &str) -> Harness {
+pub(crate) fn harness(provider: Arc<dyn ChatProvider>, base_url: &str) -> Harness {
     let clock = Arc::new(InstantClock::default());
     let rests = Arc::new(MemoryRests::new(clock.clone()));
     harness_with(provider, base_url, clock, rests)
 }
 
 /// A harness whose rests (and their clock) the caller also holds: another replica's writes.
-pub fn harness_with(
+pub(crate) fn harness_with(
     provider: Arc<dyn ChatProvider>,
     base_url: &str,
     clock: Arc<InstantClock>,
@@ -96,7 +96,7 @@ pub fn harness_with(
 
 impl Parts {
     /// The fleet the engine shares: the harness's own parts.
-    pub fn fleet(&self) -> Fleet {
+    pub(crate) fn fleet(&self) -> Fleet {
         Fleet {
             rests: self.rests.clone() as Arc<dyn Rests>,
             leases: self.leases.clone(),
@@ -109,12 +109,12 @@ impl Parts {
     }
 
     /// An engine on this harness's parts that looks keys up in `targets`.
-    pub fn engine_with(&self, targets: Arc<dyn Targets>) -> Engine {
+    pub(crate) fn engine_with(&self, targets: Arc<dyn Targets>) -> Engine {
         self.engine_on(targets, self.fleet())
     }
 
     /// An engine on this harness's store and clock that shares `fleet`.
-    pub fn engine_on(&self, targets: Arc<dyn Targets>, fleet: Fleet) -> Engine {
+    pub(crate) fn engine_on(&self, targets: Arc<dyn Targets>, fleet: Fleet) -> Engine {
         Engine::new(
             self.provider.clone(),
             targets,
@@ -128,7 +128,7 @@ impl Parts {
 }
 
 /// A namespace of its own for one test, so tests share one Redis without seeing each other.
-pub fn unique_ns(prefix: &str) -> String {
+pub(crate) fn unique_ns(prefix: &str) -> String {
     let id = ulid::Ulid::generate().to_string().to_lowercase();
     format!("t-{prefix}-{id}")
 }

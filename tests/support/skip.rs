@@ -7,17 +7,17 @@
 use freeway::connect::RedisConnection;
 
 /// The test Redis: `REDIS_URL`, else a local default.
-pub fn redis_url() -> String {
+pub(crate) fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
 }
 
 /// A connection to the test Redis; `None`, said by [`skipped`], when none answers there.
-pub async fn redis() -> Option<RedisConnection> {
+pub(crate) async fn redis() -> Option<RedisConnection> {
     redis_at(&redis_url()).await
 }
 
 /// A connection to the Redis at `url`; `None`, said by [`skipped`], when none answers there.
-pub async fn redis_at(url: &str) -> Option<RedisConnection> {
+pub(crate) async fn redis_at(url: &str) -> Option<RedisConnection> {
     match freeway::connect::redis(url).await {
         Ok(conn) => Some(conn),
         Err(error) => {
@@ -29,7 +29,7 @@ pub async fn redis_at(url: &str) -> Option<RedisConnection> {
 
 /// The running test lacks `service` (`why` says how): it skips, and its module says so once a
 /// service. Under `CI` this fails the test instead: CI must run it.
-pub fn skipped(service: &str, why: &str) {
+pub(crate) fn skipped(service: &str, why: &str) {
     assert!(
         std::env::var_os("CI").is_none(),
         "CI must run this test, but {why}"

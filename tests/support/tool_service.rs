@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 /// One request the service received.
 #[derive(Debug, Clone)]
-pub struct ToolRequest {
+pub(crate) struct ToolRequest {
     pub name: String,
     pub tool_call_id: String,
     pub arguments: serde_json::Value,
@@ -16,13 +16,13 @@ pub struct ToolRequest {
 
 type Log = Arc<Mutex<Vec<ToolRequest>>>;
 
-pub struct ToolService {
+pub(crate) struct ToolService {
     pub url: String,
     log: Log,
 }
 
 impl ToolService {
-    pub async fn start() -> ToolService {
+    pub(crate) async fn start() -> ToolService {
         let log = Log::default();
         let app = Router::new()
             .route("/{name}", post(run))
@@ -33,7 +33,7 @@ impl ToolService {
         ToolService { url, log }
     }
 
-    pub fn requests(&self) -> Vec<ToolRequest> {
+    pub(crate) fn requests(&self) -> Vec<ToolRequest> {
         self.log.lock().unwrap().clone()
     }
 }

@@ -40,7 +40,7 @@ const DAY_WATCH_ROUND: Duration = Duration::from_secs(30);
 const CANARY_ROUND: Duration = Duration::from_secs(30);
 
 /// What every handler call shares.
-pub struct App {
+pub(crate) struct App {
     pub engine: Engine,
     pub queue: Queue,
     /// For the reconcile rounds.
@@ -59,7 +59,7 @@ pub struct App {
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Probes a replica's store writer and reports it to the fleet (docs/operations.md, health).
-pub struct WriterProbe {
+pub(crate) struct WriterProbe {
     pub store: freeway::store::SqlStore,
     pub health: queue::Health,
     pub replica: String,
@@ -86,7 +86,7 @@ impl WriterProbe {
 }
 
 /// The canaries the catalog calls for, saying which providers have none and why.
-pub fn canaries(catalog: &freeway::catalog::Catalog) -> Vec<Canary> {
+pub(crate) fn canaries(catalog: &freeway::catalog::Catalog) -> Vec<Canary> {
     let (canaries, without) = freeway::canary::plan(catalog);
     for provider in without {
         info!(%provider, "no canary: none of the provider's pools names a model without a pattern");
@@ -289,7 +289,7 @@ impl apalis_core::backend::ext::poll_strategy::PollStrategy for Ticks {
 }
 
 /// Run the queue worker until a shutdown signal; `grace` bounds the wait for running jobs.
-pub async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(), String> {
+pub(crate) async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(), String> {
     let name = replica_name();
     let storages = app.queue.storages(concurrency);
     // Before taking anything, move due jobs in chunks: a backlog that piled up while no worker
@@ -427,7 +427,7 @@ async fn tick(app: Arc<App>) {
 }
 
 /// Hand out the slots of pools whose runs wait their turn, and wake the runs they went to
-/// (docs/design.md §4.8).
+/// (docs/design.md §4.7).
 async fn wake_turns(app: &App, to_wake: &mut Vec<(String, tokio::time::Instant)>, now: u64) {
     match app.engine.dispatch_turns().await {
         Ok(granted) => {
@@ -481,7 +481,7 @@ async fn shutdown_signal() -> std::io::Result<()> {
 
 /// The replica's one name, `{host}-{pid}`: the board's workers list, its runs' `started` events
 /// and its logs all say it.
-pub fn replica_name() -> String {
+pub(crate) fn replica_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "worker".to_string());

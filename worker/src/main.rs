@@ -1,21 +1,17 @@
 //! `worker`: executes runs. Without a command it takes runs from the queue (docs/design.md §4.3);
 //! `worker run-one JOB.json` runs one job without the queue; `worker classify` shows how a
-//! provider's answer is read (docs/design.md §3, §5.2); `worker prune` deletes old finished runs;
-//! `worker config check` shows the providers and pools in force.
+//! provider's answer is read (docs/design.md §3, docs/api.md §2); `worker prune` deletes old
+//! finished runs; `worker config check` shows the providers and pools in force. Each command is
+//! a file of `cmd/`; this file is the command line.
 
-mod classify_cmd;
-mod config_cmd;
+mod cmd;
 mod consume;
 mod exit;
 mod payload;
-mod prune;
-mod reseal;
-mod run_one;
 mod wiring;
 
 use clap::{Parser, Subcommand};
-// One log set-up for every binary; `crate::logging` names it for the commands.
-use freeway::logging;
+use cmd::serve::Serve;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -98,122 +94,19 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        None => serve(Serve {
+        None => cmd::serve::main(Serve {
             concurrency: usize::from(cli.concurrency),
             grace: std::time::Duration::from_secs(cli.grace_s),
             heartbeat: std::time::Duration::from_secs(cli.heartbeat_s),
             reconcile: std::time::Duration::from_secs(cli.reconcile_s),
             quota_check: std::time::Duration::from_secs(cli.quota_check_s),
         }),
-        Some(Command::Classify { route }) => classify(&route),
-        Some(Command::RunOne { job }) => run_one::main(&job),
-        Some(Command::Prune { older_than_days }) => prune::main(older_than_days),
-        Some(Command::ResealKeys) => reseal::main(),
+        Some(Command::Classify { route }) => cmd::classify::main(&route),
+        Some(Command::RunOne { job }) => cmd::run_one::main(&job),
+        Some(Command::Prune { older_than_days }) => cmd::prune::main(older_than_days),
+        Some(Command::ResealKeys) => cmd::reseal::main(),
         Some(Command::Config {
             action: ConfigAction::Check,
-        }) => config_cmd::check(),
+        }) => cmd::config::check(),
     }
-}
-
-/// `worker classify`: stdin in, one JSON line out; exit 2 on input it cannot read.
-fn classify(route: &str) -> ExitCode {
-    use std::io::Read;
-    let mut raw = Vec::new();
-    if let Err(e) = std::io::stdin().read_to_end(&mut raw) {
-        eprintln!("worker classify: cannot read stdin: {e}");
-        return ExitCode::from(2);
-    }
-    let vars = std::env::vars().collect();
-    let catalog = match freeway::catalog::load(&vars) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("worker classify: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match classify_cmd::run(route, &raw, &catalog, freeway::clock::epoch_ms()) {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("worker classify: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// How `worker` serves the queue.
-struct Serve {
-    concurrency: usize,
-    grace: std::time::Duration,
-    heartbeat: std::time::Duration,
-    reconcile: std::time::Duration,
-    quota_check: std::time::Duration,
-}
-
-/// `worker`: the queue worker.
-fn serve(
-    Serve {
-        concurrency,
-        grace,
-        heartbeat,
-        reconcile,
-        quota_check,
-    }: Serve,
-) -> ExitCode {
-    let settings = match freeway::config::Settings::from_env() {
-        Ok(s) => s,
-        Err(e) => return exit::fail(exit::BAD_INPUT, &format!("bad configuration: {e}")),
-    };
-    let _telemetry = match logging::init(settings.log_format, "freeway-worker") {
-        Ok(t) => t,
-        Err(e) => return exit::fail(exit::BAD_INPUT, &format!("bad configuration: {e}")),
-    };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => return exit::fail(exit::FAILED, &format!("cannot start the runtime: {e}")),
-    };
-    runtime.block_on(async move {
-        let name = consume::replica_name();
-        let events = |conn| {
-            std::sync::Arc::new(
-                freeway::events::RedisEvents::new(conn, settings.namespace.clone())
-                    .keeping(settings.events_keep_s),
-            ) as _
-        };
-        let wired = match wiring::engine(&settings, name, concurrency, events).await {
-            Ok(w) => w,
-            Err(e) => return exit::start_failed(&e),
-        };
-        let queue = queue::Queue::new(wired.conn.clone(), &settings.namespace)
-            .with_lanes(settings.queues)
-            .with_heartbeat(heartbeat);
-        let enqueuer = queue::Enqueuer::new(
-            wired.conn.clone(),
-            &settings.namespace,
-            wired.engine.store().clone(),
-        )
-        .with_catalog(settings.catalog.clone())
-        .with_lanes(settings.queues)
-        .keeping_events(settings.events_keep_s);
-        let health = queue::Health::new(wired.conn.clone(), &settings.namespace);
-        let app = std::sync::Arc::new(consume::App {
-            writer: consume::WriterProbe {
-                store: wired.store,
-                health,
-                replica: consume::replica_name(),
-            },
-            engine: wired.engine,
-            queue,
-            enqueuer,
-            reconcile,
-            day_watch: wired.day_watch.every(quota_check),
-            canaries: consume::canaries(&settings.catalog),
-        });
-        match consume::run(app, concurrency, grace).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => exit::fail(exit::FAILED, &e),
-        }
-    })
 }

@@ -16,7 +16,7 @@ const REASON_MAX: usize = 200;
 
 /// JSON for valid entries, a marker value for the rest.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct LenientJson;
+pub(crate) struct LenientJson;
 
 impl Codec<Value> for LenientJson {
     type Error = serde_json::Error;
@@ -36,7 +36,7 @@ impl Codec<Value> for LenientJson {
 }
 
 /// Why an entry could not be decoded, when `payload` is the marker [`LenientJson`] made.
-pub fn undecodable(payload: &Value) -> Option<&str> {
+pub(crate) fn undecodable(payload: &Value) -> Option<&str> {
     payload.get(MARKER)?.as_str()
 }
 

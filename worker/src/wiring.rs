@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 /// Why a worker process cannot start; `bad_config` decides the exit code (2, else 1).
 #[derive(Debug)]
-pub struct StartError {
+pub(crate) struct StartError {
     pub message: String,
     pub bad_config: bool,
 }
@@ -29,7 +29,7 @@ impl StartError {
 }
 
 /// Open the store of `DATABASE_URL`, applying its migrations.
-pub async fn store(url: &str) -> Result<SqlStore, StartError> {
+pub(crate) async fn store(url: &str) -> Result<SqlStore, StartError> {
     SqlStore::open(url).await.map_err(|e| StartError {
         bad_config: matches!(e, freeway::store::StoreError::BadUrl(_)),
         message: e.to_string(),
@@ -37,7 +37,7 @@ pub async fn store(url: &str) -> Result<SqlStore, StartError> {
 }
 
 /// The parts an engine is made of that the caller may want to keep using.
-pub struct Wired {
+pub(crate) struct Wired {
     pub engine: Engine,
     pub conn: RedisConnection,
     /// Lifts spent days the provider's quota endpoint shows open again.
@@ -48,7 +48,7 @@ pub struct Wired {
 
 /// Open the store (applying migrations) and Redis, and build an engine that makes up to
 /// `calls_at_once` calls at once and whose events go to `events(conn)`.
-pub async fn engine(
+pub(crate) async fn engine(
     settings: &Settings,
     worker: String,
     calls_at_once: usize,

@@ -1031,7 +1031,7 @@ async fn ten_replicas_never_call_a_declared_pool_past_its_limit_in_any_window() 
     c.assert_budgets(&runs).await;
 }
 
-/// docs/design.md §4.8 on real processes: one tenant's batch fills a pool's queue; another
+/// docs/design.md §4.7 on real processes: one tenant's batch fills a pool's queue; another
 /// tenant's runs that come a window later are handed the next slots, ahead of the batch, by
 /// the replicas' housekeeping (no run waits for the batch to drain).
 #[tokio::test(flavor = "multi_thread")]
@@ -1144,12 +1144,12 @@ async fn three_replicas_send_one_canary_per_period_for_the_fleet() {
     }
 }
 
-/// docs/design.md §4.3: a replica holds its running runs plus one fetch batch at most, so a
-/// replica started while another drains a backlog finds work for every slot it has.
-/// SPEC §4.3 (v3), `FREEWAY_QUEUES`: runs spread over three queue names by id, parked and woken
-/// in their own lane, every lane consumed by every replica, each run ending once with one call.
-/// On a cluster the lanes lie on different slots, and apalis's worker registration (which
-/// writes a key outside a lane's slot) still succeeds on each.
+/// docs/design.md §4.3: a replica holds its running runs plus one fetch batch at most, so a replica
+/// started while another drains a backlog finds work for every slot it has. docs/design.md §4.3,
+/// `FREEWAY_QUEUES`: runs spread over three queue names by id, parked and woken in their own lane,
+/// every lane consumed by every replica, each run ending once with one call. On a cluster the lanes
+/// lie on different slots, and apalis's worker registration (which writes a key outside a lane's
+/// slot) still succeeds on each.
 #[tokio::test(flavor = "multi_thread")]
 async fn runs_spread_over_three_queue_names_each_end_once() {
     const LANES: usize = 3;

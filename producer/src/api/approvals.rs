@@ -1,9 +1,9 @@
 //! `POST /v1/runs/{id}/approvals`: a person's answer to the tool call a run is paused on. It
 //! enqueues the continuation (docs/design.md §2.4) through [`queue::enqueue::Enqueuer::approve`].
 
-use super::AppState;
 use super::audit;
 use super::error::{ApiError, JsonBody, PathParams};
+use super::state::AppState;
 use super::user::ForUser;
 use axum::Json;
 use axum::extract::State;

@@ -2,9 +2,9 @@
 //! action handler records itself: [`record`] logs the action and keeps it in the store's
 //! [`AuditLog`], so the console can show who did what after the logs have rotated.
 
-use super::AppState;
 use super::auth::{presents_admin, require_admin};
 use super::error::ApiError;
+use super::state::AppState;
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;

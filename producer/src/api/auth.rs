@@ -1,11 +1,12 @@
-//! Bearer tokens (docs/api.md §5.1): `FREEWAY_API_TOKEN` guards every `/v1` route, and
+//! Bearer tokens (docs/api.md §1): `FREEWAY_API_TOKEN` guards every `/v1` route, and
 //! `FREEWAY_ADMIN_TOKEN` the operator's rest clear. Tokens are compared in constant time and never
 //! logged; the admin token also opens the `/v1` routes, so an operator needs one token.
 //! `/metrics` needs a token once any guards it: the API token, or `FREEWAY_METRICS_TOKEN` for a
 //! scraper that should hold nothing more (the API and admin tokens open it too).
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
+pub use super::state::Tokens;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
@@ -13,17 +14,6 @@ use axum::response::Response;
 use freeway::provider::ApiKey;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
-
-/// The tokens the API accepts. `Debug` never shows them (`ApiKey` is redacted).
-#[derive(Debug, Clone, Default)]
-pub struct Tokens {
-    /// `FREEWAY_API_TOKEN`; `None` leaves `/v1` open (the server then binds loopback only).
-    pub api: Option<ApiKey>,
-    /// `FREEWAY_ADMIN_TOKEN`; `None` disables the operator's clear.
-    pub admin: Option<ApiKey>,
-    /// `FREEWAY_METRICS_TOKEN`: opens `/metrics` and nothing else.
-    pub metrics: Option<ApiKey>,
-}
 
 /// What the `Authorization` header holds.
 enum Presented<'a> {

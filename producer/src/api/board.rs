@@ -1,4 +1,4 @@
-//! The job board (docs/api.md §5.1 `GET /board`, issue 6): one self-contained page for people, and
+//! The job board (docs/api.md §1 `GET /board`): one self-contained page for people, and
 //! the small JSON endpoints under `/v1/board/` it polls.
 //!
 //! apalis-board 1.0.0 is not used: on Redis half of its endpoints fail or show zeros (see
@@ -16,10 +16,11 @@
 //! with a per-response nonce lets only the page's own inline script run, and the script writes
 //! data into the page as text, never as HTML.
 
-use super::AppState;
 use super::auth::presents_admin;
 use super::error::{ApiError, PathParams};
 use super::pools::CanaryView;
+use super::state::AppState;
+use super::totals::Totals;
 use super::user::ForUser;
 use crate::view::RunView;
 use axum::Json;
@@ -245,32 +246,6 @@ pub async fn run_detail(
     }))
 }
 
-/// The span `GET /v1/board/totals` covers: the last 24 hours.
-const TOTALS_SPAN_MS: u64 = 24 * 3_600_000;
-/// Its buckets: ten minutes, 144 of them.
-const TOTALS_BUCKET_MS: u64 = 600_000;
-
-#[derive(Clone, Serialize, utoipa::ToSchema)]
-pub struct Totals {
-    /// The first bucket's start, epoch ms.
-    from_ms: u64,
-    bucket_ms: u64,
-    buckets: u64,
-    /// Each status and bucket with runs, in any order (bucket `i` starts at
-    /// `from_ms + i * bucket_ms`).
-    counts: Vec<freeway::store::EndedCount>,
-}
-
-/// How long one reading of the totals serves every board.
-const TOTALS_FRESH_MS: u64 = 10_000;
-
-/// The last reading of the totals and when it was taken. They scan a day of ended runs, and
-/// every open board asks for them: one reading every ten seconds serves them all (the lock
-/// is held across the reading, so boards that ask together wait for one scan, not start one
-/// each).
-#[derive(Default)]
-pub struct TotalsCache(tokio::sync::Mutex<Option<(u64, Totals)>>);
-
 /// `GET /v1/board/totals`: the runs that ended in the last 24 hours, by outcome, ten minutes at
 /// a time.
 #[utoipa::path(
@@ -278,23 +253,5 @@ pub struct TotalsCache(tokio::sync::Mutex<Option<(u64, Totals)>>);
     responses((status = 200, description = "Runs ended in the last 24 hours by outcome", body = Totals))
 )]
 pub async fn totals(State(state): State<Arc<AppState>>) -> Result<Json<Totals>, ApiError> {
-    let mut cached = state.totals.0.lock().await;
-    let now = freeway::clock::epoch_ms();
-    if let Some((at, totals)) = cached.as_ref()
-        && now.saturating_sub(*at) < TOTALS_FRESH_MS
-    {
-        return Ok(Json(totals.clone()));
-    }
-    // Whole buckets, the last one holding now.
-    let end = (now / TOTALS_BUCKET_MS + 1) * TOTALS_BUCKET_MS;
-    let from_ms = end - TOTALS_SPAN_MS;
-    let counts = state.store.ended_since(from_ms, TOTALS_BUCKET_MS).await?;
-    let totals = Totals {
-        from_ms,
-        bucket_ms: TOTALS_BUCKET_MS,
-        buckets: TOTALS_SPAN_MS / TOTALS_BUCKET_MS,
-        counts,
-    };
-    *cached = Some((now, totals.clone()));
-    Ok(Json(totals))
+    Ok(Json(state.totals.read(&state.store).await?))
 }

@@ -7,11 +7,11 @@
 //! retried run is enqueued like any other, so it waits its turn in its pool's limiter, and
 //! 1,000 retries spend no call faster than 1,000 runs enqueued by a web app would.
 
-use super::AppState;
 use super::audit;
 use super::auth::require_admin;
 use super::error::{ApiError, JsonBody};
 use super::run_list::{ListQuery, run_filter};
+use super::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;

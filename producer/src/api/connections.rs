@@ -1,9 +1,9 @@
 //! `PUT /v1/connections/{id}` and `DELETE /v1/connections/{id}`: a user's own provider key,
-//! stored sealed with `FREEWAY_SECRET_KEY` (docs/design.md §7). The key is never echoed, returned
+//! stored sealed with `FREEWAY_SECRET_KEY` (docs/design.md §5). The key is never echoed, returned
 //! or logged; the request type has no `Debug` so it cannot be printed by accident.
 
-use super::AppState;
 use super::error::{ApiError, JsonBody, PathParams};
+use super::state::AppState;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use freeway::provider::ApiKey;

@@ -1,5 +1,5 @@
-//! The API's one error shape, `{"error":{"code":"…","message":"…"}}` (docs/api.md §5.1), with the
-//! codes of docs/api.md §6 and their HTTP statuses, and the extractors that turn axum's own
+//! The API's one error shape, `{"error":{"code":"…","message":"…"}}` (docs/api.md §1), with the
+//! codes of docs/api.md §4 and their HTTP statuses, and the extractors that turn axum's own
 //! rejections (bad JSON, a body over the limit, a bad path) into it.
 
 use axum::Json;
@@ -47,7 +47,7 @@ pub enum ApiError {
     InFlight { message: String, retry_after_s: u64 },
     #[error("{0}")]
     PayloadTooLarge(String),
-    /// The body did not arrive within [`super::BODY_TIMEOUT`]: 408, and the connection closes.
+    /// The body did not arrive within [`super::state::BODY_TIMEOUT`]: 408, and the connection closes.
     #[error("{0}")]
     RequestTimeout(String),
     /// A body that is not JSON (see [`super::json_only`]).
@@ -87,7 +87,7 @@ pub struct ErrorDetail {
     pub retry_after_s: Option<u64>,
 }
 
-/// The codes an HTTP error answers with (docs/api.md §6): a request's own, and the refusal of a
+/// The codes an HTTP error answers with (docs/api.md §4): a request's own, and the refusal of a
 /// run whose routes are all closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -256,7 +256,7 @@ macro_rules! redis_unavailable {
 redis_unavailable!(redis::RedisError, FleetError, QueueError);
 
 /// The request body as bytes, with axum's limit turned into `payload_too_large` and a body that
-/// takes longer than [`super::BODY_TIMEOUT`] into `request_timeout` (a client trickling its body
+/// takes longer than [`super::state::BODY_TIMEOUT`] into `request_timeout` (a client trickling its body
 /// a byte at a time held a connection as long as it liked).
 pub struct Body(pub Bytes);
 
@@ -264,12 +264,13 @@ impl<S: Send + Sync> FromRequest<S> for Body {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let read = tokio::time::timeout(super::BODY_TIMEOUT, Bytes::from_request(req, state));
+        let read =
+            tokio::time::timeout(super::state::BODY_TIMEOUT, Bytes::from_request(req, state));
         read.await
             .map_err(|_| {
                 ApiError::RequestTimeout(format!(
                     "the body did not arrive within {} s",
-                    super::BODY_TIMEOUT.as_secs()
+                    super::state::BODY_TIMEOUT.as_secs()
                 ))
             })?
             .map(Body)
@@ -277,7 +278,7 @@ impl<S: Send + Sync> FromRequest<S> for Body {
                 if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::PayloadTooLarge(format!(
                         "the body is larger than {} bytes",
-                        super::BODY_LIMIT
+                        super::state::BODY_LIMIT
                     ))
                 } else {
                     ApiError::InvalidRequest(r.body_text())

@@ -1,5 +1,5 @@
 //! `GET /v1/runs/{id}/events`: the run's Redis stream relayed as Server-Sent Events (docs/api.md
-//! §5.1).
+//! §1).
 //!
 //! Each SSE event carries the stream entry's id (`id:`), the event type (`event:`) and the event
 //! JSON (`data:`), so a client that reconnects with `Last-Event-ID` resumes right after the last
@@ -16,9 +16,9 @@
 //! free for it a new stream is refused with 503 and `Retry-After`, and a slot is free again when
 //! its client goes away.
 
-use super::AppState;
 use super::auth::{presents_admin, require_api};
 use super::error::{ApiError, PathParams};
+use super::state::AppState;
 use super::stream_slots::{self, Full, Reader, StreamSlot};
 use super::user::ForUser;
 use crate::hub::{Lost, Subscription};

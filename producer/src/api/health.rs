@@ -2,7 +2,7 @@
 //! and every worker replica's (each reports its probe, `queue::health`), for a liveness probe.
 //! (`GET /metrics` is in [`super::metrics`].)
 
-use super::AppState;
+use super::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;

@@ -27,9 +27,9 @@
 //! ([`super::auth::require_metrics_token`]). It shows counts, route names and connection ids,
 //! never a key.
 
-use super::AppState;
 use super::board::workers;
 use super::error::ApiError;
+use super::state::AppState;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;

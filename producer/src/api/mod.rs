@@ -1,17 +1,17 @@
-//! The HTTP API of docs/api.md §5.1 on axum: thin handlers over [`queue::enqueue::Enqueuer`], the
+//! The HTTP API of docs/api.md §1 on axum: thin handlers over [`queue::enqueue::Enqueuer`], the
 //! store and Redis, with the state passed explicitly in [`AppState`] (tests build one per test,
 //! with their own namespace and tokens, and serve [`router`] in-process).
 //!
 //! Every error is `{"error":{"code","message"}}` ([`error::ApiError`]), including unknown routes,
 //! wrong methods, bad JSON and bodies over [`BODY_LIMIT`].
 //!
-//! Security (issue 6): a bearer token on `/v1` ([`auth`], constant-time comparisons), the admin
-//! token on the operator's clear, no non-loopback bind without a token (`producer serve`), a
+//! Security (docs/design.md §6): a bearer token on `/v1` ([`auth`], constant-time comparisons), the
+//! admin token on the operator's clear, no non-loopback bind without a token (`producer serve`), a
 //! body limit on every route, and `?user_id=` scoping of run routes ([`user`]). The board's page
 //! ([`board`]) is served without a token but holds no data; its data comes from `/v1/board/…`.
 //! Bodies on `/v1` must be JSON ([`json_only`]), `/metrics` needs a token once one is set, and
-//! without an API token every route refuses other hosts and other sites' pages ([`origin`]).
-//! Open event streams are capped ([`AppState::stream_slots`]) and share one Redis reader
+//! without an API token every route refuses other hosts and other sites' pages ([`origin`]). Open
+//! event streams are capped ([`AppState::stream_slots`]) and share one Redis reader
 //! ([`crate::hub`]).
 
 pub mod approvals;
@@ -29,71 +29,26 @@ pub mod openapi;
 pub mod origin;
 pub mod pools;
 pub mod rate_limit;
+pub mod request_rate;
 pub mod rests;
 pub mod route_history;
 pub mod run_actions;
 pub mod run_list;
 pub mod runs;
+pub mod state;
 pub mod stream_slots;
 pub mod tenants;
+pub mod totals;
 pub mod user;
 
-use crate::hub::Hub;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
 use axum::middleware;
 use axum::routing::{delete, get, post, put};
 use error::ApiError;
-use freeway::signed::EventsSigner;
-use freeway::store::{SecretKey, SqlStore};
-use queue::enqueue::Enqueuer;
+pub use state::{AppState, BATCH_BODY_LIMIT, BODY_LIMIT, BODY_TIMEOUT};
 use std::sync::Arc;
-use tokio::sync::watch;
-
-/// The largest request body (docs/api.md §5.1): 256 KiB.
-pub const BODY_LIMIT: usize = 256 * 1024;
-/// How long a client has to send a request's body once its headers are in (the accept loop
-/// bounds the headers).
-pub const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// The largest `POST /v1/runs:batch` body: a thousand runs of 16 KiB.
-pub const BATCH_BODY_LIMIT: usize = 16 * 1024 * 1024;
-
-/// Everything a handler needs.
-pub struct AppState {
-    pub enqueuer: Enqueuer,
-    /// The SQL store: runs, attempts and users' connections.
-    pub store: SqlStore,
-    /// The shared reader of the runs' event streams, for every open `…/events` response.
-    pub hub: Hub,
-    /// One slot per open event stream (`FREEWAY_MAX_STREAMS`), counted per run and per user.
-    pub stream_slots: Arc<stream_slots::StreamSlots>,
-    /// Each credential's request rate (`FREEWAY_RATE_LIMIT`).
-    pub rate_limits: rate_limit::RateLimits,
-    pub tokens: auth::Tokens,
-    /// `FREEWAY_SECRET_KEY`: without it connections cannot be stored.
-    pub secret_key: Option<SecretKey>,
-    /// Signs each run's `events_url` (derived from `FREEWAY_SECRET_KEY`); without it the URL
-    /// needs the API token like any other.
-    pub signer: Option<EventsSigner>,
-    /// `FREEWAY_CORS_ORIGINS`: web app pages that may read a run's events with its `events_url`.
-    pub cors_origins: Vec<String>,
-    /// The day's totals of the board, read once for every board that polls them.
-    pub totals: board::TotalsCache,
-    /// Turns `true` when the server shuts down, so open event streams end and the graceful
-    /// shutdown does not wait for them.
-    pub shutdown: watch::Receiver<bool>,
-}
-
-impl AppState {
-    /// Resolves when the server shuts down; never when no one can signal it any more.
-    pub async fn shutting_down(&self) {
-        let mut rx = self.shutdown.clone();
-        if rx.wait_for(|&down| down).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
 
 /// The API's routes on `state`.
 pub fn router(state: Arc<AppState>) -> Router {

@@ -12,8 +12,8 @@
 //! `[::1]`, each with or without a port. With an API token configured neither check applies:
 //! the token is the protection, and a public deployment sits behind names of its own.
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Uri, header};
 use axum::middleware::Next;

@@ -5,12 +5,12 @@
 //! (from the limiter, docs/design.md §4.4), and the rests that close any of its instances right
 //! now (a per-key pool has one instance per connection, `{pool}@{connection}`).
 //!
-//! While runs wait their turn for an instance (docs/design.md §4.8), its use says how many, of
+//! While runs wait their turn for an instance (docs/design.md §4.7), its use says how many, of
 //! how many tenants, and each tenant's slots this window: the platform's instance in `use`, the
 //! others (users' own keys of a per-key pool) in `instances`, listed only while runs wait.
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use freeway::canary::CanaryRecord;

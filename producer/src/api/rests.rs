@@ -7,10 +7,10 @@
 //! A pause is a rest, not a second mechanism: runs on a paused route are delayed or refused as
 //! for any rest, every replica sees it at once, and a resume wakes them through the limiter.
 
-use super::AppState;
 use super::audit;
 use super::auth::require_admin;
 use super::error::{ApiError, JsonBody, PathParams};
+use super::state::AppState;
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};

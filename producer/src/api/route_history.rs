@@ -3,8 +3,8 @@
 //! per-minute counters every worker adds to ([`freeway::metrics`]). A route that fails before it
 //! rests shows here first.
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 use axum::Json;
 use axum::extract::{Query, State, rejection::QueryRejection};
 use freeway::metrics::{MINUTES_KEPT, Metrics, RouteMinute, route_minutes};

@@ -3,11 +3,11 @@
 //! API token; acting on any run is the operator's and needs the admin token. Every action is
 //! in the audit trail ([`super::audit`]) with who asked.
 
-use super::AppState;
 use super::audit;
 use super::auth::require_admin;
 use super::error::{ApiError, PathParams};
 use super::runs::{accepted, enqueued};
+use super::state::AppState;
 use super::user::ForUser;
 use axum::Json;
 use axum::extract::State;

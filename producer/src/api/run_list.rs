@@ -1,8 +1,8 @@
 //! `GET /v1/runs`: the runs, newest first, filtered and paged by cursor, with counts per status
 //! (docs/api.md). The board's runs tabs and search are this one endpoint.
 
-use super::AppState;
 use super::error::ApiError;
+use super::state::AppState;
 use axum::Json;
 use axum::extract::{Query, State};
 use freeway::job::is_id;

@@ -1,8 +1,8 @@
 //! `POST /v1/runs` (enqueue, through the same [`Enqueuer::enqueue`](queue::enqueue::Enqueuer)
 //! as the CLI) and `GET /v1/runs/{id}` (scoped by `?user_id=`, see [`super::user`]).
 
-use super::AppState;
 use super::error::{ApiError, Body, ErrorDetail, PathParams};
+use super::state::AppState;
 use super::user::{ForUser, not_found};
 use crate::view::RunView;
 use axum::Json;

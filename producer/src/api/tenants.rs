@@ -1,19 +1,19 @@
-//! `GET /v1/tenants` and `GET /v1/tenants/{id}/usage` (docs/api.md §5.1, docs/design.md §4.9):
+//! `GET /v1/tenants` and `GET /v1/tenants/{id}/usage` (docs/api.md §1, docs/design.md §4.8):
 //! what tenants spend today against their caps, and what their calls cost by route and by day.
 //!
-//! Today's spend and what reservations hold come from the fleet's ledger in Redis, the figures
-//! the caps are checked against; calls and their cost by route and day come from the store's
-//! attempt log. A run with neither a tier cap nor `max_usd` asks the ledger nothing (its calls'
-//! cost is recorded with its attempts only), so for a tier without a cap today's spend is the
-//! attempt log's (`spend_from` says which). A tier belongs to runs, not to tenants, so the tier whose cap and day clock
-//! apply is the one asked for (`?tier=`), else the tier of the tenant's newest run, else
+//! Today's spend and what reservations hold come from the fleet's ledger in Redis, the figures the
+//! caps are checked against; calls and their cost by route and day come from the store's attempt
+//! log. A run with neither a tier cap nor `max_usd` asks the ledger nothing (its calls' cost is
+//! recorded with its attempts only), so for a tier without a cap today's spend is the attempt log's
+//! (`spend_from` says which). A tier belongs to runs, not to tenants, so the tier whose cap and day
+//! clock apply is the one asked for (`?tier=`), else the tier of the tenant's newest run, else
 //! `default`; the answer says which.
 //!
 //! A tenant is not a user: the web app's backend asks with the API token. The answers hold
 //! aggregates of that tenant's runs only (no run, user or output).
 
-use super::AppState;
 use super::error::{ApiError, PathParams};
+use super::state::AppState;
 use axum::Json;
 use axum::extract::{Query, State, rejection::QueryRejection};
 use freeway::catalog::{Catalog, DEFAULT_TIER, Tier};

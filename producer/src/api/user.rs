@@ -1,4 +1,4 @@
-//! Per-user isolation (issue 6). The API's callers are trusted back ends holding the API token,
+//! Per-user isolation (docs/design.md §6). The API's callers are trusted back ends holding the API token,
 //! acting for many users; a caller that acts for one user names it with `?user_id=` on any route
 //! about one run (`GET /v1/runs/{id}`, `…/events`, `POST …/approvals`, the board's run detail),
 //! and a run of another user is then `404`, exactly like a run that does not exist, so an id

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The user the run is for.
     #[arg(long)]
     user: String,
@@ -86,7 +86,7 @@ impl Args {
     }
 }
 
-pub async fn run(settings: Settings, args: Args) -> ExitCode {
+pub(crate) async fn run(settings: Settings, args: Args) -> ExitCode {
     let request = match args.request(&settings.catalog) {
         Ok(r) => r,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("invalid request: {e}")),

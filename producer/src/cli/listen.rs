@@ -25,18 +25,18 @@ const RESERVED_FILES: u64 = 64;
 /// The fewest connections served at once, whatever the file limit says.
 const MIN_CONNECTIONS: u64 = 16;
 /// How long a client has to send a request's headers.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the server holds a client to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub connections: usize,
     pub header_timeout: Duration,
 }
 
 impl Limits {
     /// The limits for a process whose soft file limit is `nofile` (`None`: unknown).
-    pub fn for_file_limit(nofile: Option<u64>) -> Limits {
+    pub(crate) fn for_file_limit(nofile: Option<u64>) -> Limits {
         let connections = nofile.map_or(1_024, |n| n.saturating_sub(RESERVED_FILES));
         Limits {
             connections: connections.max(MIN_CONNECTIONS) as usize,
@@ -47,7 +47,7 @@ impl Limits {
 
 /// The soft `RLIMIT_NOFILE` of this process, from `/proc/self/limits` (`None` where there is no
 /// such file, or it says "unlimited").
-pub fn file_limit() -> Option<u64> {
+pub(crate) fn file_limit() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
     line.split_whitespace().nth(3)?.parse().ok()
@@ -55,7 +55,7 @@ pub fn file_limit() -> Option<u64> {
 
 /// Serve `router` on `listener` within `limits` until `shutdown` resolves, then let the open
 /// connections finish their requests.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,

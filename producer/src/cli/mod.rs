@@ -1,28 +1,28 @@
 //! The commands of the `producer` binary, and what they share: exit codes and connecting to
 //! Redis and the store with one clear line on failure.
 
-pub mod enqueue;
-pub mod listen;
-pub mod serve;
-pub mod status;
+pub(crate) mod enqueue;
+pub(crate) mod listen;
+pub(crate) mod serve;
+pub(crate) mod status;
 
 use freeway::config::Settings;
 use freeway::connect::RedisConnection;
 use freeway::store::{SqlStore, StoreError};
 use std::process::ExitCode;
 
-pub const EXIT_FAILED: u8 = 1;
-pub const EXIT_BAD_INPUT: u8 = 2;
-pub const EXIT_REFUSED: u8 = 75;
+pub(crate) const EXIT_FAILED: u8 = 1;
+pub(crate) const EXIT_BAD_INPUT: u8 = 2;
+pub(crate) const EXIT_REFUSED: u8 = 75;
 
 /// Print `producer: <message>` on stderr and give the exit code.
-pub fn fail(code: u8, message: &str) -> ExitCode {
+pub(crate) fn fail(code: u8, message: &str) -> ExitCode {
     eprintln!("producer: {message}");
     ExitCode::from(code)
 }
 
 /// `producer openapi`: the document `GET /openapi.json` serves, on stdout.
-pub fn print_openapi() -> ExitCode {
+pub(crate) fn print_openapi() -> ExitCode {
     match serde_json::to_string_pretty(producer::api::openapi::spec()) {
         Ok(document) => {
             println!("{document}");
@@ -33,7 +33,7 @@ pub fn print_openapi() -> ExitCode {
 }
 
 /// Open the store of `DATABASE_URL` (a malformed URL is bad configuration: exit 2).
-pub async fn open_store(settings: &Settings) -> Result<SqlStore, ExitCode> {
+pub(crate) async fn open_store(settings: &Settings) -> Result<SqlStore, ExitCode> {
     SqlStore::open(&settings.database_url)
         .await
         .map_err(|e| match e {
@@ -43,7 +43,7 @@ pub async fn open_store(settings: &Settings) -> Result<SqlStore, ExitCode> {
 }
 
 /// Connect to `REDIS_URL`.
-pub async fn connect_redis(settings: &Settings) -> Result<RedisConnection, ExitCode> {
+pub(crate) async fn connect_redis(settings: &Settings) -> Result<RedisConnection, ExitCode> {
     freeway::connect::redis(&settings.redis_url)
         .await
         .map_err(|e| fail(EXIT_FAILED, &e.to_string()))

@@ -4,7 +4,7 @@
 use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, listen, open_store};
 use freeway::config::Settings;
 use freeway::signed::EventsSigner;
-use producer::api::rate_limit::RateLimits;
+use producer::api::request_rate::RateLimits;
 use producer::api::stream_slots::StreamSlots;
 use producer::api::{self, AppState, auth::Tokens};
 use producer::hub::Hub;
@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tokio::sync::watch;
 
-pub async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
+pub(crate) async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
     if settings.api_token.is_none() && !addr.ip().is_loopback() {
         return fail(
             EXIT_BAD_INPUT,

@@ -5,7 +5,7 @@ use freeway::config::Settings;
 use producer::view::RunView;
 use std::process::ExitCode;
 
-pub async fn run(settings: Settings, run_id: &str) -> ExitCode {
+pub(crate) async fn run(settings: Settings, run_id: &str) -> ExitCode {
     let store = match open_store(&settings).await {
         Ok(s) => s,
         Err(code) => return code,

@@ -352,7 +352,7 @@ async fn a_chain_with_a_resting_off_quota_route_is_routes_resting() {
     assert_eq!(status, 202);
 }
 
-/// docs/design.md §4.9: a chain left with only priced routes past a spend cap is refused at
+/// docs/design.md §4.8: a chain left with only priced routes past a spend cap is refused at
 /// enqueue (`spend_cap_reached`, nothing written); a run that may queue waits for its free route.
 #[tokio::test]
 async fn only_capped_priced_routes_left_is_spend_cap_reached_at_enqueue() {

@@ -1,4 +1,4 @@
-//! The HTTP API of docs/api.md §5.1 against real parts: Redis (`REDIS_URL`), the SQL store on a
+//! The HTTP API of docs/api.md §1 against real parts: Redis (`REDIS_URL`), the SQL store on a
 //! temporary SQLite file and the router served in-process. Each test has its own namespace and
 //! store, so they run in parallel.
 

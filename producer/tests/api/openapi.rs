@@ -1,4 +1,4 @@
-//! `GET /openapi.json` (docs/api.md §5.1): the document covers every route the router serves,
+//! `GET /openapi.json` (docs/api.md §1): the document covers every route the router serves,
 //! each with the methods it answers, and no route it does not; its schemas carry every error
 //! code and every event type.
 

@@ -1,5 +1,5 @@
 //! (v3) `GET /v1/pools` shows, per pool instance, the runs waiting their turn, of how many
-//! tenants, and each tenant's slots this window (docs/design.md §4.8). Runs are put in a
+//! tenants, and each tenant's slots this window (docs/design.md §4.7). Runs are put in a
 //! pool's queue through the limiter itself, as workers do, on the test's Redis.
 
 use crate::common::Server;

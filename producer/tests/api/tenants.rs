@@ -1,4 +1,4 @@
-//! (v3) What tenants spend (docs/design.md §4.9): `GET /v1/tenants/{id}/usage` (today's spend and
+//! (v3) What tenants spend (docs/design.md §4.8): `GET /v1/tenants/{id}/usage` (today's spend and
 //! reservations from the fleet's ledger against the tier's cap, calls and cost by route today
 //! and by day for 30 days from the attempt log) and `GET /v1/tenants` (the last day's tenants).
 

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-pub fn browser_dir() -> PathBuf {
+pub(crate) fn browser_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/browser")
 }
 
-pub fn chromium() -> PathBuf {
+pub(crate) fn chromium() -> PathBuf {
     std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
 }
 
@@ -37,7 +37,7 @@ fn missing_prerequisites() -> Vec<String> {
 
 /// Whether the browser can run; `false` when a machine lacks it, as [`super::skip`] says
 /// (`test` names the suite in the line).
-pub fn available(test: &str) -> bool {
+pub(crate) fn available(test: &str) -> bool {
     let missing = missing_prerequisites();
     if missing.is_empty() {
         return true;
@@ -51,7 +51,7 @@ pub fn available(test: &str) -> bool {
 
 /// Run `script` with `env` within `timeout`; its stdout, or a panic with both outputs and
 /// `context` (the fleet's logs) when it fails.
-pub async fn run(
+pub(crate) async fn run(
     script: &str,
     env: &[(&str, String)],
     timeout: Duration,

@@ -14,15 +14,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub const PLATFORM_KEY: &str = "sk-or-v1-fleet-platform-key-7d1c0a55";
-pub const API_TOKEN: &str = "fw-api-token-5be3c1f09a";
-pub const ADMIN_TOKEN: &str = "fw-admin-token-c4e18d2b77";
+pub(crate) const PLATFORM_KEY: &str = "sk-or-v1-fleet-platform-key-7d1c0a55";
+pub(crate) const API_TOKEN: &str = "fw-api-token-5be3c1f09a";
+pub(crate) const ADMIN_TOKEN: &str = "fw-admin-token-c4e18d2b77";
 /// `FREEWAY_SECRET_KEY` (seals users' keys): a secret too.
-pub const SECRET_KEY: &str = "397e71bb7869e794e09c90cb524a17a4af0389a5e1a66992c8a7d5e728862043";
+pub(crate) const SECRET_KEY: &str =
+    "397e71bb7869e794e09c90cb524a17a4af0389a5e1a66992c8a7d5e728862043";
 
 /// How a fleet's processes log.
 #[derive(Clone, Copy)]
-pub struct Logging {
+pub(crate) struct Logging {
     pub rust_log: &'static str,
     pub json: bool,
 }
@@ -36,7 +37,7 @@ impl Default for Logging {
     }
 }
 
-pub struct Fleet {
+pub(crate) struct Fleet {
     pub ns: String,
     pub dir: PathBuf,
     pub db_url: String,
@@ -51,7 +52,7 @@ pub struct Fleet {
 }
 
 /// The workspace's target folder (where the binaries and the board's screenshot go).
-pub fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     let producer = Path::new(env!("CARGO_BIN_EXE_producer"));
     producer
         .ancestors()
@@ -69,7 +70,7 @@ fn worker_bin() -> PathBuf {
     bin
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -79,7 +80,7 @@ pub fn free_port() -> u16 {
 impl Fleet {
     /// The simulator, `producer serve` with both tokens, and `workers` worker replicas; `None`
     /// (said) without a Redis for them.
-    pub async fn start(
+    pub(crate) async fn start(
         name: &str,
         sim_config: sim::SimConfig,
         workers: usize,
@@ -90,7 +91,7 @@ impl Fleet {
 
     /// [`Fleet::start`], every process also getting the variables `env` makes from the
     /// simulator (its base URLs, for a configuration file).
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         name: &str,
         sim_config: sim::SimConfig,
         workers: usize,
@@ -140,7 +141,7 @@ impl Fleet {
     }
 
     /// Kill `name` at once (SIGKILL), as a crash or the OOM killer would, and reap it.
-    pub fn kill9(&mut self, name: &str) {
+    pub(crate) fn kill9(&mut self, name: &str) {
         if let Some(i) = self.children.iter().position(|(n, _)| n == name) {
             let (_, mut child) = self.children.remove(i);
             let _ = child.kill();
@@ -149,7 +150,7 @@ impl Fleet {
     }
 
     /// `producer serve` again on the fleet's address, as `name` (after [`Fleet::kill9`]).
-    pub async fn restart_producer(&mut self, name: &str) {
+    pub(crate) async fn restart_producer(&mut self, name: &str) {
         let addr = self.base.trim_start_matches("http://").to_string();
         self.spawn(
             name,
@@ -161,7 +162,7 @@ impl Fleet {
 
     /// A second `producer serve`, `name`, on a port of its own beside the first, sharing the
     /// fleet's Redis and store; returns its base URL once it is healthy.
-    pub async fn add_producer(&mut self, name: &str) -> String {
+    pub(crate) async fn add_producer(&mut self, name: &str) -> String {
         let addr = format!("127.0.0.1:{}", free_port());
         self.spawn(
             name,
@@ -174,7 +175,7 @@ impl Fleet {
     }
 
     /// The process id of `name`.
-    pub fn pid(&self, name: &str) -> u32 {
+    pub(crate) fn pid(&self, name: &str) -> u32 {
         self.children
             .iter()
             .find(|(n, _)| n == name)
@@ -185,7 +186,7 @@ impl Fleet {
     /// Limit the file size of the process `name` (`prlimit --pid --fsize`, `soft:hard`): at
     /// `1:unlimited` its next write to the store fails as on a full disk (the binaries handle
     /// SIGXFSZ); `unlimited:unlimited` gives the room back. Only that process is limited.
-    pub fn limit_file_size(&self, name: &str, limit: &str) {
+    pub(crate) fn limit_file_size(&self, name: &str, limit: &str) {
         let status = Command::new("prlimit")
             .args([
                 "--pid",
@@ -198,7 +199,7 @@ impl Fleet {
     }
 
     /// One more worker replica, `worker-N`.
-    pub fn add_worker(&mut self) {
+    pub(crate) fn add_worker(&mut self) {
         let n = self
             .children
             .iter()
@@ -267,24 +268,24 @@ impl Fleet {
         }
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// Every process's log so far, by process name.
-    pub fn logs(&self) -> Vec<(String, String)> {
+    pub(crate) fn logs(&self) -> Vec<(String, String)> {
         self.children
             .iter()
             .map(|(name, _)| (name.clone(), self.log_of(name)))
             .collect()
     }
 
-    pub fn log_of(&self, name: &str) -> String {
+    pub(crate) fn log_of(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
     }
 
     /// Stop every process with SIGTERM (a graceful shutdown, so the logs are complete) and wait.
-    pub async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         for (_, child) in &mut self.children {
             let _ = Command::new("kill")
                 .args(["-TERM", &child.id().to_string()])
@@ -301,7 +302,12 @@ impl Fleet {
     }
 
     /// An API call with the API token: `(status, JSON body)`.
-    pub async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
         let mut req = self
             .http
@@ -317,14 +323,14 @@ impl Fleet {
     }
 
     /// Enqueue a run; returns its id.
-    pub async fn enqueue(&self, body: Value) -> String {
+    pub(crate) async fn enqueue(&self, body: Value) -> String {
         let (status, reply) = self.call("POST", "/v1/runs", Some(&body)).await;
         assert_eq!(status, 202, "POST /v1/runs {body}: {reply}");
         reply["run_id"].as_str().expect("a run id").to_string()
     }
 
     /// Wait for the run to settle (succeeded, failed, refused, awaiting approval); returns it.
-    pub async fn settled(&self, run_id: &str, timeout: Duration) -> Value {
+    pub(crate) async fn settled(&self, run_id: &str, timeout: Duration) -> Value {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let (status, run) = self.call("GET", &format!("/v1/runs/{run_id}"), None).await;
@@ -345,7 +351,7 @@ impl Fleet {
     }
 
     /// The Prometheus text of `/metrics`.
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         let resp = self
             .http
             .get(self.url("/metrics"))
@@ -359,14 +365,14 @@ impl Fleet {
 
     /// `/metrics` once `series` reads `value`: a replica writes its counts within a tick of
     /// counting them.
-    pub async fn metrics_showing(&self, series: &str, value: f64) -> String {
+    pub(crate) async fn metrics_showing(&self, series: &str, value: f64) -> String {
         self.metrics_when(|text| sample(text, series) == Some(value))
             .await
     }
 
     /// `/metrics` once `shows` holds of it, or after 5 s (the caller's assertions say what is
     /// missing).
-    pub async fn metrics_when(&self, shows: impl Fn(&str) -> bool) -> String {
+    pub(crate) async fn metrics_when(&self, shows: impl Fn(&str) -> bool) -> String {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
             let text = self.metrics().await;
@@ -378,12 +384,12 @@ impl Fleet {
     }
 
     /// `GET path` until its answer `holds`, at most 30 s.
-    pub async fn json_when(&self, path: &str, holds: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn json_when(&self, path: &str, holds: impl Fn(&Value) -> bool) -> Value {
         self.json_within(path, Duration::from_secs(30), holds).await
     }
 
     /// The answer to `GET path` once `holds`, polled until `timeout`.
-    pub async fn json_within(
+    pub(crate) async fn json_within(
         &self,
         path: &str,
         timeout: Duration,
@@ -406,7 +412,7 @@ impl Fleet {
     /// Store `n` failed runs on `model`, of users `seed0`..`seed6` in turn, a millisecond apart
     /// an hour ago, as a burst long past would leave them; each kept with its job, as the
     /// producer keeps a run, so a retry can read its request. Returns their ids.
-    pub async fn seed_failed_runs(&self, n: usize, model: &str) -> Vec<String> {
+    pub(crate) async fn seed_failed_runs(&self, n: usize, model: &str) -> Vec<String> {
         use freeway::store::Store;
         let store = freeway::store::SqlStore::open(&self.db_url)
             .await
@@ -437,7 +443,7 @@ impl Fleet {
         ids
     }
 
-    pub async fn json(&self, path: &str) -> Value {
+    pub(crate) async fn json(&self, path: &str) -> Value {
         let resp = self
             .http
             .get(self.url(path))
@@ -464,7 +470,7 @@ impl Drop for Fleet {
 }
 
 /// The value of one sample line (`name{labels} value`) in Prometheus text; `None` when absent.
-pub fn sample(text: &str, series: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| {
         l.strip_prefix(series)?
             .strip_prefix(' ')?

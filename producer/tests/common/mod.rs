@@ -5,10 +5,10 @@
 
 #![allow(dead_code)] // each test binary uses part of this module
 
-pub mod browser;
-pub mod fleet;
+pub(crate) mod browser;
+pub(crate) mod fleet;
 #[path = "../../../tests/support/skip.rs"]
-pub mod skip;
+pub(crate) mod skip;
 
 use freeway::connect::RedisConnection;
 use freeway::events::{Event, EventSink, RedisEvents};
@@ -21,9 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::sync::watch;
 
-pub const SECRET_HEX: &str = "5f5dbb7fe192bcc2bf10bb66a83d5c1e39035bd981ba29773d79e7f3ff225967";
+pub(crate) const SECRET_HEX: &str =
+    "5f5dbb7fe192bcc2bf10bb66a83d5c1e39035bd981ba29773d79e7f3ff225967";
 
-pub fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -35,7 +36,7 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-pub fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(unique(&format!("freeway-producer-{name}")));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
@@ -43,9 +44,9 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 /// The API served in-process, with its own namespace, store and tokens.
 /// The web app origin every test server lets read a run's events with its `events_url`.
-pub const CORS_ORIGIN: &str = "http://127.0.0.1:3999";
+pub(crate) const CORS_ORIGIN: &str = "http://127.0.0.1:3999";
 
-pub struct Server {
+pub(crate) struct Server {
     pub base: String,
     pub ns: String,
     pub db_url: String,
@@ -60,13 +61,13 @@ pub struct Server {
 }
 
 impl Server {
-    pub async fn start(tokens: Tokens, secret_key: Option<SecretKey>) -> Option<Server> {
+    pub(crate) async fn start(tokens: Tokens, secret_key: Option<SecretKey>) -> Option<Server> {
         let streams = freeway::config::DEFAULT_MAX_STREAMS;
         Server::start_capped(tokens, secret_key, streams).await
     }
 
     /// With at most `max_streams` event streams open at once.
-    pub async fn start_capped(
+    pub(crate) async fn start_capped(
         tokens: Tokens,
         secret_key: Option<SecretKey>,
         max_streams: usize,
@@ -76,7 +77,7 @@ impl Server {
     }
 
     /// Without tokens, validating runs against `catalog` (its tiers, providers and pools).
-    pub async fn with_catalog(catalog: freeway::catalog::Catalog) -> Option<Server> {
+    pub(crate) async fn with_catalog(catalog: freeway::catalog::Catalog) -> Option<Server> {
         let streams = freeway::config::DEFAULT_MAX_STREAMS;
         Server::start_with(Tokens::default(), None, streams, catalog).await
     }
@@ -102,7 +103,7 @@ impl Server {
             store: store.clone(),
             hub: Hub::new(&skip::redis_url(), conn.clone(), max_streams),
             stream_slots: producer::api::stream_slots::StreamSlots::new(max_streams),
-            rate_limits: producer::api::rate_limit::RateLimits::new(
+            rate_limits: producer::api::request_rate::RateLimits::new(
                 freeway::config::DEFAULT_RATE_LIMIT,
             ),
             tokens,
@@ -133,19 +134,19 @@ impl Server {
     }
 
     /// The API without tokens; `None` (said) without a Redis to serve it on.
-    pub async fn open() -> Option<Server> {
+    pub(crate) async fn open() -> Option<Server> {
         Server::start(Tokens::default(), None).await
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    pub fn events(&self) -> RedisEvents {
+    pub(crate) fn events(&self) -> RedisEvents {
         RedisEvents::new(self.conn.clone(), self.ns.clone())
     }
 
-    pub async fn publish(&self, run_id: &str, events: &[Event]) {
+    pub(crate) async fn publish(&self, run_id: &str, events: &[Event]) {
         let sink = self.events();
         for e in events {
             sink.publish(run_id, e).await.expect("publish");
@@ -153,7 +154,7 @@ impl Server {
     }
 
     /// POST a run; returns the status and the JSON body.
-    pub async fn post_run(&self, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    pub(crate) async fn post_run(&self, body: &serde_json::Value) -> (u16, serde_json::Value) {
         let resp = self
             .http
             .post(self.url("/v1/runs"))
@@ -165,14 +166,14 @@ impl Server {
         (status, json_of(resp).await)
     }
 
-    pub async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
+    pub(crate) async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
         let resp = self.http.get(self.url(path)).send().await.expect("GET");
         let status = resp.status().as_u16();
         (status, json_of(resp).await)
     }
 
     /// Rows in the store's `runs` table.
-    pub async fn stored_runs(&self) -> i64 {
+    pub(crate) async fn stored_runs(&self) -> i64 {
         let pool = sqlx::SqlitePool::connect(&self.db_url).await.expect("db");
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs")
             .fetch_one(&pool)
@@ -183,7 +184,7 @@ impl Server {
     }
 
     /// Redis keys of this test's namespace that match `pattern` (after `{ns}:`).
-    pub async fn keys(&self, pattern: &str) -> Vec<String> {
+    pub(crate) async fn keys(&self, pattern: &str) -> Vec<String> {
         let mut conn = self.conn.clone();
         redis::cmd("KEYS")
             .arg(format!("{}:{pattern}", self.ns))
@@ -194,7 +195,7 @@ impl Server {
 }
 
 /// JSON bodies without reqwest's `json` feature.
-pub trait JsonBody {
+pub(crate) trait JsonBody {
     fn json_body(self, body: &serde_json::Value) -> Self;
 }
 
@@ -205,18 +206,18 @@ impl JsonBody for reqwest::RequestBuilder {
     }
 }
 
-pub async fn json_of(resp: reqwest::Response) -> serde_json::Value {
+pub(crate) async fn json_of(resp: reqwest::Response) -> serde_json::Value {
     let text = resp.text().await.expect("a body");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
-pub fn run_body(user: &str, model: &str) -> serde_json::Value {
+pub(crate) fn run_body(user: &str, model: &str) -> serde_json::Value {
     serde_json::json!({ "user_id": user, "input": "hello", "routes": [{ "model": model }] })
 }
 
 /// Spawn `cmd`, a `producer serve` with its stderr piped, and wait for its "producer listening"
 /// log line: the child and the base URL it serves.
-pub async fn listening(mut cmd: tokio::process::Command) -> (tokio::process::Child, String) {
+pub(crate) async fn listening(mut cmd: tokio::process::Command) -> (tokio::process::Child, String) {
     use tokio::io::AsyncBufReadExt;
     freeway::provider::install_crypto();
     cmd.env("FREEWAY_LOG_FORMAT", "json");

@@ -1,4 +1,4 @@
-//! The `producer` binary as a real process (docs/api.md §5.2): `--help`, one-line errors with exit
+//! The `producer` binary as a real process (docs/api.md §2): `--help`, one-line errors with exit
 //! 2 for bad input and configuration, the loopback rule of `serve`, `enqueue` (with `--wait`) and
 //! `status` against real Redis and a temporary SQLite store, and a graceful shutdown on SIGTERM
 //! that ends open event streams.
@@ -582,7 +582,8 @@ async fn a_bad_configuration_file_stops_every_command_with_one_line() {
     }
 }
 
-/// Tokens and a key that pass the start-up checks (issue 27 item 11).
+/// Tokens and a key that pass the start-up checks (docs/api.md §3: tokens of 16 characters or more,
+/// no two alike).
 const GOOD_API_TOKEN: &str = "api-token-8c41f0e7b2d95a36";
 const GOOD_ADMIN_TOKEN: &str = "admin-token-1e9b07c3f5a4d862";
 const GOOD_SECRET_KEY: &str = "c7a1e04f92b6d3580e1f7a2c4b9d6e8305f1a7c2e9b4d60817c3f5a2e8d9b046";
@@ -602,7 +603,7 @@ async fn serve_refuses_weak_or_shared_secrets_and_overlong_durations_in_one_line
     .expect("write");
     let long_canary = long_canary.to_str().expect("utf-8 path");
     let zero_key = "0".repeat(64);
-    let cases: [Refusal; 5] = [
+    let cases: [Refusal<'_>; 5] = [
         (
             &[("FREEWAY_API_TOKEN", "x")],
             "FREEWAY_API_TOKEN: must be at least 16 characters",

@@ -1,4 +1,4 @@
-//! The fleet end to end, as processes (issue 6): `/metrics` served by the producer counts what
+//! The fleet end to end, as processes: `/metrics` served by the producer counts what
 //! the worker replicas did, call for call against the simulator's call log, and a whole run of
 //! the fleet at `RUST_LOG=trace` logs no secret, in JSON lines whose spans carry the attempt log.
 
@@ -61,7 +61,8 @@ async fn metrics_count_what_the_fleet_did_call_for_call() {
     .enumerate()
     {
         if n == 4 {
-            // The single-route run meets a 500 and gets its one retry (docs/design.md §2.2.5).
+            // The single-route run meets a 500 and gets its one retry (docs/design.md §2.2, rule
+            // 5).
             fleet.sim.inject(server_error.clone());
         }
         let id = fleet.enqueue(body).await;
@@ -703,12 +704,12 @@ async fn a_producer_killed_mid_batch_strands_no_run_once_the_batch_is_resent() {
     fleet.stop().await;
 }
 
-/// Requests that carry one idempotency key, sent all at once, answer one run: the same `run_id`
-/// in every 202, one stored run and one provider call a key, with `n` = 10 requests on one
-/// producer and 50 spread over two; the same for the bodies of `n` identical batches, and for
-/// ten retries of one failed run across both producers (one new run). No request answers 503. (On the code before
-/// the store decided, 10 requests made 2–4 runs, five batches 101 runs for 50 keys, ten retries
-/// 2–4 runs and some 503s.)
+/// Requests that carry one idempotency key, sent all at once, answer one run: the same `run_id` in
+/// every 202, one stored run and one provider call a key, with `n` = 10 requests on one producer
+/// and 50 spread over two; the same for the bodies of `n` identical batches, and for ten retries of
+/// one failed run across both producers (one new run). No request answers 503. (On the code before
+/// the store decided, 10 requests made 2–4 runs, five batches 101 runs for 50 keys, ten retries 2–4
+/// runs and some 503s.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_is_one_run_and_one_call_however_many_requests_race() {
     let Some(mut fleet) =

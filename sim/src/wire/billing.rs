@@ -7,7 +7,7 @@
 use serde_json::json;
 
 use super::error::{ErrorObj, ErrorReply, Metadata};
-use super::fault::Strike;
+use super::strike::Strike;
 
 const CREDITS_REMEDY: &str = "Add credits at https://openrouter.ai/settings/credits, or lower max_tokens / prompt size to fit your remaining balance.";
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::completion::{GeminiCall, Usage, pad_to};
 use super::error::ErrorObj;
-use super::{Envelope, to_json};
+use super::{Envelope, data_frame, to_json};
 use crate::model::ToolCall;
 
 /// The comment OpenRouter sends while waiting for the first token.
@@ -156,15 +156,6 @@ impl<'a> ChunkChoice<'a> {
             Some(reason),
         )
     }
-}
-
-/// One SSE data frame: `data: <json>` and the blank line.
-pub(crate) fn data_frame(json: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(json.len() + 8);
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(json);
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
 }
 
 /// One SSE event `data: <chunk>\n\n`.

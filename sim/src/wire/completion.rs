@@ -2,8 +2,8 @@
 //! carries, streamed or not (docs/providers.md §1.2, §1.4).
 //!
 //! `usage` is the one part a client bills by, so `cost` is written the way the captures write
-//! it (`0` for `:free`, never `0.0`), and only where OpenRouter shows it (see [`Usage`]). Padding lives here too: a body of an exact size tests
-//! client body limits with JSON that still parses.
+//! it (`0` for `:free`, never `0.0`), and only where OpenRouter shows it (see [`Usage`]). Padding
+//! lives here too: a body of an exact size tests client body limits with JSON that still parses.
 
 use serde::{Serialize, Serializer};
 
@@ -176,7 +176,7 @@ impl<'a> GeminiCall<'a> {
     }
 }
 
-/// Field order of the Parasail capture (§1.2): `type`, `index`, `id`, `function`.
+/// Field order of the Parasail capture (docs/providers.md §1.2): `type`, `index`, `id`, `function`.
 #[derive(Serialize)]
 pub(crate) struct ToolCallOut<'a> {
     #[serde(rename = "type")]

@@ -12,8 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use super::chunk::data_frame;
-use super::{json_response, to_json};
+use super::{data_frame, json_response, to_json};
 use crate::config::Shape;
 use crate::faults::ErrorCode;
 use crate::ids;
@@ -236,7 +235,7 @@ pub(crate) fn error_event(error: &ErrorObj) -> Bytes {
 }
 
 /// The body of an `empty_choices` mid-stream error served without streaming: a bare error
-/// envelope inside a 200 (docs/providers.md §2.8, ai-sdk-provider issues #50/#82).
+/// envelope inside a 200 (docs/providers.md §2.8, OpenRouterTeam/ai-sdk-provider#50 and #82).
 pub(crate) fn error_in_200(error: &ErrorObj, key: &str) -> Vec<u8> {
     let user_id = ids::user_id(key);
     to_json(&ErrorEnvelope {

@@ -7,40 +7,13 @@
 //! faults served inside a 200 (§2.8).
 
 use super::billing;
-use super::chunk::data_frame;
+use super::data_frame;
 use super::error::{ErrorObj, ErrorReply, Metadata, no_auth_credentials};
 use super::rate_limit;
-use crate::config::Shape;
+use super::strike::{FaultCtx, Strike};
 use crate::faults::{ErrorCode, FaultKind, FaultSpec};
-use crate::ids;
 use axum::body::Bytes;
 use serde::Serialize;
-
-/// What an error fault needs to know about the request it strikes.
-pub(crate) struct FaultCtx<'a> {
-    pub key: &'a str,
-    pub model: &'a str,
-    pub now_ms: u64,
-    pub user_text: &'a str,
-    pub max_tokens: Option<u64>,
-    pub shape: Shape,
-}
-
-/// One fault striking one request: the spec, the request, and what follows from both.
-pub(super) struct Strike<'a> {
-    pub(super) spec: &'a FaultSpec,
-    pub(super) ctx: &'a FaultCtx<'a>,
-    /// The fault's own shape, else the configured one.
-    pub(super) shape: Shape,
-    pub(super) status: u16,
-}
-
-impl Strike<'_> {
-    /// The reply with the fault's status, addressed to the key's user as OpenRouter's are.
-    pub(super) fn reply(&self, error: ErrorObj) -> ErrorReply {
-        ErrorReply::new(self.status, error, Some(ids::user_id(self.ctx.key)))
-    }
-}
 
 const MASKED_500: &str = "Internal Server Error";
 const SERVER_ERROR: &str = "The server had an error processing your request";
@@ -73,13 +46,13 @@ pub(crate) fn fault_error(spec: &FaultSpec, ctx: &FaultCtx<'_>) -> Option<ErrorR
             f.status,
             format!("No endpoints found for {}.", ctx.model),
         )),
-        // The request's own fault (§1.1's `models` limit): "not a valid model ID" would be a dead
-        // model, which `no_endpoints_404` plays.
+        // The request's own fault (docs/providers.md §1.1's `models` limit): "not a valid model ID"
+        // would be a dead model, which `no_endpoints_404` plays.
         FaultKind::BadRequest400 => f.reply(ErrorObj::new(
             f.status,
             "'models' array must have 3 items or fewer.",
         )),
-        // §2.7: the 500 path masks the message and carries no provider_code.
+        // docs/providers.md §2.7: the 500 path masks the message and carries no provider_code.
         FaultKind::Server500 => f.reply(ErrorObj::new(f.status, MASKED_500)),
         FaultKind::BadGateway502 | FaultKind::Overloaded529 => provider_failure(&f),
         FaultKind::Timeout

@@ -108,7 +108,8 @@ pub(crate) fn groq_429(model: &str, key: &str, v: &GroqVerdict, refusal: GroqRef
     json_response(StatusCode::TOO_MANY_REQUESTS, headers, body)
 }
 
-/// Go-style duration as Groq writes it (§4.1): `7.66s`, `2m59.56s`, `1m26.4s`, `20s`, `8h`,
+/// Go-style duration as Groq writes it (docs/providers.md §4.1): `7.66s`, `2m59.56s`, `1m26.4s`,
+/// `20s`, `8h`,
 /// `450ms`.
 pub(super) fn go_duration(ms: u64) -> String {
     use std::fmt::Write;

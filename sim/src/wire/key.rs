@@ -92,8 +92,9 @@ pub(crate) fn key_info(key: &str, used: u32, limit: u32, high_balance: bool) -> 
     json_response(StatusCode::OK, HeaderMap::new(), body)
 }
 
-/// `sk-or-v1-0e6...1c96`: the first 12 and last 4 characters, as in the captured label (§3.2).
-/// Shorter keys show a quarter at each end, so the label never reveals the whole key.
+/// `sk-or-v1-0e6...1c96`: the first 12 and last 4 characters, as in the captured label
+/// (docs/providers.md §3.2). Shorter keys show a quarter at each end, so the label never reveals
+/// the whole key.
 fn mask_key(key: &str) -> String {
     let chars: Vec<char> = key.chars().collect();
     let (head, tail) = if chars.len() >= 24 {

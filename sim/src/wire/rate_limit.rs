@@ -10,7 +10,7 @@
 use serde_json::json;
 
 use super::error::{ErrorObj, ErrorReply, HeaderEcho, Metadata};
-use super::fault::Strike;
+use super::strike::Strike;
 use crate::account::Refusal;
 use crate::clock::window_start;
 use crate::config::Shape;
@@ -18,12 +18,13 @@ use crate::ids;
 
 const UPSTREAM_REMEDY: &str = "Retry shortly, add your own provider key (https://openrouter.ai/settings/integrations), or route to another provider with provider routing: https://openrouter.ai/docs/features/provider-routing";
 
-/// The account's free-tier 429s: per minute, per day, per day with a high balance (§2.2).
+/// The account's free-tier 429s: per minute, per day, per day with a high balance
+/// (docs/providers.md §2.2).
 pub(crate) fn free_tier_429(refusal: Refusal, shape: Shape, key: &str) -> ErrorReply {
     let (message, limit_source, remedy_hint, limit, reset_ms) = match refusal {
         Refusal::PerMinute { limit, reset_ms } => (
             match shape {
-                // The 2026 text really ends in ". " (§2.2).
+                // The 2026 text really ends in ". " (docs/providers.md §2.2).
                 Shape::Y2026 => "Rate limit exceeded: free-models-per-min. ",
                 Shape::Y2025 => "Rate limit exceeded: free-models-per-min.",
             },
@@ -68,7 +69,7 @@ pub(crate) fn free_tier_429(refusal: Refusal, shape: Shape, key: &str) -> ErrorR
     ErrorReply::new(429, error, Some(ids::user_id(key))).rate_limited(limit, reset_ms)
 }
 
-/// `upstream_429`: an upstream provider's shared pool is saturated (§2.4).
+/// `upstream_429`: an upstream provider's shared pool is saturated (docs/providers.md §2.4).
 pub(super) fn upstream_429(f: &Strike<'_>) -> ErrorReply {
     let model = f.ctx.model;
     let mut meta = Metadata {
@@ -81,7 +82,7 @@ pub(super) fn upstream_429(f: &Strike<'_>) -> ErrorReply {
         remedy_hint: Some(UPSTREAM_REMEDY),
         ..Metadata::default()
     };
-    // §2.4: a retry hint appears rounded up, raw, and echoed as a header.
+    // docs/providers.md §2.4: a retry hint appears rounded up, raw, and echoed as a header.
     let retry = f.spec.retry_after_s.map(|raw| {
         let secs = raw.ceil() as u64;
         meta.retry_after_seconds = Some(secs);
@@ -99,7 +100,8 @@ pub(super) fn upstream_429(f: &Strike<'_>) -> ErrorReply {
     }
 }
 
-/// `high_demand`: OpenRouter caps one popular `:free` model for all users at once (§2.3).
+/// `high_demand`: OpenRouter caps one popular `:free` model for all users at once
+/// (docs/providers.md §2.3).
 pub(super) fn high_demand_429(f: &Strike<'_>) -> ErrorReply {
     let model = f.ctx.model;
     let limit = f.spec.limit.unwrap_or(8);
@@ -108,7 +110,8 @@ pub(super) fn high_demand_429(f: &Strike<'_>) -> ErrorReply {
     let tail = format!(
         "High demand for {model} on OpenRouter - limited to {limit} requests per minute. Please retry shortly."
     );
-    // §2.3: the 2025 limiter id has a `limit_rpm/` prefix, the Sep-2026 one does not.
+    // docs/providers.md §2.3: the 2025 limiter id has a `limit_rpm/` prefix, the Sep-2026 one does
+    // not.
     let message = match f.shape {
         Shape::Y2025 => format!("Rate limit exceeded: limit_rpm/{slug}/{uuid}. {tail}"),
         Shape::Y2026 => format!("Rate limit exceeded: {slug}/{uuid}. {tail}"),
@@ -129,7 +132,8 @@ pub(super) fn high_demand_429(f: &Strike<'_>) -> ErrorReply {
     f.reply(error).rate_limited(limit, reset_ms)
 }
 
-/// `typed_429`: the documented typed error; `provider_code` says it came from upstream (§2.4).
+/// `typed_429`: the documented typed error; `provider_code` says it came from upstream
+/// (docs/providers.md §2.4).
 pub(super) fn typed_429(f: &Strike<'_>) -> ErrorReply {
     f.reply(
         ErrorObj::new(f.status, "Rate limit exceeded").with(Metadata {
@@ -145,7 +149,8 @@ pub(super) fn typed_429(f: &Strike<'_>) -> ErrorReply {
     )
 }
 
-/// `generic_429`: the bare OpenAPI example: nothing says who refused, not even a user (§2.4).
+/// `generic_429`: the bare OpenAPI example: nothing says who refused, not even a user
+/// (docs/providers.md §2.4).
 pub(super) fn generic_429(f: &Strike<'_>) -> ErrorReply {
     ErrorReply::new(
         f.status,
@@ -155,7 +160,7 @@ pub(super) fn generic_429(f: &Strike<'_>) -> ErrorReply {
 }
 
 /// `capacity_429`: every provider of the model is at capacity, the documented availability error
-/// (§2.4).
+/// (docs/providers.md §2.4).
 pub(super) fn capacity_429(f: &Strike<'_>) -> ErrorReply {
     let model = f.ctx.model;
     let secs = f.spec.retry_after_s.unwrap_or(40.0).ceil() as u64;

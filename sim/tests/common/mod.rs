@@ -8,14 +8,16 @@ use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use sim::{SimConfig, SimHandle};
 
-pub const KEY: &str = "sk-or-v1-0e6f44a47a05f1dad2ad7e88c4c4d6b77688915c778b58a5ed4b3f2fb1c96";
-pub const OTHER_KEY: &str = "sk-or-v1-5a1c0ffee0ddba11deadbeef0123456789abcdef0123456789abcdef0011";
-pub const FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
-pub const FREE_2: &str = "qwen/qwen3-coder:free";
-pub const PAID: &str = "openai/gpt-4o-mini";
-pub const DAY_MS: u64 = 86_400_000;
+pub(crate) const KEY: &str =
+    "sk-or-v1-0e6f44a47a05f1dad2ad7e88c4c4d6b77688915c778b58a5ed4b3f2fb1c96";
+pub(crate) const OTHER_KEY: &str =
+    "sk-or-v1-5a1c0ffee0ddba11deadbeef0123456789abcdef0123456789abcdef0011";
+pub(crate) const FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
+pub(crate) const FREE_2: &str = "qwen/qwen3-coder:free";
+pub(crate) const PAID: &str = "openai/gpt-4o-mini";
+pub(crate) const DAY_MS: u64 = 86_400_000;
 
-pub async fn start(config: SimConfig) -> SimHandle {
+pub(crate) async fn start(config: SimConfig) -> SimHandle {
     match sim::start(config, "127.0.0.1:0".parse().expect("literal address")).await {
         Ok(h) => h,
         Err(e) => panic!("sim did not start: {e}"),
@@ -24,12 +26,12 @@ pub async fn start(config: SimConfig) -> SimHandle {
 
 /// Moves the sim clock to one second after the next UTC midnight, so a test starts with a fresh
 /// day and a fresh per-minute window and cannot straddle either.
-pub fn fresh_day(sim: &SimHandle) -> u64 {
+pub(crate) fn fresh_day(sim: &SimHandle) -> u64 {
     let now = sim.advance_clock(0);
     sim.advance_clock(DAY_MS - now % DAY_MS + 1_000)
 }
 
-pub fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     // reqwest's `rustls-no-provider` needs a process-wide provider even for plain http.
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
@@ -38,22 +40,22 @@ pub fn client() -> reqwest::Client {
         .expect("reqwest client")
 }
 
-pub fn user(text: &str) -> Value {
+pub(crate) fn user(text: &str) -> Value {
     json!([{"role": "user", "content": text}])
 }
 
-pub fn body(model: &str, text: &str, stream: bool) -> Value {
+pub(crate) fn body(model: &str, text: &str, stream: bool) -> Value {
     json!({"model": model, "messages": user(text), "stream": stream})
 }
 
 /// `body` asking for OpenRouter's usage accounting (`"usage": {"include": true}`): the answer's
 /// usage shows its cost.
-pub fn asking_cost(mut body: Value) -> Value {
+pub(crate) fn asking_cost(mut body: Value) -> Value {
     body["usage"] = json!({"include": true});
     body
 }
 
-pub async fn post(
+pub(crate) async fn post(
     client: &reqwest::Client,
     url: &str,
     key: Option<&str>,
@@ -69,16 +71,16 @@ pub async fn post(
     req.send().await.expect("request sent")
 }
 
-pub fn chat_url(sim: &SimHandle) -> String {
+pub(crate) fn chat_url(sim: &SimHandle) -> String {
     format!("{}/chat/completions", sim.base_url())
 }
 
-pub fn control_url(sim: &SimHandle, path: &str) -> String {
+pub(crate) fn control_url(sim: &SimHandle, path: &str) -> String {
     format!("http://{}/_sim/{path}", sim.addr)
 }
 
 /// Milliseconds of a Go-style duration, as Groq and OpenAI write resets.
-pub fn go_duration_ms(s: &str) -> u64 {
+pub(crate) fn go_duration_ms(s: &str) -> u64 {
     // Enough of Go's format for the values the simulator writes: [Nh][Nm][N[.N]s] or Nms.
     if let Some(ms) = s.strip_suffix("ms") {
         return ms.parse().expect("ms");
@@ -101,7 +103,7 @@ pub fn go_duration_ms(s: &str) -> u64 {
 }
 
 /// A `/_sim/…` request; returns the status and the JSON body.
-pub async fn control(
+pub(crate) async fn control(
     client: &reqwest::Client,
     sim: &sim::SimHandle,
     method: &str,
@@ -124,7 +126,7 @@ pub async fn control(
 }
 
 /// A chat request; returns status, headers and the body as text.
-pub async fn chat(
+pub(crate) async fn chat(
     client: &reqwest::Client,
     sim: &SimHandle,
     key: &str,
@@ -136,27 +138,27 @@ pub async fn chat(
     (status, headers, res.text().await.expect("body read"))
 }
 
-pub fn parse(text: &str) -> Value {
+pub(crate) fn parse(text: &str) -> Value {
     match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => panic!("not JSON ({e}): {text}"),
     }
 }
 
-pub fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// One SSE event.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event {
+pub(crate) enum Event {
     Comment(String),
     Data(String),
 }
 
 /// Splits an SSE body into events, asserting the framing of docs/providers.md §1.3: every event
 /// is a single line (`data: …` or `: comment`) followed by a blank line.
-pub fn sse_events(text: &str) -> Vec<Event> {
+pub(crate) fn sse_events(text: &str) -> Vec<Event> {
     assert!(
         text.ends_with("\n\n"),
         "stream must end with a blank line: {text:?}"
@@ -180,7 +182,7 @@ pub fn sse_events(text: &str) -> Vec<Event> {
 }
 
 /// The JSON chunks of a stream (everything but comments and `[DONE]`).
-pub fn chunks(events: &[Event]) -> Vec<Value> {
+pub(crate) fn chunks(events: &[Event]) -> Vec<Value> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -191,7 +193,7 @@ pub fn chunks(events: &[Event]) -> Vec<Value> {
 }
 
 /// Concatenated `delta.content` of all chunks.
-pub fn streamed_text(chunks: &[Value]) -> String {
+pub(crate) fn streamed_text(chunks: &[Value]) -> String {
     chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -200,7 +202,7 @@ pub fn streamed_text(chunks: &[Value]) -> String {
 
 /// A tool call rebuilt from its stream deltas.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Reassembled {
+pub(crate) struct Reassembled {
     pub id: String,
     pub name: String,
     pub arguments: String,
@@ -208,7 +210,7 @@ pub struct Reassembled {
 }
 
 /// Rebuilds tool calls from `delta.tool_calls`, keyed by `index`, as an OpenAI client does.
-pub fn reassemble_tool_calls(chunks: &[Value]) -> Vec<Reassembled> {
+pub(crate) fn reassemble_tool_calls(chunks: &[Value]) -> Vec<Reassembled> {
     let mut calls: Vec<Reassembled> = Vec::new();
     for chunk in chunks {
         let Some(deltas) = chunk["choices"][0]["delta"]["tool_calls"].as_array() else {
@@ -237,7 +239,7 @@ pub fn reassemble_tool_calls(chunks: &[Value]) -> Vec<Reassembled> {
 
 /// Reads a streamed body chunk by chunk, noting when each piece arrived; stops at the end of
 /// the body or at its first error (returned as the second value).
-pub async fn read_timed(
+pub(crate) async fn read_timed(
     res: reqwest::Response,
 ) -> (Vec<(Duration, String)>, Option<reqwest::Error>) {
     use futures_util::StreamExt;
@@ -256,14 +258,14 @@ pub async fn read_timed(
     (pieces, None)
 }
 
-pub async fn inject(client: &reqwest::Client, sim: &SimHandle, spec: Value) -> u64 {
+pub(crate) async fn inject(client: &reqwest::Client, sim: &SimHandle, spec: Value) -> u64 {
     let res = post(client, &control_url(sim, "faults"), None, &spec).await;
     assert_eq!(res.status().as_u16(), 201, "fault {spec} refused");
     let v = parse(&res.text().await.expect("fault id"));
     v["id"].as_u64().expect("numeric id")
 }
 
-pub async fn key_info(client: &reqwest::Client, sim: &SimHandle, key: &str) -> Value {
+pub(crate) async fn key_info(client: &reqwest::Client, sim: &SimHandle, key: &str) -> Value {
     let res = client
         .get(format!("{}/key", sim.base_url()))
         .bearer_auth(key)

@@ -42,7 +42,7 @@ fn help_exits_zero_and_documents_flags_and_directives() {
 #[test]
 fn bad_settings_are_one_line_on_stderr_and_exit_2() {
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 8] = [
+    let cases: [Case<'_>; 8] = [
         (&["--rpm", "abc"], &[], "--rpm"),
         (&["--shape", "2024"], &[], "unknown shape `2024`"),
         (&["--mode", "anthropic"], &[], "unknown mode"),

@@ -2,8 +2,9 @@
 //! An entry is written at once, not through the batching writer: an operator's action is rare,
 //! and its entry should be there when the action is answered.
 
-use super::rows::{Columns, from_i64, to_i64};
-use super::{SqlStore, WriteTx, db_error};
+use super::SqlStore;
+use super::db::{WriteTx, db_error, on_db, to_i64};
+use super::rows::{Columns, from_i64};
 use crate::store::StoreError;
 use crate::store::audit::{AuditEntry, AuditLog, MAX_AUDIT_PAGE};
 use async_trait::async_trait;

@@ -3,7 +3,8 @@
 //! function (`instr`, `strpos`), which reads no pattern syntax; a text search goes through the
 //! search index ([`super::search`]).
 
-use super::{Backend, search};
+use super::db::Backend;
+use super::search;
 use crate::store::list::{RunCursor, RunFilter};
 
 /// A value bound to the statement, in parameter order.

@@ -2,7 +2,7 @@
 //! migrations applied before anything else runs. A failure here is one line that
 //! says which database and why, with any password left out.
 
-use super::{Db, one_line};
+use super::db::{Db, one_line};
 use crate::store::StoreError;
 use crate::store::file_lock::FileLock;
 use crate::store::migrations::{migrate_error, migrator};

@@ -2,8 +2,7 @@
 //! either driver, the conversions every column needs (counts and times as BIGINT, enums as their
 //! serde text, JSON as text, text cleaned of NUL), and the row form of each record.
 
-use super::writer::{AttemptRow, DecisionRow, MessageRow};
-use super::{db_error, now_ms};
+use super::db::{db_error, now_ms, to_i64};
 use crate::budget::Counters;
 use crate::catalog::DEFAULT_TIER;
 use crate::chat::{Message, ToolCall, Usage};
@@ -50,16 +49,6 @@ macro_rules! columns_for {
     )*};
 }
 columns_for!(SqliteRow, PgRow);
-
-/// A count or a time for a BIGINT column.
-pub(crate) fn to_i64<T: TryInto<i64> + Copy + std::fmt::Display>(
-    v: T,
-    what: &str,
-) -> Result<i64, StoreError> {
-    v.try_into().map_err(|_| {
-        StoreError::Invalid(format!("{what} = {v} does not fit a signed 64-bit column"))
-    })
-}
 
 pub(super) fn from_i64<T: TryFrom<i64>>(v: i64, col: &str) -> Result<T, StoreError> {
     T::try_from(v).map_err(|_| StoreError::Corrupt(format!("{col} = {v} is out of range")))
@@ -108,6 +97,49 @@ macro_rules! run_columns {
          summary, deadline_ms, created_ms, updated_ms, retry_of, tenant, tier, priority, max_usd, \
          cost_usd"
     };
+}
+
+/// The answer to an approval, as the `approvals` table holds it.
+pub(crate) struct DecisionRow {
+    pub run_id: String,
+    pub tool_call_id: String,
+    pub decision: &'static str,
+    pub result: String,
+    pub continuation_run_id: String,
+    pub decided_ms: i64,
+}
+
+/// A message as the `messages` table holds it.
+pub(crate) struct MessageRow {
+    pub id: String,
+    pub conversation_id: String,
+    pub run_id: String,
+    pub key: String,
+    pub role: String,
+    pub content: Option<String>,
+    pub tool_calls: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub turn_fields: Option<String>,
+    pub now: i64,
+}
+
+/// An attempt as the `attempts` table holds it.
+pub(crate) struct AttemptRow {
+    /// `call` for a run's attempt, `canary` for a provider's canary.
+    pub kind: &'static str,
+    pub run_id: String,
+    pub n: i64,
+    pub step: i64,
+    pub route: String,
+    pub http_status: Option<i64>,
+    pub error: Option<String>,
+    pub verdict: Option<String>,
+    pub retry_hint_ms: Option<i64>,
+    pub ratelimit_remaining: Option<i64>,
+    pub provider_name: Option<String>,
+    pub latency_ms: i64,
+    pub t_ms: i64,
+    pub cost_usd: f64,
 }
 
 /// A [`RunRecord`] as the `runs` table holds it.

@@ -15,7 +15,7 @@
 //! [`ensure_sqlite`] and [`ensure_postgres`] create what is missing when a store opens, under
 //! the same lock as the migrations; a table that predates the index is filled once.
 
-use super::{Backend, db_error};
+use super::db::{Backend, db_error};
 use crate::store::StoreError;
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;

@@ -15,8 +15,10 @@
 //! fails is rolled back and its writes are retried one transaction each, so one write that cannot
 //! be applied fails only its own caller.
 
-use super::{Db, FileLock, RunRow, WriteTx, db_error};
+use super::db::{Db, WriteTx, db_error};
+use super::rows::{AttemptRow, DecisionRow, MessageRow, RunRow};
 use crate::store::StoreError;
+use crate::store::file_lock::FileLock;
 use sqlx::{AssertSqlSafe, Row};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -68,49 +70,6 @@ pub(super) enum Write {
     },
 }
 
-/// The answer to an approval, as the `approvals` table holds it.
-pub(super) struct DecisionRow {
-    pub run_id: String,
-    pub tool_call_id: String,
-    pub decision: &'static str,
-    pub result: String,
-    pub continuation_run_id: String,
-    pub decided_ms: i64,
-}
-
-/// A message as the `messages` table holds it.
-pub(super) struct MessageRow {
-    pub id: String,
-    pub conversation_id: String,
-    pub run_id: String,
-    pub key: String,
-    pub role: String,
-    pub content: Option<String>,
-    pub tool_calls: Option<String>,
-    pub tool_call_id: Option<String>,
-    pub turn_fields: Option<String>,
-    pub now: i64,
-}
-
-/// An attempt as the `attempts` table holds it.
-pub(super) struct AttemptRow {
-    /// `call` for a run's attempt, `canary` for a provider's canary.
-    pub kind: &'static str,
-    pub run_id: String,
-    pub n: i64,
-    pub step: i64,
-    pub route: String,
-    pub http_status: Option<i64>,
-    pub error: Option<String>,
-    pub verdict: Option<String>,
-    pub retry_hint_ms: Option<i64>,
-    pub ratelimit_remaining: Option<i64>,
-    pub provider_name: Option<String>,
-    pub latency_ms: i64,
-    pub t_ms: i64,
-    pub cost_usd: f64,
-}
-
 /// Created runs that were not inserted because another run holds their idempotency key: the
 /// run id each would have had, and the run that holds its key.
 type KeyHeld = HashMap<String, String>;
@@ -131,25 +90,25 @@ pub(super) struct Writer {
 impl Writer {
     /// Start the writer task on `db`; with `turns`, each batch holds that lock while it commits
     /// (a SQLite file shared by processes). The task ends when the last handle is dropped.
-    pub fn spawn(db: Db, turns: Option<FileLock>) -> Writer {
+    pub(super) fn spawn(db: Db, turns: Option<FileLock>) -> Writer {
         let (queue, rx) = mpsc::channel(QUEUE);
         tokio::spawn(run(db, turns, rx));
         Writer { queue }
     }
 
     /// Apply `write` in the next batch; returns once that batch is committed.
-    pub async fn write(&self, write: Write) -> Result<(), StoreError> {
+    pub(super) async fn write(&self, write: Write) -> Result<(), StoreError> {
         self.write_all(vec![write]).await
     }
 
     /// Apply `writes` together (all or none) in the next batch.
-    pub async fn write_all(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+    pub(super) async fn write_all(&self, writes: Vec<Write>) -> Result<(), StoreError> {
         self.send(writes).await.map(|_| ())
     }
 
     /// Apply a [`Write::CreateRun`] in the next batch: `None` once the run is recorded (or was
     /// already), or the run that holds its idempotency key, and then nothing was written.
-    pub async fn create(&self, create: Write) -> Result<Option<String>, StoreError> {
+    pub(super) async fn create(&self, create: Write) -> Result<Option<String>, StoreError> {
         self.send(vec![create]).await
     }
 

@@ -2,7 +2,7 @@
 //! (a SQLite file, or a PostgreSQL database with `--postgres`), worker processes, and the cleanup
 //! that leaves Redis, PostgreSQL and the temp folder as they were.
 
-use crate::{Args, BoxError};
+use crate::args::{Args, BoxError};
 use freeway::connect::RedisConnection;
 use freeway::store::SqlStore;
 use queue::Queue;
@@ -14,7 +14,7 @@ const PLATFORM_KEY: &str = "sk-or-v1-load-platform-key";
 
 /// The simulator, served by a single-threaded runtime on its own thread: it gets a core of its
 /// own instead of competing with the benchmark's polling for the main runtime's threads.
-pub struct Sim {
+pub(crate) struct Sim {
     handle: Option<sim::SimHandle>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -23,7 +23,7 @@ pub struct Sim {
 }
 
 impl Sim {
-    pub fn start(config: sim::SimConfig) -> Result<Sim, BoxError> {
+    pub(crate) fn start(config: sim::SimConfig) -> Result<Sim, BoxError> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -64,11 +64,11 @@ impl Sim {
         })
     }
 
-    pub fn handle(&self) -> &sim::SimHandle {
+    pub(crate) fn handle(&self) -> &sim::SimHandle {
         self.handle.as_ref().expect("the simulator runs until stop")
     }
 
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(h) = self.handle.take() {
             h.shutdown().await;
         }
@@ -88,7 +88,7 @@ fn thread_id() -> Option<u32> {
 }
 
 /// A namespace with its store, its queue and its worker processes.
-pub struct Cluster {
+pub(crate) struct Cluster {
     ns: String,
     pub dir: PathBuf,
     db_url: String,
@@ -102,7 +102,7 @@ pub struct Cluster {
 }
 
 /// Run `scenario` on a fresh cluster beside `sim`, then clean both up whatever happened.
-pub async fn with_cluster<T>(
+pub(crate) async fn with_cluster<T>(
     sim: Sim,
     args: &Args,
     name: &str,
@@ -122,7 +122,7 @@ pub async fn with_cluster<T>(
 }
 
 impl Cluster {
-    pub async fn start(
+    pub(crate) async fn start(
         redis_url: &str,
         scenario: &str,
         postgres: Option<&str>,
@@ -161,7 +161,7 @@ impl Cluster {
 
     /// Start `replicas` worker processes on the simulator at `sim_url`, each also getting
     /// `env` (a `FREEWAY_CONFIG`, …); each logs to `worker-N.log`.
-    pub fn spawn_workers(
+    pub(crate) fn spawn_workers(
         &mut self,
         bin: &Path,
         replicas: u16,
@@ -197,7 +197,7 @@ impl Cluster {
 
     /// The scenario's replicas (`--replicas` × `--concurrency`) on `sim`, each also getting
     /// `env`.
-    pub fn spawn_fleet(
+    pub(crate) fn spawn_fleet(
         &mut self,
         bin: &Path,
         args: &Args,
@@ -213,26 +213,26 @@ impl Cluster {
     }
 
     /// Spread the runs over `queues` queue names, here and in the workers it starts.
-    pub fn with_queues(mut self, queues: u16) -> Cluster {
+    pub(crate) fn with_queues(mut self, queues: u16) -> Cluster {
         self.queue = self.queue.clone().with_lanes(usize::from(queues));
         self
     }
 
-    pub fn db_url(&self) -> &str {
+    pub(crate) fn db_url(&self) -> &str {
         &self.db_url
     }
 
-    pub fn namespace(&self) -> &str {
+    pub(crate) fn namespace(&self) -> &str {
         &self.ns
     }
 
-    pub fn worker_pids(&self) -> Vec<u32> {
+    pub(crate) fn worker_pids(&self) -> Vec<u32> {
         self.workers.iter().map(Child::id).collect()
     }
 
     /// An error naming the first worker that exited, with the end of its log: a replica that
     /// dies would otherwise show up only as a timeout.
-    pub fn check_workers(&mut self) -> Result<(), BoxError> {
+    pub(crate) fn check_workers(&mut self) -> Result<(), BoxError> {
         for (n, w) in self.workers.iter_mut().enumerate() {
             if let Some(status) = w.try_wait()? {
                 let log = std::fs::read_to_string(self.dir.join(format!("worker-{n}.log")))
@@ -251,7 +251,7 @@ impl Cluster {
 
     /// Kill the workers and delete the namespace's keys and the temp folder; after a failure
     /// (`keep_files`) the folder stays, with the workers' logs and the store.
-    pub async fn close(mut self, keep_files: bool) {
+    pub(crate) async fn close(mut self, keep_files: bool) {
         for w in &mut self.workers {
             let _ = w.kill();
             let _ = w.wait();
@@ -317,7 +317,7 @@ fn database_url(admin: &str, name: &str) -> Result<String, BoxError> {
     Ok(format!("postgres://{server}/{name}{query}"))
 }
 
-pub fn fresh_namespace(scenario: &str) -> String {
+pub(crate) fn fresh_namespace(scenario: &str) -> String {
     format!(
         "load-{scenario}-{}",
         ulid::Ulid::generate().to_string().to_lowercase()
@@ -325,7 +325,7 @@ pub fn fresh_namespace(scenario: &str) -> String {
 }
 
 /// Every key of the namespace (`{ns}:…`), and apalis's entry for its queue in the global list.
-pub async fn delete_namespace(conn: &mut RedisConnection, ns: &str) -> Result<(), BoxError> {
+pub(crate) async fn delete_namespace(conn: &mut RedisConnection, ns: &str) -> Result<(), BoxError> {
     let mut cursor: u64 = 0;
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")

@@ -2,10 +2,10 @@
 //! (docs/api.md) against a real `producer serve`, while worker replicas drain what arrives, so
 //! the producer shares the machine with the work it feeds, as it does in production.
 
+use crate::args::{Args, BoxError};
 use crate::cluster::{Sim, with_cluster};
 use crate::measure::{cpu_s, thousands};
 use crate::serve::{API_TOKEN, Producer};
-use crate::{Args, BoxError};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +16,7 @@ const CLIENTS: u64 = 256;
 const BATCH: u64 = 500;
 const BATCHES_AT_ONCE: u64 = 4;
 
-pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
+pub(crate) async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let sim = Sim::start(sim::SimConfig::default())?;
     with_cluster(sim, args, "enq", async |sim, cluster| {
         let n = args.runs;

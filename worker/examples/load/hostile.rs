@@ -10,9 +10,9 @@
 //!
 //! Every answer's HTTP status is counted: a 5xx while Redis and the store are healthy is a fault.
 
+use crate::args::{Args, BoxError};
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::serve::{ADMIN_TOKEN, API_TOKEN, Producer};
-use crate::{Args, BoxError};
 use freeway::connect::RedisConnection;
 use freeway::run::RunStatus;
 use freeway::store::Store;
@@ -90,7 +90,7 @@ fn body(user: &str, model: &str, key: Option<String>) -> Value {
     body
 }
 
-pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
+pub(crate) async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let sim = Sim::start(sim::SimConfig::default())?;
     with_cluster(sim, args, "hostile", async |sim, cluster| {
         println!(

@@ -13,10 +13,10 @@
 //!   runs freed, a few MB more or less from one round to the next). The round's peak is
 //!   reported beside it.
 
+use crate::args::{Args, BoxError};
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile, thousands};
-use crate::throughput::request;
-use crate::{Args, BoxError};
+use crate::workload::request;
 use freeway::job::RunJob;
 use freeway::store::Store;
 use std::path::Path;
@@ -33,7 +33,7 @@ const AT_REST: Duration = Duration::from_secs(2);
 /// Runs read back from the store for the take → attempt times.
 const SAMPLE: usize = 1_000;
 
-pub async fn latency(args: &Args, worker: &Path) -> Result<(), BoxError> {
+pub(crate) async fn latency(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let sim = Sim::start(sim::SimConfig {
         latency_ms: args.latency_ms,
         ..Default::default()
@@ -125,7 +125,7 @@ pub async fn latency(args: &Args, worker: &Path) -> Result<(), BoxError> {
     .await
 }
 
-pub async fn soak(args: &Args, worker: &Path) -> Result<(), BoxError> {
+pub(crate) async fn soak(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let sim = Sim::start(sim::SimConfig::default())?;
     with_cluster(sim, args, "soak", async |sim, cluster| {
         let n = args.runs.max(ROUND);

@@ -2,14 +2,14 @@
 //! process and of the simulator's thread (`/proc`), and Redis commands processed. On a 2-core
 //! machine shared with other work these say more than any single rate.
 
-use crate::{Args, BoxError};
+use crate::args::{Args, BoxError};
 use freeway::connect::RedisConnection;
 use std::collections::BTreeMap;
 
 /// Linux's USER_HZ, the unit of /proc's CPU times: 100 on every mainstream architecture.
 const TICKS_PER_S: f64 = 100.0;
 
-pub async fn header(args: &Args) -> Result<(), BoxError> {
+pub(crate) async fn header(args: &Args) -> Result<(), BoxError> {
     let mut conn = freeway::connect::redis(&args.redis_url).await?;
     let info = infos(&mut conn, "server").await?.swap_remove(0);
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -24,14 +24,14 @@ pub async fn header(args: &Args) -> Result<(), BoxError> {
 }
 
 /// The 1, 5 and 15 minute load averages.
-pub fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".into())
 }
 
 /// CPU and command counters at one moment; subtract two to get a phase's share.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     redis_cpu_s: f64,
     redis_commands: u64,
     workers_cpu_s: Vec<f64>,
@@ -44,7 +44,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub async fn take(
+    pub(crate) async fn take(
         conn: &mut RedisConnection,
         workers: &[u32],
         sim_tid: Option<u32>,
@@ -75,7 +75,7 @@ impl Snapshot {
     }
 
     /// CPU seconds per party during the phase, and as a share of one core.
-    pub fn cpu(&self, before: &Snapshot, wall_s: f64) -> String {
+    pub(crate) fn cpu(&self, before: &Snapshot, wall_s: f64) -> String {
         let share = |s: f64| format!("{s:.2} s ({:.0}%)", 100.0 * s / wall_s.max(1e-9));
         let workers: Vec<String> = self
             .workers_cpu_s
@@ -118,7 +118,7 @@ impl Snapshot {
     /// The pipeline's CPU a run: its workers (a SQLite store runs inside them), Redis (every
     /// node of a cluster) and PostgreSQL, the parties whose cores a fleet pays for. The sim and
     /// this process (the driver) are not counted.
-    pub fn pipeline_per(&self, before: &Snapshot, items: u64) -> String {
+    pub(crate) fn pipeline_per(&self, before: &Snapshot, items: u64) -> String {
         let per = |s: f64| 1000.0 * s / items.max(1) as f64;
         let workers = self.workers_cpu_s(before);
         let redis = self.redis_cpu_s - before.redis_cpu_s;
@@ -133,14 +133,14 @@ impl Snapshot {
     }
 
     /// The worker processes' CPU seconds during the phase, all together.
-    pub fn workers_cpu_s(&self, before: &Snapshot) -> f64 {
+    pub(crate) fn workers_cpu_s(&self, before: &Snapshot) -> f64 {
         let before: f64 = before.workers_cpu_s.iter().sum();
         self.workers_cpu_s.iter().sum::<f64>() - before
     }
 
     /// Redis's commands and CPU per item during the phase, and the rate at which Redis alone
     /// would be saturated (it runs commands on one core). Counts every client of the server.
-    pub fn redis_per(&self, before: &Snapshot, items: u64, what: &str) -> String {
+    pub(crate) fn redis_per(&self, before: &Snapshot, items: u64, what: &str) -> String {
         let items = items.max(1) as f64;
         let commands = self.redis_commands.saturating_sub(before.redis_commands) as f64;
         let cpu_ms = 1000.0 * (self.redis_cpu_s - before.redis_cpu_s) / items;
@@ -215,7 +215,7 @@ fn postgres_cpu_s() -> f64 {
 }
 
 /// utime + stime of a `/proc/…/stat` file, in seconds.
-pub fn cpu_s(path: &str) -> Option<f64> {
+pub(crate) fn cpu_s(path: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(path).ok()?;
     // The command name may hold spaces; the fields after it do not. utime and stime are fields
     // 14 and 15, i.e. the 12th and 13th after the name (which is field 2).
@@ -226,7 +226,7 @@ pub fn cpu_s(path: &str) -> Option<f64> {
 }
 
 /// The q-quantile (0..=1) of unsorted values; `None` when there are none.
-pub fn quantile(values: &mut [u64], q: f64) -> Option<u64> {
+pub(crate) fn quantile(values: &mut [u64], q: f64) -> Option<u64> {
     if values.is_empty() {
         return None;
     }
@@ -236,7 +236,7 @@ pub fn quantile(values: &mut [u64], q: f64) -> Option<u64> {
 }
 
 /// `12,345` for a readable rate.
-pub fn thousands(n: f64) -> String {
+pub(crate) fn thousands(n: f64) -> String {
     let s = format!("{:.0}", n.max(0.0));
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {

@@ -2,10 +2,10 @@
 //! could have made of the runs' arrivals. It plays the same three windows as the simulator
 //! (`sim/src/account.rs`), counting only the calls it makes, since it never earns a refusal.
 
-use crate::SimWindow;
+use crate::args::SimWindow;
 use std::collections::VecDeque;
 
-pub struct Oracle {
+pub(crate) struct Oracle {
     window: SimWindow,
     rpm: usize,
     window_ms: u64,
@@ -17,7 +17,7 @@ pub struct Oracle {
 }
 
 impl Oracle {
-    pub fn new(window: SimWindow, rpm: u32, window_ms: u64) -> Oracle {
+    pub(crate) fn new(window: SimWindow, rpm: u32, window_ms: u64) -> Oracle {
         Oracle {
             window,
             rpm: rpm as usize,
@@ -30,7 +30,7 @@ impl Oracle {
 
     /// The earliest moment at or after `at` at which the account serves a call, and that call
     /// made: a call takes the first slot it can.
-    pub fn call(&mut self, at: u64) -> u64 {
+    pub(crate) fn call(&mut self, at: u64) -> u64 {
         let w = self.window_ms;
         match self.window {
             SimWindow::Epoch | SimWindow::FirstCall => {
@@ -62,7 +62,7 @@ impl Oracle {
     }
 
     /// Whether the account would serve a call at `at` itself; makes the call if so.
-    pub fn try_call(&mut self, at: u64) -> bool {
+    pub(crate) fn try_call(&mut self, at: u64) -> bool {
         let free = match self.window {
             SimWindow::Epoch | SimWindow::FirstCall => {
                 self.start_for(at) != self.start_ms || self.in_window < self.rpm

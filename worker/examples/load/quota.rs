@@ -7,17 +7,17 @@
 //! one ends when the pool's rate allows it. An older worker (`--worker`) shows the same load
 //! without pacing.
 //!
-//! The account need not be what freeway is told (issue 25): `--declare` misstates its limit
+//! The account need not be what freeway is told: `--declare` misstates its limit
 //! (`double`), its window kind (`wrong-kind`) or says nothing (`none`), `--sim-window` makes the
 //! account's window start at each window's first call or slide, and `--learning off` keeps the
 //! workers from learning what the provider states. The figures that tell: platform 429s, goodput
 //! against the free slots of the run's time, and paid calls against the fewest an oracle that
 //! knew the account's real window would have made (`oracle.rs`).
 
+use crate::args::{Args, BoxError, Chain, Declare, SimWindow, Switch};
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile};
 use crate::oracle::Oracle;
-use crate::{Args, BoxError, Chain, Declare, SimWindow, Switch};
 use freeway::catalog::Catalog;
 use freeway::job::{MAX_DEADLINE_S, OnRest, RunJob, RunRequest};
 use freeway::route::RouteSpec;
@@ -36,7 +36,7 @@ const UNDECLARED: &str = "openrouter-free-undeclared";
 /// How often the store is read for runs that have not ended yet.
 const POLL: Duration = Duration::from_millis(250);
 
-pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
+pub(crate) async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let sim = Sim::start(sim::SimConfig {
         rpm: args.rpm,
         rpd: args.rpd,

@@ -5,9 +5,9 @@
 //! timed as the board makes it (a page of 50 and the counts by status), 20 times, and its median
 //! and slowest reported.
 
+use crate::args::{Args, BoxError};
 use crate::cluster::Cluster;
 use crate::measure::thousands;
-use crate::{Args, BoxError};
 use freeway::job::{RunJob, RunRequest};
 use freeway::run::RunStatus;
 use freeway::store::{RunFilter, SqlStore, Store};
@@ -19,7 +19,7 @@ const FILL_AT_ONCE: u64 = 512;
 const VOCABULARY: u64 = 5_000;
 const TIMED: usize = 20;
 
-pub async fn run(args: &Args) -> Result<(), BoxError> {
+pub(crate) async fn run(args: &Args) -> Result<(), BoxError> {
     let cluster = Cluster::start(&args.redis_url, "search", args.postgres.as_deref()).await?;
     let result = fill_and_time(&cluster.store, args.runs, args.postgres.is_some()).await;
     cluster.close(args.keep || result.is_err()).await;

@@ -2,19 +2,19 @@
 //! Redis namespace and store, ready once `/healthz` answers, stopped when the scenario ends
 //! however it ends.
 
+use crate::args::{Args, BoxError};
 use crate::cluster::Cluster;
-use crate::{Args, BoxError};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The API token the scenarios' producer takes.
-pub const API_TOKEN: &str = "load-api-token-3f9c0a7e";
+pub(crate) const API_TOKEN: &str = "load-api-token-3f9c0a7e";
 /// Its admin token, for the operator's reads.
-pub const ADMIN_TOKEN: &str = "load-admin-token-91d2b7c4";
+pub(crate) const ADMIN_TOKEN: &str = "load-admin-token-91d2b7c4";
 
 /// A running `producer serve` (the binary next to the worker), and a client for it.
-pub struct Producer {
+pub(crate) struct Producer {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
@@ -22,7 +22,7 @@ pub struct Producer {
 }
 
 impl Producer {
-    pub async fn start(
+    pub(crate) async fn start(
         worker: &Path,
         args: &Args,
         cluster: &Cluster,
@@ -61,7 +61,7 @@ impl Producer {
         Ok(producer)
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 

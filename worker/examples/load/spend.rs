@@ -1,13 +1,13 @@
-//! The spend scenario (docs/design.md §4.9): 20 tenants of one tier capped at $0.10 a day race
+//! The spend scenario (docs/design.md §4.8): 20 tenants of one tier capped at $0.10 a day race
 //! for a priced model on K replicas. Each tenant enqueues paid-only runs (`on_rest: refuse`:
 //! capped, they end `spend_cap_reached`) and runs whose chain falls back to a free model
 //! (`on_rest: queue`: capped, they go free, waiting for the free pool's slots). What freeway
 //! promises: no tenant's recorded spend passes its cap by more than one call's cost, and no
 //! call is made once a tenant's spend would pass it.
 
+use crate::args::{Args, BoxError};
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::quota::settle;
-use crate::{Args, BoxError};
 use freeway::catalog::Catalog;
 use freeway::job::{OnRest, RunJob, RunRequest};
 use freeway::route::RouteSpec;
@@ -27,7 +27,7 @@ const CAP_USD: f64 = 0.10;
 const PRICE: (f64, f64) = (50.0, 200.0);
 const MAX_TOKENS: u32 = 8;
 
-pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
+pub(crate) async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let sim = Sim::start(sim::SimConfig {
         rpm: args.rpm,
         rpd: args.rpd,

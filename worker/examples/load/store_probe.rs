@@ -7,7 +7,7 @@
 //! transcript, and 2 writes (the input with the save before the call; the attempt and the answer with the
 //! final save). It must follow the engine when the engine changes.
 
-use crate::BoxError;
+use crate::args::BoxError;
 use crate::cluster::fresh_namespace;
 use crate::measure::thousands;
 use freeway::chat::Message;
@@ -22,7 +22,7 @@ use std::time::Instant;
 const MAX_RUNS: u64 = 2_000;
 const WRITES_PER_RUN: u64 = 2;
 
-pub async fn run(runs: u64, concurrency: u16) -> Result<(), BoxError> {
+pub(crate) async fn run(runs: u64, concurrency: u16) -> Result<(), BoxError> {
     let dir = std::env::temp_dir().join(fresh_namespace("store"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let result = probe(&dir, runs.min(MAX_RUNS), concurrency).await;
@@ -65,7 +65,7 @@ async fn probe(dir: &std::path::Path, runs: u64, concurrency: u16) -> Result<(),
 
 async fn one_run(store: &SqlStore) -> Result<(), freeway::store::StoreError> {
     let now = freeway::clock::epoch_ms;
-    let job = RunJob::new(crate::throughput::request(0), now());
+    let job = RunJob::new(crate::workload::request(0), now());
     let (stored, _transcript) = store
         .run_and_transcript(&job.run_id, &job.conversation_id)
         .await?;

@@ -1,4 +1,4 @@
-//! The fair-share scenario (docs/design.md §4.8): tenants share one simulated free account of R
+//! The fair-share scenario (docs/design.md §4.7): tenants share one simulated free account of R
 //! calls a window, the pool declared at R (`FREEWAY_CONFIG`), every run `on_rest: queue` on one
 //! free route.
 //!
@@ -20,9 +20,9 @@
 //! build of c6cc77a): the requests carry no `tenant`, `tier` or `priority` (those workers refuse
 //! unknown fields) and the configuration no `[tiers]`; the workload is otherwise the same.
 
+use crate::args::{Args, BacklogPriority, BoxError};
 use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::{Snapshot, quantile};
-use crate::{Args, BacklogPriority, BoxError};
 use freeway::catalog::Catalog;
 use freeway::job::{RunJob, RunRequest};
 use freeway::pace::{Pacer, RedisPacer};
@@ -65,7 +65,7 @@ struct Pushed {
     job: RunJob,
 }
 
-pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
+pub(crate) async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let sim = Sim::start(sim::SimConfig {
         rpm: args.rpm,
         rpd: args.rpd,
@@ -665,7 +665,7 @@ impl Outcome<'_> {
             ));
             left = left.saturating_sub(got);
         }
-        println!("  goal (§4.8)");
+        println!("  goal (docs/design.md §4.7)");
         println!(
             "  [{}] B–E take ≥ 4/5 of each window's slots from their arrival until done (or all \
              they still need): {}; in the arrival window (k=0) {in_arrival} calls came after \

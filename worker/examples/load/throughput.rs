@@ -7,15 +7,14 @@
 //! case where a fetch that costs O(backlog) (apalis's lease scan, off in freeway's queue
 //! settings) would show, as a first half slower than the second.
 
+use crate::args::{Args, BoxError};
 use crate::cluster::{Cluster, Sim, delete_namespace, fresh_namespace, with_cluster};
 use crate::measure::{Snapshot, quantile, thousands};
-use crate::{Args, BoxError};
+use crate::workload::{PAID, request};
 use apalis::prelude::*;
-use freeway::catalog::Catalog;
 use freeway::chat::Message;
-use freeway::job::{RunJob, RunRequest};
+use freeway::job::RunJob;
 use freeway::provider::{ApiKey, ChatProvider, ChatRequest, HttpProvider, Target, Timeouts};
-use freeway::route::RouteSpec;
 use freeway::run::RunStatus;
 use freeway::store::Store;
 use queue::Queue;
@@ -23,7 +22,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const PAID: &str = "openai/gpt-4o-mini";
 /// The bare workers' poll interval, the worker's (which polls with a strategy of its own, see
 /// worker/src/consume.rs; with a backlog both fetch again as soon as a batch is taken).
 const POLL: Duration = Duration::from_millis(50);
@@ -36,7 +34,7 @@ const TARGET: f64 = 5_000.0;
 /// Runs read back from the store to check them and see where their time went.
 const SAMPLE: usize = 200;
 
-pub async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
+pub(crate) async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
     let sim = Sim::start(sim::SimConfig {
         latency_ms: 0,
         ..Default::default()
@@ -364,13 +362,4 @@ async fn drain(
         }
         tokio::time::sleep(READ_EVERY).await;
     }
-}
-
-/// The `i`-th run of the scenario (the store probe stores the same runs).
-pub fn request(i: u64) -> RunRequest {
-    RunRequest::new(
-        format!("user-{}", i % 100),
-        "Say something about load testing, please.",
-        vec![RouteSpec::parse_cli(PAID, &Catalog::builtin())],
-    )
 }

@@ -299,7 +299,8 @@ fn classify_reads_a_route_of_a_configured_provider_by_its_dialect() {
     assert!(rest_s > 36 && rest_s <= 25 * 3600, "{v}");
 }
 
-/// Tokens and a key that pass the start-up checks (issue 27 item 11).
+/// Tokens and a key that pass the start-up checks (docs/api.md §3: tokens of 16 characters or more,
+/// no two alike).
 const GOOD_API_TOKEN: &str = "api-token-8c41f0e7b2d95a36";
 const GOOD_ADMIN_TOKEN: &str = "admin-token-1e9b07c3f5a4d862";
 const GOOD_SECRET_KEY: &str = "c7a1e04f92b6d3580e1f7a2c4b9d6e8305f1a7c2e9b4d60817c3f5a2e8d9b046";
@@ -352,7 +353,7 @@ fn weak_or_shared_secrets_and_overlong_durations_are_refused_at_start_and_by_con
     let zero_key = "0".repeat(64);
     let long_canary = config_file("[pools.openrouter-free]\ncanary_every = \"99999999999999d\"\n");
     let long_canary = long_canary.to_str().expect("utf-8 path");
-    let cases: [Refusal; 5] = [
+    let cases: [Refusal<'_>; 5] = [
         (
             &[("FREEWAY_API_TOKEN", "x")],
             "FREEWAY_API_TOKEN: must be at least 16 characters",

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 #[path = "../../../tests/support/skip.rs"]
-pub mod skip;
+pub(crate) mod skip;
 
 use freeway::catalog::Catalog;
 use freeway::connect::RedisConnection;
@@ -20,9 +20,9 @@ use std::time::Duration;
 /// One stream of an `XREAD` reply: its key and its entries (id, field-value pairs).
 type StreamReply = (String, Vec<(String, Vec<(String, String)>)>);
 
-pub const KEY: &str = "sk-or-v1-e2e-platform-key";
+pub(crate) const KEY: &str = "sk-or-v1-e2e-platform-key";
 
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub ns: String,
     pub redis_url: String,
     pub db_url: String,
@@ -35,12 +35,12 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub async fn start(name: &str, sim_config: sim::SimConfig) -> Option<Cluster> {
+    pub(crate) async fn start(name: &str, sim_config: sim::SimConfig) -> Option<Cluster> {
         Cluster::start_on(name, sim_config, skip::redis_url()).await
     }
 
     /// A cluster on the Redis at `redis_url` (a test's own server, to flush or stop).
-    pub async fn start_on(
+    pub(crate) async fn start_on(
         name: &str,
         sim_config: sim::SimConfig,
         redis_url: String,
@@ -49,7 +49,7 @@ impl Cluster {
     }
 
     /// A cluster whose store is the database at `db_url` (`None`: a SQLite file of its own).
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         name: &str,
         sim_config: sim::SimConfig,
         redis_url: String,
@@ -84,12 +84,12 @@ impl Cluster {
     }
 
     /// Start a worker process; its log goes to `worker-N.log` in the cluster's folder.
-    pub fn spawn_worker(&mut self, args: &[&str]) -> usize {
+    pub(crate) fn spawn_worker(&mut self, args: &[&str]) -> usize {
         self.spawn_worker_with(args, &[])
     }
 
     /// [`Cluster::spawn_worker`] with more environment variables (`FREEWAY_CONFIG`, …).
-    pub fn spawn_worker_with(&mut self, args: &[&str], env: &[(&str, &str)]) -> usize {
+    pub(crate) fn spawn_worker_with(&mut self, args: &[&str], env: &[(&str, &str)]) -> usize {
         let n = self.workers.len();
         let log = std::fs::File::create(self.dir.join(format!("worker-{n}.log"))).unwrap();
         // A 1 s heartbeat makes crash recovery quick; a test may ask for another.
@@ -120,7 +120,7 @@ impl Cluster {
 
     /// Every provider call the sim saw was counted by a run, and no run exceeds the budget table
     /// (docs/design.md §2.1). `runs` are every run the test enqueued.
-    pub async fn assert_budgets(&self, runs: &[RunJob]) {
+    pub(crate) async fn assert_budgets(&self, runs: &[RunJob]) {
         use freeway::store::Store;
         let mut counted = 0;
         for job in runs {
@@ -145,7 +145,11 @@ impl Cluster {
     }
 
     /// Block until `done` holds of the simulator (it is polled: the sim has no event stream).
-    pub async fn sim_until(&self, timeout: Duration, done: impl Fn(&sim::SimHandle) -> bool) {
+    pub(crate) async fn sim_until(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&sim::SimHandle) -> bool,
+    ) {
         let deadline = tokio::time::Instant::now() + timeout;
         while !done(&self.sim) {
             assert!(
@@ -158,27 +162,27 @@ impl Cluster {
     }
 
     /// The chat calls the sim saw.
-    pub fn chat_calls(&self) -> usize {
+    pub(crate) fn chat_calls(&self) -> usize {
         self.sim.calls().len()
     }
 
-    pub fn log(&self, n: usize) -> String {
+    pub(crate) fn log(&self, n: usize) -> String {
         std::fs::read_to_string(self.dir.join(format!("worker-{n}.log"))).unwrap_or_default()
     }
 
     /// The last lines of a worker's log, for failure messages.
-    pub fn log_tail(&self, n: usize) -> String {
+    pub(crate) fn log_tail(&self, n: usize) -> String {
         let log = self.log(n);
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
 
-    pub fn kill(&mut self, n: usize) {
+    pub(crate) fn kill(&mut self, n: usize) {
         let _ = self.workers[n].kill();
         let _ = self.workers[n].wait();
     }
 
-    pub async fn enqueue(&self, req: RunRequest) -> RunJob {
+    pub(crate) async fn enqueue(&self, req: RunRequest) -> RunJob {
         let job = RunJob::new(req, freeway::clock::epoch_ms());
         self.queue.push(std::slice::from_ref(&job)).await.unwrap();
         job
@@ -186,7 +190,7 @@ impl Cluster {
 
     /// Block until the run's stream carries a last event (`finished`, `refused`,
     /// `awaiting_approval`); returns every event seen, as JSON.
-    pub async fn wait(&self, run_id: &str, timeout: Duration) -> Vec<serde_json::Value> {
+    pub(crate) async fn wait(&self, run_id: &str, timeout: Duration) -> Vec<serde_json::Value> {
         self.wait_for(run_id, timeout, |e| {
             matches!(
                 e["type"].as_str(),
@@ -198,7 +202,7 @@ impl Cluster {
 
     /// Block until the run's stream carries an event for which `done` holds; returns every event
     /// seen up to it, as JSON.
-    pub async fn wait_for(
+    pub(crate) async fn wait_for(
         &self,
         run_id: &str,
         timeout: Duration,
@@ -245,7 +249,7 @@ impl Cluster {
     }
 
     /// Poll the queue's depths until `done` holds, failing if a worker dies or time runs out.
-    pub async fn watch_queue(
+    pub(crate) async fn watch_queue(
         &self,
         timeout: Duration,
         mut done: impl FnMut(&queue::schedule::Depths) -> bool,
@@ -286,14 +290,14 @@ impl Drop for Cluster {
 
 /// A redis-server of a test's own on a free loopback port, without persistence: a restart or a
 /// FLUSHALL loses everything, as a Redis without AOF does. Stopped when dropped.
-pub struct PrivateRedis {
+pub(crate) struct PrivateRedis {
     pub url: String,
     child: Child,
 }
 
 impl PrivateRedis {
     /// `None` (said) on a machine without `redis-server`.
-    pub async fn start() -> Option<PrivateRedis> {
+    pub(crate) async fn start() -> Option<PrivateRedis> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
@@ -326,7 +330,7 @@ impl PrivateRedis {
         panic!("redis-server did not start on port {port}");
     }
 
-    pub async fn flushall(&self) {
+    pub(crate) async fn flushall(&self) {
         let client = redis::Client::open(self.url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
@@ -341,7 +345,7 @@ impl Drop for PrivateRedis {
 }
 
 /// Whether a process runs (a dead child not yet reaped is a zombie: not running).
-pub fn is_running(pid: u32) -> bool {
+pub(crate) fn is_running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| {
             stat.rsplit_once(") ")
@@ -351,7 +355,11 @@ pub fn is_running(pid: u32) -> bool {
 }
 
 /// Run the worker binary once with `args`, extra environment and `stdin`; its output.
-pub fn run_worker(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> std::process::Output {
+pub(crate) fn run_worker(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: &[u8],
+) -> std::process::Output {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_worker"))
         .args(args)
@@ -370,7 +378,7 @@ pub fn run_worker(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> std::pro
     child.wait_with_output().expect("worker ends")
 }
 
-pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
+pub(crate) fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
     RunRequest::new(
         user,
         input,
@@ -381,13 +389,13 @@ pub fn request(user: &str, input: &str, models: &[&str]) -> RunRequest {
     )
 }
 
-pub fn types(events: &[serde_json::Value]) -> Vec<String> {
+pub(crate) fn types(events: &[serde_json::Value]) -> Vec<String> {
     events
         .iter()
         .map(|e| e["type"].as_str().unwrap_or("?").to_string())
         .collect()
 }
 
-pub fn last(events: &[serde_json::Value]) -> &serde_json::Value {
+pub(crate) fn last(events: &[serde_json::Value]) -> &serde_json::Value {
     events.last().expect("events")
 }

@@ -1,4 +1,4 @@
-//! `worker prune --older-than-days N`: the retention command (issue 4 §5).
+//! `worker prune --older-than-days N`: the retention command (docs/api.md §2).
 //!
 //! SQL rows are the audit trail and are never deleted on their own; an operator runs this (by
 //! hand or from cron) to delete finished runs older than N days. What it keeps and deletes is
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 const DAY_MS: u64 = 86_400_000;
 
-pub fn main(days: u64) -> ExitCode {
+pub(crate) fn main(days: u64) -> ExitCode {
     crate::exit::one_shot(|settings| async move { prune(&settings.database_url, days).await })
 }
 

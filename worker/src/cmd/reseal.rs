@@ -12,7 +12,7 @@ use freeway::config::Settings;
 use freeway::store::SecretKeys;
 use std::process::ExitCode;
 
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     crate::exit::one_shot(|settings: Settings| async move {
         let Some(keys) = settings.secret_keys() else {
             return fail(

@@ -1,4 +1,4 @@
-//! `worker run-one JOB.json`: one run without the queue (docs/api.md §5.2).
+//! `worker run-one JOB.json`: one run without the queue (docs/api.md §2).
 //!
 //! The same pre-flight and engine as the queue, but where the queue would snooze it refuses with
 //! `retry_after_s`. Each event is printed as one JSON line on stdout (and published to the run's
@@ -34,12 +34,12 @@ impl EventSink for PrintingEvents {
     }
 }
 
-pub fn main(path: &str) -> ExitCode {
+pub(crate) fn main(path: &str) -> ExitCode {
     let settings = match Settings::from_env() {
         Ok(s) => s,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
     };
-    let _telemetry = match crate::logging::init(settings.log_format, "freeway-worker") {
+    let _telemetry = match freeway::logging::init(settings.log_format, "freeway-worker") {
         Ok(t) => t,
         Err(e) => return fail(EXIT_BAD_INPUT, &format!("bad configuration: {e}")),
     };

@@ -11,7 +11,7 @@ use freeway::config::Settings;
 use serde_json::json;
 use std::process::ExitCode;
 
-pub fn check() -> ExitCode {
+pub(crate) fn check() -> ExitCode {
     let settings = match Settings::from_env() {
         Ok(s) => s,
         Err(e) => return fail(BAD_INPUT, &format!("bad configuration: {e}")),

@@ -10,6 +10,8 @@ use freeway::classify::{Classification, classify_response};
 use freeway::headers::Headers;
 use freeway::route::Route;
 use std::fmt;
+use std::io::Read;
+use std::process::ExitCode;
 
 /// Why the input could not be classified.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,9 +48,41 @@ struct RawResponse<'a> {
     body: &'a [u8],
 }
 
+/// `worker classify --route R`: reads the response on stdin, prints its classification.
+pub(crate) fn main(route: &str) -> ExitCode {
+    let mut raw = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut raw) {
+        eprintln!("worker classify: cannot read stdin: {e}");
+        return ExitCode::from(2);
+    }
+    let vars = std::env::vars().collect();
+    let catalog = match freeway::catalog::load(&vars) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("worker classify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(route, &raw, &catalog, freeway::clock::epoch_ms()) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("worker classify: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Classify the raw response `raw` for `--route route_arg` at `now_ms`; one JSON line, or a
 /// one-line message saying what is wrong with the input.
-pub fn run(route_arg: &str, raw: &[u8], catalog: &Catalog, now_ms: u64) -> Result<String, String> {
+pub(crate) fn run(
+    route_arg: &str,
+    raw: &[u8],
+    catalog: &Catalog,
+    now_ms: u64,
+) -> Result<String, String> {
     let route = Route::parse(route_arg, catalog)
         .map_err(|e| InputError::BadRoute(e.to_string()).to_string())?;
     let response = parse(raw).map_err(|e| e.to_string())?;
