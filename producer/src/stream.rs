@@ -8,7 +8,7 @@
 //! `RedisConnection` would stall every other command queued behind it.
 
 use freeway::connect::{ConnectError, RedisConnection};
-use freeway::events::Event;
+use freeway::events::{Event, StoredEvent};
 use redis::AsyncCommands;
 use redis::aio::ConnectionLike;
 use redis::streams::{StreamRangeReply, StreamReadOptions, StreamReadReply};
@@ -88,12 +88,12 @@ pub(crate) fn entries(ids: Vec<redis::streams::StreamId>) -> Vec<Entry> {
                 tracing::warn!(id = %e.id, "skipping a stream entry with a malformed id");
                 return None;
             };
-            let data: String = e.get("data").unwrap_or_default();
+            let StoredEvent { kind, data, event } = StoredEvent::read(&e);
             Some(Entry {
                 id,
-                kind: e.get("type").unwrap_or_default(),
-                event: Event::from_json(&data),
+                kind,
                 data,
+                event,
             })
         })
         .collect()

@@ -22,7 +22,6 @@
 //! settles it is deleted: Redis holds next to nothing per finished run (docs/design.md §2.5),
 //! and a retry reads the job from the store.
 
-use crate::RedisFault;
 use crate::schedule::{IDEMPOTENCY_TTL, Queue, QueueError};
 use freeway::catalog::Catalog;
 use freeway::chat::ToolCall;
@@ -31,7 +30,7 @@ use freeway::engine::{Spender, close_capped_routes};
 use freeway::events::{Event, EventError, EventSink, RedisEvents};
 use freeway::fleet::FleetError;
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
-use freeway::lease::{Leases, RedisLeases};
+use freeway::lease::RedisLeases;
 use freeway::metrics::RedisMetrics;
 use freeway::pace::RedisPacer;
 use freeway::preflight::{self, Preflight, Waiting};
@@ -39,7 +38,7 @@ use freeway::rest::{RedisRests, Rests};
 use freeway::route::{Connection, Route};
 use freeway::run::{Code, Decided, Decision, RunRecord, RunStatus};
 use freeway::spend::RedisLedger;
-use freeway::store::{Created, Store, StoreError, Transition, UnsettledCursor, UnsettledJob};
+use freeway::store::{Created, Store, StoreError, Transition};
 use redis::AsyncCommands;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -50,14 +49,6 @@ const JOB_GRACE_MS: u64 = 24 * 3600 * 1000;
 pub const RECONCILE_BATCH: u32 = 500;
 /// How many pages of [`RECONCILE_BATCH`] runs one reconcile round reads at most.
 pub const RECONCILE_PAGES: u32 = 20;
-/// How long a running run must go untouched, at least, before the reconciler pushes it again:
-/// two lease lifetimes, so its executor, if alive, has renewed (or taken back) its lease many
-/// times over.
-const RUNNING_STALE: std::time::Duration =
-    std::time::Duration::from_secs(2 * freeway::lease::LEASE_TTL.as_secs());
-/// How long a round's cursor waits for the next round; past it the next starts over.
-const CURSOR_TTL_MS: u64 = 3_600_000;
-
 /// What a reconcile round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reconciled {
@@ -65,15 +56,6 @@ pub struct Reconciled {
     pub pushed: usize,
     /// Runs whose job cannot be read, ended `invalid_job`.
     pub ended: usize,
-}
-
-/// A cursor as a round left it: `updated_ms run_id`.
-fn read_cursor(text: &str) -> Option<UnsettledCursor> {
-    let (ms, run_id) = text.split_once(' ')?;
-    Some(UnsettledCursor {
-        updated_ms: ms.parse().ok()?,
-        run_id: run_id.to_string(),
-    })
 }
 
 /// How old a run recorded under an idempotency key, and not yet pushed, must be before a resend
@@ -152,12 +134,10 @@ pub enum EnqueueError {
         /// What does not read.
         error: InvalidRequest,
     },
-    /// Redis failed, or answered what it should not.
-    #[error("redis: {0}")]
-    Redis(#[source] RedisFault),
-    /// The fleet's shared state (rests, limiters, the ledger) could not be read or written.
+    /// Redis failed, or answered what it should not: the queue, or the fleet's shared state
+    /// (rests, limiters, the ledger).
     #[error(transparent)]
-    Rest(#[from] FleetError),
+    Redis(#[from] FleetError),
     /// The store failed: the run was not recorded, or not read.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -199,9 +179,9 @@ pub struct Enqueuer {
     pub(crate) leases: RedisLeases,
     /// What tenants spend, for refusing a run only priced routes past a cap are left to.
     spend: RedisLedger,
-    catalog: Arc<Catalog>,
-    conn: RedisConnection,
-    ns: String,
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) conn: RedisConnection,
+    pub(crate) ns: String,
 }
 
 impl Enqueuer {
@@ -225,6 +205,13 @@ impl Enqueuer {
     /// the fleet must be given the same number.
     pub fn with_lanes(mut self, lanes: usize) -> Enqueuer {
         self.queue = self.queue.with_lanes(lanes);
+        self
+    }
+
+    /// The heartbeat of the replica that consumes through this enqueuer's queue
+    /// (`worker --heartbeat-s`), so a worker holds one queue handle.
+    pub fn with_heartbeat(mut self, heartbeat: std::time::Duration) -> Enqueuer {
+        self.queue = self.queue.with_heartbeat(heartbeat);
         self
     }
 
@@ -558,7 +545,7 @@ impl Enqueuer {
 
     /// The job copy an approval reads back, and the reconciler's sign that Redis still knows the
     /// run: it lives until a day after the run's deadline.
-    async fn keep_job(&self, job: &RunJob, now: u64) -> Result<(), EnqueueError> {
+    pub(crate) async fn keep_job(&self, job: &RunJob, now: u64) -> Result<(), EnqueueError> {
         let ttl_ms = job.deadline_ms.saturating_sub(now) + JOB_GRACE_MS;
         let payload = serde_json::to_vec(job).map_err(QueueError::from)?;
         let mut conn = self.conn.clone();
@@ -583,151 +570,6 @@ impl Enqueuer {
         }
         self.conn.each::<redis::Value>(commands).await?;
         Ok(())
-    }
-
-    /// The reconciler, one replica a round: push again every run the store has as queued,
-    /// delayed or running, untouched for `stale`, of which Redis keeps neither the job copy nor
-    /// a lease — Redis lost it (a restart without its data, a failover), or a producer died
-    /// between recording and pushing it. A run whose stored job does not read back can never
-    /// run: it ends `failed` `invalid_job`. The round is claimed with a lock that lasts `round`;
-    /// `None` when another replica has it. A round reads at most [`RECONCILE_PAGES`] pages and
-    /// leaves a cursor in Redis where it stopped, so no number of runs it cannot act on blinds
-    /// it to the ones after. A run pushed twice is still executed once: the lease and the stored
-    /// counters keep it within its budget.
-    pub async fn reconcile(
-        &self,
-        stale: std::time::Duration,
-        round: std::time::Duration,
-    ) -> Result<Option<Reconciled>, EnqueueError> {
-        if !self.leases.take_turn("reconciler", round).await? {
-            return Ok(None);
-        }
-        let mut conn = self.conn.clone();
-        let now = freeway::clock::epoch_ms();
-        let before = now.saturating_sub(stale.as_millis() as u64);
-        // A running run's lease may be gone only because Redis forgot it; its executor takes it
-        // back at its next renewal. Pushing it before then would pay for its call twice.
-        let running_stale = stale.max(RUNNING_STALE);
-        let running_before = now.saturating_sub(running_stale.as_millis() as u64);
-        let cursor_key = format!("{}:reconcile:cursor", self.ns);
-        let saved: Option<String> = conn.get(&cursor_key).await?;
-        let mut after = saved.as_deref().and_then(read_cursor);
-        let mut done = Reconciled::default();
-        for _ in 0..RECONCILE_PAGES {
-            let page = self
-                .store
-                .unsettled_jobs(before, running_before, after.as_ref(), RECONCILE_BATCH)
-                .await?;
-            let full = page.len() == RECONCILE_BATCH as usize;
-            after = page.last().map(UnsettledJob::cursor);
-            self.reconcile_page(page, now, &mut done).await?;
-            if !full {
-                after = None;
-                break;
-            }
-        }
-        match &after {
-            Some(c) => {
-                let text = format!("{} {}", c.updated_ms, c.run_id);
-                conn.pset_ex::<_, _, ()>(&cursor_key, text, CURSOR_TTL_MS)
-                    .await?
-            }
-            None => conn.del::<_, ()>(&cursor_key).await?,
-        }
-        Ok(Some(done))
-    }
-
-    /// One page of a reconcile round: end the runs whose job is unreadable, push the lost ones.
-    async fn reconcile_page(
-        &self,
-        page: Vec<UnsettledJob>,
-        now: u64,
-        done: &mut Reconciled,
-    ) -> Result<(), EnqueueError> {
-        let mut jobs = Vec::with_capacity(page.len());
-        for unsettled in page {
-            match RunJob::from_json(unsettled.job.as_bytes(), &self.catalog) {
-                Ok((job, _)) => jobs.push(job),
-                Err(error) => {
-                    if self.end_unreadable(&unsettled.run_id, &error).await? {
-                        done.ended += 1;
-                    }
-                }
-            }
-        }
-        if jobs.is_empty() {
-            return Ok(());
-        }
-        let exists = jobs
-            .iter()
-            .flat_map(|job| {
-                [
-                    keyed("EXISTS", &self.job_key(&job.run_id)),
-                    keyed("EXISTS", &self.leases.key(&job.run_id)),
-                ]
-            })
-            .collect();
-        let known: Vec<bool> = self.conn.each(exists).await?;
-        let lost = jobs
-            .into_iter()
-            .zip(known.chunks(2))
-            .filter(|(_, known)| !known.iter().any(|k| *k))
-            .map(|(job, _)| job);
-        for job in lost {
-            self.keep_job(&job, now).await?;
-            self.queue.repush(&job).await?;
-            done.pushed += 1;
-            tracing::warn!(run_id = %job.run_id, "Redis kept nothing of this run: pushed it again from the store");
-        }
-        Ok(())
-    }
-
-    /// End a run that can never run because the job it was enqueued as does not read back:
-    /// `failed` `invalid_job`, with the reason. Only the store's own copy of the job decides, so
-    /// a queue entry that merely names a run cannot end it. Says whether it ended the run.
-    pub async fn end_unreadable(
-        &self,
-        run_id: &str,
-        error: &InvalidRequest,
-    ) -> Result<bool, EnqueueError> {
-        let reason = freeway::text::cut(&format!("its job does not read back: {error}"), 512);
-        let ended = self
-            .store
-            .transition(
-                run_id,
-                &[RunStatus::Queued, RunStatus::Delayed, RunStatus::Running],
-                Transition {
-                    status: RunStatus::Failed,
-                    code: Some(Code::InvalidJob),
-                    summary: Some(&reason),
-                    now_ms: freeway::clock::epoch_ms(),
-                },
-            )
-            .await?;
-        if ended {
-            let failed = Event::Finished {
-                status: RunStatus::Failed,
-                code: Some(Code::InvalidJob),
-                usage: Default::default(),
-            };
-            if let Err(error) = self.events.publish(run_id, &failed).await {
-                tracing::warn!(run_id, %error, "ended a run whose job is unreadable, without its event");
-            }
-            tracing::warn!(run_id, %reason, "ended a run whose job cannot be read: invalid_job");
-        }
-        Ok(ended)
-    }
-
-    /// A dead-lettered queue entry that names `run_id`: end that run if the store's copy of its
-    /// job is unreadable too (it can never run); leave it be otherwise.
-    pub async fn end_if_unreadable(&self, run_id: &str) -> Result<bool, EnqueueError> {
-        let Some(text) = self.store.job(run_id).await? else {
-            return Ok(false);
-        };
-        match RunJob::from_json(text.as_bytes(), &self.catalog) {
-            Ok(_) => Ok(false),
-            Err(error) => self.end_unreadable(run_id, &error).await,
-        }
     }
 
     /// Every user connection the chain names must be `user_id`'s, for the route's provider. The
@@ -771,7 +613,7 @@ impl Enqueuer {
         Ok(set.is_some())
     }
 
-    fn job_key(&self, run_id: &str) -> String {
+    pub(crate) fn job_key(&self, run_id: &str) -> String {
         format!("{}:job:{run_id}", self.ns)
     }
 }

@@ -12,7 +12,7 @@
 //! | `{ns}:health:writers` | replica name → `{"t_ms", "error"?}` of its last writer probe | reports older than [`REPORT_FRESH_MS`] are dropped when read |
 //! | `{ns}:health:probe` | the last write probe | 60 s |
 
-use crate::RedisFault;
+use crate::FleetError;
 use freeway::connect::RedisConnection;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
@@ -56,7 +56,7 @@ impl Health {
     }
 
     /// Whether Redis takes a write now (a `PING` answers at `maxmemory` too).
-    pub async fn redis_writable(&self) -> Result<(), RedisFault> {
+    pub async fn redis_writable(&self) -> Result<(), FleetError> {
         let mut conn = self.conn.clone();
         let key = format!("{}:health:probe", self.ns);
         conn.pset_ex::<_, _, ()>(key, freeway::clock::epoch_ms(), 60_000)
@@ -69,7 +69,7 @@ impl Health {
         &self,
         replica: &str,
         probe: Result<(), String>,
-    ) -> Result<(), RedisFault> {
+    ) -> Result<(), FleetError> {
         let report = Report {
             t_ms: freeway::clock::epoch_ms(),
             error: probe.err().map(|e| freeway::text::cut(&e, ERROR_MAX)),
@@ -82,7 +82,7 @@ impl Health {
     }
 
     /// The recent reports; stale ones are deleted on the way.
-    pub async fn fleet(&self) -> Result<FleetHealth, RedisFault> {
+    pub async fn fleet(&self) -> Result<FleetHealth, FleetError> {
         let mut conn = self.conn.clone();
         let reports: Vec<(String, String)> = conn.hgetall(self.writers_key()).await?;
         let now = freeway::clock::epoch_ms();

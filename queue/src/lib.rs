@@ -4,8 +4,8 @@
 //! storage settings every replica must agree on, pushes in chunks, snoozes parked in a set of our
 //! own and woken a chunk at a time, the chunked promotion of due jobs, vacuuming, and the depths
 //! the board and metrics show. [`enqueue`] is what a web app calls to enqueue a run or answer an
-//! approval, and the reconciler a worker runs: a Rust web app links this crate without any web
-//! framework.
+//! approval, and [`reconcile`] the reconciler a worker runs: a Rust web app links this crate
+//! without any web framework.
 //!
 //! The worker and the producer both depend on this crate; neither depends on the other.
 //!
@@ -16,7 +16,7 @@
 //!
 //! ```no_run
 //! use freeway::catalog::Catalog;
-//! use freeway::events::{Event, stream_key};
+//! use freeway::events::{StoredEvent, stream_key};
 //! use freeway::job::RunRequest;
 //! use freeway::route::RouteSpec;
 //! use freeway::store::SqlStore;
@@ -45,7 +45,7 @@
 //!     }
 //! };
 //!
-//! // Its events are a Redis stream, each entry's `data` one event as JSON; the last one ends it.
+//! // Its events are a Redis stream of JSON events; the last one ends it.
 //! let mut reader = freeway::connect::blocking(redis_url, Duration::from_secs(5)).await?;
 //! let (key, mut last_id) = (stream_key(namespace, &run_id), "0".to_string());
 //! loop {
@@ -53,7 +53,7 @@
 //!     let reply: Option<StreamReadReply> = reader.xread_options(&[&key], &[&last_id], &options).await?;
 //!     for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
 //!         last_id = entry.id.clone();
-//!         let Some(event) = entry.get::<String>("data").and_then(|d| Event::from_json(&d)) else {
+//!         let Some(event) = StoredEvent::read(&entry).event else {
 //!             continue;
 //!         };
 //!         println!("{}: {}", event.kind(), event.to_json());
@@ -71,27 +71,14 @@ pub mod actions;
 pub mod enqueue;
 pub mod health;
 pub mod lane;
+pub mod reconcile;
 pub mod schedule;
 
 pub use actions::{Cancelled, Woken};
 pub use enqueue::{EnqueueError, Enqueuer, Outcome, Reconciled};
 pub use health::{FleetHealth, Health};
 
-/// Why Redis, or apalis on it, failed: the client's message and error chain, without the
-/// client's types in this crate's API (a web app linking it need not depend on redis-rs).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct RedisFault(Box<dyn std::error::Error + Send + Sync>);
-
-impl From<redis::RedisError> for RedisFault {
-    fn from(e: redis::RedisError) -> RedisFault {
-        RedisFault(Box::new(e))
-    }
-}
-
-impl From<apalis_redis::Error> for RedisFault {
-    fn from(e: apalis_redis::Error) -> RedisFault {
-        RedisFault(Box::new(e))
-    }
-}
+/// Why Redis, or apalis on it, failed: the core's one opaque Redis error, so a web app linking
+/// this crate need not depend on redis-rs or apalis to read it.
+pub use freeway::fleet::FleetError;
 pub use schedule::{Queue, QueueError};

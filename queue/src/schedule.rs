@@ -15,7 +15,7 @@
 //!   each finished delivery is [`Queue::retire`]d instead, and [`Queue::vacuum`] deletes the
 //!   records of those whose keep is over, a bounded batch at a time.
 
-use crate::RedisFault;
+use crate::FleetError;
 use crate::lane::{ApalisConnection, lane_names, lane_of};
 use apalis_core::task::builder::TaskBuilder;
 use apalis_core::task::task_id::TaskId;
@@ -49,8 +49,8 @@ pub const KEEP_DEAD: Duration = Duration::from_secs(3600);
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
     /// Redis failed, or apalis on it.
-    #[error("redis: {0}")]
-    Redis(#[source] RedisFault),
+    #[error(transparent)]
+    Redis(#[from] FleetError),
     /// A job that does not encode as JSON.
     #[error("encoding a job: {0}")]
     Json(#[from] serde_json::Error),
@@ -64,7 +64,8 @@ impl From<redis::RedisError> for QueueError {
 
 impl From<apalis_redis::Error> for QueueError {
     fn from(e: apalis_redis::Error) -> QueueError {
-        QueueError::Redis(e.into())
+        // `FleetError` and apalis's error are both foreign here, so no `From` between them.
+        QueueError::Redis(FleetError::other(e))
     }
 }
 

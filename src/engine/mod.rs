@@ -5,11 +5,19 @@
 //! is saved in the store before each provider call and the transcript holds its messages, so a
 //! snoozed or crashed run resumes where it stopped, on the same route, with the calls it already
 //! spent still counted.
+//!
+//! This file is the run from delivery to end (lease, pre-flight, stops); each part of it is a
+//! file of its own: `walk` (step 1's chain walk and later steps' route), `steps` (the step loop,
+//! tools, the summary), `attempt` (one provider call and its classification), `persist` (saves,
+//! kept writes, events), `pace` and `spend` (a pool's slots, a priced call's reservation) and
+//! `canary`.
 
 mod attempt;
 mod canary;
 mod pace;
+mod persist;
 mod spend;
+mod steps;
 mod walk;
 
 pub use pace::{close_full_pools, give_back};
@@ -17,22 +25,20 @@ pub use spend::{Spender, close_capped_routes};
 
 use crate::budget::Budget;
 use crate::catalog::Catalog;
-use crate::chat::{Approval, Message, Role, ToolCall, text_len};
-use crate::classify::Verdict;
+use crate::chat::{Message, ToolCall};
 use crate::clock::{Clock, SystemClock};
 use crate::events::{Event, EventError};
 use crate::fleet::{Fleet, FleetError};
 use crate::job::{HeldSlot, RunJob};
 use crate::lease::{LEASE_RENEWAL, LEASE_TTL, Lease};
 use crate::metrics;
-use crate::pace::estimate_tokens;
 use crate::preflight::{self, Preflight, Waiting};
-use crate::provider::{ChatProvider, Completion, TargetError, Targets};
+use crate::provider::{ChatProvider, TargetError, Targets};
 use crate::rest::Closure;
 use crate::route::Route;
 use crate::run::{Code, RunRecord, RunStatus};
 use crate::store::{Attached, Store, StoreError};
-use crate::tools::{ToolContext, ToolRunner};
+use crate::tools::ToolRunner;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tracing::Instrument;
@@ -41,7 +47,6 @@ use tracing::Instrument;
 pub const SNOOZE_JITTER_MS: (u64, u64) = (0, 2_000);
 /// The one-route retry's pause (docs/design.md §2.2, rule 5).
 pub const RETRY_PAUSE_MS: (u64, u64) = (1_000, 3_000);
-const SUMMARY_PROMPT: &str = "Summarise this conversation in one short sentence.";
 
 /// What the caller does when every route is closed and the deadline allows a wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,16 +228,6 @@ pub(crate) struct Run<'a> {
     /// or renewing it before a call.
     pub lease_confirmed_ms: u64,
 }
-
-/// A save the store did not take, as [`crate::unsaved`] keeps it.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct PendingSave {
-    run: RunRecord,
-    writes: Vec<Attached>,
-}
-
-/// How long kept writes outlive their run's deadline.
-const UNSAVED_GRACE_MS: u64 = 24 * 3600 * 1000;
 
 /// How a step ended when it did not produce a completion.
 pub(crate) enum Stop {
@@ -597,341 +592,5 @@ impl Engine {
         run.rec.status = RunStatus::Running;
         let worker = self.worker.clone();
         self.publish(run, Event::Started { worker }).await
-    }
-
-    /// Steps until the run ends, pauses or snoozes.
-    async fn steps(
-        &self,
-        run: &mut Run<'_>,
-        when_resting: WhenResting,
-    ) -> Result<Outcome, EngineError> {
-        loop {
-            let transcript = self.transcript(run).await?;
-            if run.rec.state.route_index.is_some() {
-                let pending = pending_tool_calls(&transcript);
-                if !pending.is_empty() {
-                    if let Some(outcome) = self.run_tools(run, pending).await? {
-                        return Ok(outcome);
-                    }
-                    continue;
-                }
-            }
-            if run.rec.state.counters.steps >= run.budget.max_steps {
-                return self
-                    .finish(run, RunStatus::Failed, Some(Code::BudgetExhausted))
-                    .await;
-            }
-            let messages = self.messages(run, transcript);
-            run.tokens = estimate_tokens(text_len(&messages), run.job.request.max_tokens);
-            let step = if run.rec.state.route_index.is_none() {
-                self.walk(run, &messages, when_resting).await?
-            } else {
-                self.later_step(run, &messages, when_resting).await?
-            };
-            let completion = match step {
-                Ok(c) => c,
-                Err(stop) => return self.stop(run, stop).await,
-            };
-            if let Some(outcome) = self.take_completion(run, completion).await? {
-                return Ok(outcome);
-            }
-        }
-    }
-
-    /// The messages sent to the model: the job's system prompt, then the transcript.
-    fn messages(&self, run: &Run<'_>, transcript: Vec<Message>) -> Vec<Message> {
-        let system = run
-            .job
-            .request
-            .system
-            .iter()
-            .map(|s| Message::system(s.clone()));
-        system.chain(transcript).collect()
-    }
-
-    /// A step succeeded: store it; finish on a final answer, or announce the tool calls.
-    async fn take_completion(
-        &self,
-        run: &mut Run<'_>,
-        c: Completion,
-    ) -> Result<Option<Outcome>, EngineError> {
-        let state = &mut run.rec.state;
-        state.counters.steps += 1;
-        if let Some(u) = c.usage {
-            run.rec.usage.add(u);
-        }
-        let text = (!c.text.is_empty()).then(|| c.text.clone());
-        let key = format!("step-{}", state.counters.steps);
-        let message = Message {
-            turn_fields: c.turn_fields.clone(),
-            ..Message::assistant(text, c.tool_calls.clone())
-        };
-        run.unsaved.push(Attached::Message { key, message });
-        if c.tool_calls.is_empty() {
-            run.rec.output = c.text;
-            self.summarise(run).await?;
-            return Ok(Some(self.finish(run, RunStatus::Succeeded, None).await?));
-        }
-        if run.rec.state.counters.steps >= run.budget.max_steps {
-            run.rec.output = c.text;
-            run.rec.incomplete = true;
-            return Ok(Some(
-                self.finish(run, RunStatus::Failed, Some(Code::BudgetExhausted))
-                    .await?,
-            ));
-        }
-        // Saved before it is announced: an event that cannot be published loses no answer.
-        self.save(run).await?;
-        for call in &c.tool_calls {
-            let event = Event::ToolCall {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-            };
-            self.publish(run, event).await?;
-        }
-        Ok(None)
-    }
-
-    /// Run the tools the last assistant turn asked for; pause at the first that needs approval.
-    async fn run_tools(
-        &self,
-        run: &mut Run<'_>,
-        pending: Vec<ToolCall>,
-    ) -> Result<Option<Outcome>, EngineError> {
-        let approval_of = |name: &str| {
-            run.job
-                .request
-                .tools
-                .iter()
-                .find(|t| t.name == name)
-                .map(|t| t.approval)
-        };
-        let (needs_approval, now): (Vec<_>, Vec<_>) = pending
-            .into_iter()
-            .partition(|c| approval_of(&c.name) == Some(Approval::Required));
-        let ctx = ToolContext {
-            run_id: &run.rec.run_id,
-            user_id: &run.job.request.user_id,
-            conversation_id: &run.job.conversation_id,
-        };
-        let mut results = Vec::new();
-        for call in &now {
-            let content = match approval_of(&call.name) {
-                Some(_) => self.tools.run(&ctx, call).await,
-                None => format!("error: there is no tool named {:?}", call.name),
-            };
-            results.push((call.id.clone(), content));
-        }
-        // One approval at a time: the others wait for a later turn of the model.
-        let mut paused = needs_approval.into_iter();
-        let first = paused.next();
-        for call in paused {
-            results.push((
-                call.id.clone(),
-                "not executed: another tool call is awaiting approval".to_string(),
-            ));
-        }
-        for (id, content) in &results {
-            run.unsaved.push(Attached::Message {
-                key: format!("tool-{id}"),
-                message: Message::tool_result(id.clone(), content.clone()),
-            });
-        }
-        if let Some(call) = &first {
-            run.rec.pending_tool_call = Some(call.clone());
-            run.rec.status = RunStatus::AwaitingApproval;
-        }
-        // The results are stored before they are announced, with whatever else waits for a save
-        // (a continuation's input), so a redelivery never runs these tools again.
-        self.save(run).await?;
-        for (id, content) in results {
-            self.publish(run, Event::ToolResult { id, content }).await?;
-        }
-        let Some(call) = first else {
-            return Ok(None);
-        };
-        self.publish(
-            run,
-            Event::AwaitingApproval {
-                tool_call: call.clone(),
-            },
-        )
-        .await?;
-        Ok(Some(Outcome::AwaitingApproval(call)))
-    }
-
-    /// `FREEWAY_SUMMARY=on`: one more call on the run's route; its failure does not fail the run.
-    async fn summarise(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
-        if !run.budget.summary {
-            return Ok(());
-        }
-        let Some(index) = run.rec.state.route_index else {
-            return Ok(());
-        };
-        let transcript = self.transcript(run).await?;
-        let mut messages = self.messages(run, transcript);
-        messages.push(Message::user(SUMMARY_PROMPT));
-        run.tokens = estimate_tokens(text_len(&messages), run.job.request.max_tokens);
-        let step = run.rec.state.counters.steps + 1;
-        if let Ok(c) = self.attempt(run, index, step, &messages, false).await? {
-            run.rec.summary = Some(c.text);
-        }
-        Ok(())
-    }
-
-    pub(crate) async fn finish(
-        &self,
-        run: &mut Run<'_>,
-        status: RunStatus,
-        code: Option<Code>,
-    ) -> Result<Outcome, EngineError> {
-        run.rec.status = status;
-        run.rec.code = code;
-        if status == RunStatus::Failed && !run.rec.output.is_empty() {
-            run.rec.incomplete = true;
-        }
-        self.save(run).await?;
-        let event = Event::Finished {
-            status,
-            code,
-            usage: run.rec.usage,
-        };
-        self.publish(run, event).await?;
-        Ok(Outcome::Finished { status, code })
-    }
-
-    /// End a run that `by` cancelled while it ran.
-    async fn cancelled(&self, run: &mut Run<'_>, by: String) -> Result<Outcome, EngineError> {
-        run.rec.status = RunStatus::Cancelled;
-        run.rec.code = None;
-        self.save(run).await?;
-        self.publish(run, Event::Cancelled { by: Some(by) }).await?;
-        Ok(Outcome::Finished {
-            status: RunStatus::Cancelled,
-            code: None,
-        })
-    }
-
-    /// Save the run with the writes waiting for it ([`Run::unsaved`]), all or none.
-    pub(crate) async fn save(&self, run: &mut Run<'_>) -> Result<(), EngineError> {
-        run.rec.updated_ms = self.clock.now_ms();
-        let unsaved = std::mem::take(&mut run.unsaved);
-        let span = tracing::info_span!("store_write", writes = unsaved.len());
-        match self
-            .store
-            .save_run_with(&run.rec, &unsaved)
-            .instrument(span)
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.keep_unsaved(run, unsaved).await;
-                Err(e.into())
-            }
-        }
-    }
-
-    /// A save failed: keep its writes for the run's next delivery (`crate::unsaved`), which
-    /// stores them before anything else rather than pay for an answer it already has.
-    async fn keep_unsaved(&self, run: &Run<'_>, writes: Vec<Attached>) {
-        let save = PendingSave {
-            run: run.rec.clone(),
-            writes,
-        };
-        let kept = match serde_json::to_string(&save) {
-            Ok(json) => {
-                let ttl_ms =
-                    run.job.deadline_ms.saturating_sub(self.clock.now_ms()) + UNSAVED_GRACE_MS;
-                let ttl = std::time::Duration::from_millis(ttl_ms);
-                self.fleet
-                    .unsaved
-                    .keep(&run.rec.run_id, &json, ttl)
-                    .await
-                    .map_err(|e| e.to_string())
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        match kept {
-            Ok(()) => {
-                tracing::warn!(run_id = %run.rec.run_id, "the store did not take the run's save: its writes are kept for its next delivery")
-            }
-            Err(error) => {
-                tracing::error!(run_id = %run.rec.run_id, %error, "the store did not take the run's save, nor Redis its writes")
-            }
-        }
-    }
-
-    /// Store what an earlier delivery of `run_id` could not, before the run is read.
-    async fn recover_unsaved(&self, run_id: &str) -> Result<(), EngineError> {
-        let Some(json) = self.fleet.unsaved.kept(run_id).await? else {
-            return Ok(());
-        };
-        match serde_json::from_str::<PendingSave>(&json) {
-            Ok(save) if save.run.run_id == run_id => {
-                self.store.save_run_with(&save.run, &save.writes).await?;
-                tracing::info!(
-                    run_id,
-                    writes = save.writes.len(),
-                    "stored what the run's last delivery could not"
-                );
-            }
-            Ok(_) | Err(_) => {
-                tracing::warn!(run_id, "kept writes of this run do not read back; dropped");
-            }
-        }
-        self.fleet.unsaved.clear(run_id).await?;
-        Ok(())
-    }
-
-    /// The conversation as this run sees it: what is stored, then its own unsaved messages.
-    pub(crate) async fn transcript(&self, run: &mut Run<'_>) -> Result<Vec<Message>, EngineError> {
-        let mut transcript = match run.stored_transcript.take() {
-            Some(read_with_the_run) => read_with_the_run,
-            None => self.store.transcript(&run.job.conversation_id).await?,
-        };
-        transcript.extend(run.unsaved.iter().filter_map(|u| match u {
-            Attached::Message { message, .. } => Some(message.clone()),
-            Attached::Attempt(_) | Attached::Decision { .. } => None,
-        }));
-        Ok(transcript)
-    }
-
-    pub(crate) async fn publish(&self, run: &mut Run<'_>, event: Event) -> Result<(), EngineError> {
-        if event.is_output() {
-            run.rec.state.emitted = true;
-        }
-        Ok(self.fleet.events.publish(&run.rec.run_id, &event).await?)
-    }
-}
-
-/// The tool calls of the last assistant turn that have no result yet.
-fn pending_tool_calls(transcript: &[Message]) -> Vec<ToolCall> {
-    let Some(pos) = transcript.iter().rposition(|m| m.role == Role::Assistant) else {
-        return vec![];
-    };
-    let answered: Vec<&str> = transcript[pos + 1..]
-        .iter()
-        .filter_map(|m| m.tool_call_id.as_deref())
-        .collect();
-    transcript[pos]
-        .tool_calls
-        .iter()
-        .filter(|c| !answered.contains(&c.id.as_str()))
-        .cloned()
-        .collect()
-}
-
-/// Failures that end a run with a verdict-specific code when they are all a step saw.
-pub(crate) fn exhausted_code(failures: &[Verdict]) -> Code {
-    let all = |v: Verdict| !failures.is_empty() && failures.iter().all(|f| *f == v);
-    if all(Verdict::Client) {
-        Code::UpstreamRejected
-    } else if all(Verdict::Auth) {
-        Code::AuthFailed
-    } else if all(Verdict::Billing) {
-        Code::PaymentRequired
-    } else {
-        Code::RoutesExhausted
     }
 }

@@ -2,7 +2,7 @@
 //! (docs/design.md §2.3).
 
 use super::attempt::{Failure, Miss};
-use super::{Engine, EngineError, RETRY_PAUSE_MS, Run, Stop, WhenResting, exhausted_code};
+use super::{Engine, EngineError, RETRY_PAUSE_MS, Run, Stop, WhenResting};
 use crate::chat::Message;
 use crate::classify::{RestScope, Verdict};
 use crate::events::Event;
@@ -283,5 +283,19 @@ impl crate::run::RunState {
                 .iter()
                 .flatten()
                 .all(|c| c.remaining_ms == u64::MAX)
+    }
+}
+
+/// Failures that end a run with a verdict-specific code when they are all a step saw.
+fn exhausted_code(failures: &[Verdict]) -> Code {
+    let all = |v: Verdict| !failures.is_empty() && failures.iter().all(|f| *f == v);
+    if all(Verdict::Client) {
+        Code::UpstreamRejected
+    } else if all(Verdict::Auth) {
+        Code::AuthFailed
+    } else if all(Verdict::Billing) {
+        Code::PaymentRequired
+    } else {
+        Code::RoutesExhausted
     }
 }

@@ -9,6 +9,7 @@
 -- KEYS[1] the run's stream
 -- ARGV[1] the stream's approximate longest, ARGV[2] the event's type, ARGV[3] its JSON,
 -- ARGV[4] the grace in seconds, ARGV[5] the longest stream rewritten
+-- The entry's fields are those of every event (`TYPE_FIELD`, `DATA_FIELD` in events/mod.rs).
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'type', ARGV[2], 'data', ARGV[3])
 if redis.call('XLEN', KEYS[1]) <= tonumber(ARGV[5]) then
   local whole = redis.call('DUMP', KEYS[1])

@@ -27,6 +27,10 @@ const STREAM_MAXLEN: usize = 10_000;
 /// `stream-node-max-entries`), so the rewrite stays a few kilobytes.
 const REWRITE_MAX_ENTRIES: usize = 100;
 
+/// The fields of a stream entry, here and in `last.lua`: the event's type, and the event as JSON.
+const TYPE_FIELD: &str = "type";
+const DATA_FIELD: &str = "data";
+
 static LAST: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("last.lua")));
 
@@ -156,14 +160,21 @@ impl Event {
     }
 }
 
+/// An event could not be published; what failed is kept as the error's source.
 #[derive(Debug, thiserror::Error)]
 #[error("publishing an event: {0}")]
-pub struct EventError(String);
+pub struct EventError(#[source] Box<dyn std::error::Error + Send + Sync>);
 
 impl EventError {
-    /// For sinks outside this module: why an event could not be published.
-    pub fn new(why: impl Into<String>) -> EventError {
+    /// For sinks outside this module: why an event could not be published (an error, or words).
+    pub fn new(why: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> EventError {
         EventError(why.into())
+    }
+}
+
+impl From<redis::RedisError> for EventError {
+    fn from(e: redis::RedisError) -> EventError {
+        EventError(Box::new(e))
     }
 }
 
@@ -183,6 +194,28 @@ pub fn stream_key(ns: &str, run_id: &str) -> String {
         "{ns}:{{events:{}}}:run:{run_id}:events",
         crate::connect::shard_of(run_id, EVENT_SHARDS)
     )
+}
+
+/// One entry of a run's stream as it was written: the event's type and its JSON (relayed as
+/// they are), and the event they hold, read once (`None` for data that is not one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub kind: String,
+    pub data: String,
+    pub event: Option<Event>,
+}
+
+impl StoredEvent {
+    /// An entry of a run's stream as `XREAD` or `XRANGE` return it; the one place that reads
+    /// the fields [`RedisEvents`] writes.
+    pub fn read(entry: &redis::streams::StreamId) -> StoredEvent {
+        let data: String = entry.get(DATA_FIELD).unwrap_or_default();
+        StoredEvent {
+            kind: entry.get(TYPE_FIELD).unwrap_or_default(),
+            event: Event::from_json(&data),
+            data,
+        }
+    }
 }
 
 /// Publishes events to the run's Redis Stream.
@@ -230,14 +263,14 @@ impl EventSink for RedisEvents {
                 .arg("~")
                 .arg(STREAM_MAXLEN)
                 .arg("*")
-                .arg("type")
+                .arg(TYPE_FIELD)
                 .arg(event.kind())
-                .arg("data")
+                .arg(DATA_FIELD)
                 .arg(event.to_json())
                 .query_async::<()>(&mut conn)
                 .await
         };
-        written.map_err(|e| EventError(e.to_string()))
+        written.map_err(EventError::from)
     }
 }
 

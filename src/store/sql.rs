@@ -171,12 +171,14 @@ const COUNT_BY_STATUS: &str =
     "SELECT status, code, COUNT(*) AS runs FROM runs GROUP BY status, code";
 
 mod audit;
+mod batch;
 mod list;
 mod open;
 mod search;
 mod usage;
 mod writer;
-use writer::{Write, Writer};
+use batch::Write;
+use writer::Writer;
 
 impl SqlStore {
     /// Whether the store takes writes now: a probe row rewritten through the writer the runs'

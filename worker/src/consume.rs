@@ -14,7 +14,6 @@ use apalis_core::error::AbortError;
 use freeway::canary::Canary;
 use freeway::engine::{Engine, Outcome, WhenResting};
 use freeway::job::RunJob;
-use queue::Queue;
 use queue::Reconciled;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,9 +41,10 @@ const CANARY_ROUND: Duration = Duration::from_secs(30);
 /// What every handler call shares.
 pub(crate) struct App {
     pub engine: Engine,
-    pub queue: Queue,
-    /// For the reconcile rounds.
+    /// The one queue handle: its queue takes, snoozes, wakes and vacuums; it reconciles.
     pub enqueuer: queue::Enqueuer,
+    /// The providers and pools in force, which a job's routes are read against.
+    pub catalog: Arc<freeway::catalog::Catalog>,
     /// How often a reconcile round is due; a run is stale after two.
     pub reconcile: Duration,
     /// Lifts spent days early; its rounds run every [`DAY_WATCH_ROUND`] at most.
@@ -142,7 +142,7 @@ async fn deliver(
         .get("run_id")
         .and_then(|v| v.as_str())
         .map(str::to_string);
-    let (job, routes) = match RunJob::from_value(payload, app.enqueuer.catalog()) {
+    let (job, routes) = match RunJob::from_value(payload, &app.catalog) {
         Ok(parsed) => parsed,
         Err(e) => {
             warn!(task = %id, reason = %e, "dead-lettering an invalid job");
@@ -255,7 +255,7 @@ async fn act_on(app: &App, job: &RunJob, outcome: Outcome) -> Result<String, Box
 async fn park(app: &App, job: &RunJob, until_ms: u64) -> Result<(), queue::QueueError> {
     let mut next = job.clone();
     next.snooze_n += 1;
-    app.queue.snooze(&next, until_ms).await
+    app.enqueuer.queue().snooze(&next, until_ms).await
 }
 
 /// Polls apalis for new jobs at a fixed interval. apalis-core 1.0.0's own `IntervalStrategy`
@@ -291,10 +291,14 @@ impl apalis_core::backend::ext::poll_strategy::PollStrategy for Ticks {
 /// Run the queue worker until a shutdown signal; `grace` bounds the wait for running jobs.
 pub(crate) async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(), String> {
     let name = replica_name();
-    let storages = app.queue.storages(concurrency);
+    let storages = app.enqueuer.queue().storages(concurrency);
     // Before taking anything, move due jobs in chunks: a backlog that piled up while no worker
     // ran must not reach apalis's fetch in one piece.
-    app.queue.promote_due().await.map_err(|e| e.to_string())?;
+    app.enqueuer
+        .queue()
+        .promote_due()
+        .await
+        .map_err(|e| e.to_string())?;
     let ticker = tokio::spawn(tick(app.clone()));
     // One apalis worker a lane, all under the replica's name (each lane has its own workers
     // set) and sharing its `concurrency` slots.
@@ -379,10 +383,15 @@ async fn tick(app: Arc<App>) {
         app.engine.flush_metrics().await;
         let now = freeway::clock::epoch_ms();
         wake_turns(&app, &mut to_wake, now).await;
-        if let Err(e) = app.queue.wake_due(now, queue::schedule::CHUNK).await {
+        if let Err(e) = app
+            .enqueuer
+            .queue()
+            .wake_due(now, queue::schedule::CHUNK)
+            .await
+        {
             warn!(error = %e, "waking snoozed runs failed");
         }
-        if let Err(e) = app.queue.promote_due().await {
+        if let Err(e) = app.enqueuer.queue().promote_due().await {
             warn!(error = %e, "promoting due jobs failed");
         }
         if last_reconcile.elapsed() >= app.reconcile {
@@ -417,7 +426,7 @@ async fn tick(app: Arc<App>) {
         }
         if last_vacuum.elapsed() >= VACUUM_EVERY {
             last_vacuum = tokio::time::Instant::now();
-            match app.queue.vacuum(now, VACUUM_BATCH).await {
+            match app.enqueuer.queue().vacuum(now, VACUUM_BATCH).await {
                 Ok(0) => {}
                 Ok(n) => debug!(deleted = n, "vacuumed finished deliveries"),
                 Err(e) => warn!(error = %e, "vacuum failed"),
@@ -438,7 +447,7 @@ async fn wake_turns(app: &App, to_wake: &mut Vec<(String, tokio::time::Instant)>
     }
     let mut left = Vec::new();
     for (run_id, until) in to_wake.drain(..) {
-        match app.queue.wake(&run_id, now).await {
+        match app.enqueuer.queue().wake(&run_id, now).await {
             Ok(true) => debug!(%run_id, "woke a run whose turn came"),
             Ok(false) if tokio::time::Instant::now() < until => left.push((run_id, until)),
             Ok(false) => {
@@ -462,7 +471,12 @@ async fn watch_days(app: &App) {
     if lifted.is_empty() {
         return;
     }
-    match app.queue.wake_parked(freeway::clock::epoch_ms()).await {
+    match app
+        .enqueuer
+        .queue()
+        .wake_parked(freeway::clock::epoch_ms())
+        .await
+    {
         Ok(n) => info!(woken = n, "woke parked runs after lifting a day rest"),
         Err(e) => warn!(error = %e, "waking parked runs failed; they wake at their time"),
     }

@@ -234,10 +234,9 @@ impl From<EnqueueError> for ApiError {
             },
             EnqueueError::Store(s) => s.into(),
             EnqueueError::CorruptJob { .. } => ApiError::unavailable("the job copy", &e),
-            EnqueueError::Redis(_)
-            | EnqueueError::Rest(_)
-            | EnqueueError::Event(_)
-            | EnqueueError::Queue(_) => ApiError::unavailable("redis", &e),
+            EnqueueError::Redis(_) | EnqueueError::Event(_) | EnqueueError::Queue(_) => {
+                ApiError::unavailable("redis", &e)
+            }
         }
     }
 }

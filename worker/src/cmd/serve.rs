@@ -49,9 +49,6 @@ pub(crate) fn main(
             Ok(w) => w,
             Err(e) => return exit::start_failed(&e),
         };
-        let queue = queue::Queue::new(wired.conn.clone(), &settings.namespace)
-            .with_lanes(settings.queues)
-            .with_heartbeat(heartbeat);
         let enqueuer = queue::Enqueuer::new(
             wired.conn.clone(),
             &settings.namespace,
@@ -59,6 +56,7 @@ pub(crate) fn main(
         )
         .with_catalog(settings.catalog.clone())
         .with_lanes(settings.queues)
+        .with_heartbeat(heartbeat)
         .keeping_events(settings.events_keep_s);
         let health = queue::Health::new(wired.conn.clone(), &settings.namespace);
         let app = std::sync::Arc::new(consume::App {
@@ -68,8 +66,8 @@ pub(crate) fn main(
                 replica: consume::replica_name(),
             },
             engine: wired.engine,
-            queue,
             enqueuer,
+            catalog: settings.catalog.clone(),
             reconcile,
             day_watch: wired.day_watch.every(quota_check),
             canaries: consume::canaries(&settings.catalog),
