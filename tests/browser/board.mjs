@@ -28,7 +28,9 @@ const SHOT = need('SCREENSHOT');
 const SEEDED_FAILED = Number(need('SEEDED_FAILED'));
 const PAID = need('PAID_MODEL');
 
-const step = (what) => console.log(`board test: ${what}`);
+// Each step says when it began (seconds since the script started): where the time goes.
+const started = Date.now();
+const step = (what) => console.log(`board test [${((Date.now() - started) / 1000).toFixed(1)} s]: ${what}`);
 const AXE = fs.readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 /** A request with the API token unless another (or `null`) is given. */
 const http = (method, url, { token = API_TOKEN, body } = {}) => request(method, url, { token, body });

@@ -10,7 +10,9 @@ import { launch, need, until } from './lib.mjs';
 const BASE = need('BOARD_URL');
 const ADMIN_TOKEN = need('ADMIN_TOKEN');
 const RUN_ID = need('RUN_ID');
-const step = (what) => console.log(`open board test: ${what}`);
+// Each step says when it began (seconds since the script started): where the time goes.
+const started = Date.now();
+const step = (what) => console.log(`open board test [${((Date.now() - started) / 1000).toFixed(1)} s]: ${what}`);
 
 const { page, close } = await launch('board-open', { viewport: { width: 1400, height: 1000 } });
 const errors = [];

@@ -22,7 +22,9 @@ const API_TOKEN = need('API_TOKEN');
 const ADMIN_TOKEN = need('ADMIN_TOKEN');
 const SIM = need('SIM_URL');
 const MODEL = need('MODEL');
-const step = (what) => console.log(`webapp test: ${what}`);
+// Each step says when it began (seconds since the script started): where the time goes.
+const started = Date.now();
+const step = (what) => console.log(`webapp test [${((Date.now() - started) / 1000).toFixed(1)} s]: ${what}`);
 
 const { context, page, close } = await launch('webapp', {
   // The public name resolves in the browser alone: the app's server cannot use it.

@@ -7,19 +7,16 @@
 
 use crate::common;
 
-use common::fleet::{Fleet, Logging};
+use common::fleet::{Fleet, Logging, config_file};
 use serde_json::{Value, json};
 use sim::Provider;
 use std::time::Duration;
 
 const FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
 
-fn config(sim: &sim::SimHandle, dir: &std::path::Path) -> Vec<(String, String)> {
-    std::fs::create_dir_all(dir).expect("a temp dir");
-    let path = dir.join("freeway.toml");
-    std::fs::write(&path, sim.freeway_config()).expect("the configuration file");
+fn config(sim: &sim::SimHandle) -> Vec<(String, String)> {
     vec![
-        ("FREEWAY_CONFIG".into(), path.display().to_string()),
+        config_file("shapes", &sim.freeway_config()),
         ("GROQ_API_KEY".into(), "gsk_fleet".into()),
         ("PAID_API_KEY".into(), "sk-paid-fleet".into()),
     ]
@@ -27,13 +24,12 @@ fn config(sim: &sim::SimHandle, dir: &std::path::Path) -> Vec<(String, String)> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configured_chain_fails_over_from_openrouter_to_groq_and_the_api_shows_the_pools() {
-    let dir = std::env::temp_dir().join(format!("freeway-shapes-{}", ulid::Ulid::generate()));
     let sim_config = sim::SimConfig {
         rpm: 0,
         ..sim::SimConfig::default()
     };
     let Some(fleet) = Fleet::start_with("shapes", sim_config, 1, Logging::default(), |sim| {
-        config(sim, &dir)
+        config(sim)
     })
     .await
     else {
@@ -161,7 +157,6 @@ async fn a_configured_chain_fails_over_from_openrouter_to_groq_and_the_api_shows
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_canary_shows_in_the_providers_the_board_and_the_metrics() {
-    let dir = std::env::temp_dir().join(format!("freeway-canary-{}", ulid::Ulid::generate()));
     let Some(fleet) = Fleet::start_with(
         "canary",
         sim::SimConfig::default(),
@@ -171,11 +166,8 @@ async fn a_failed_canary_shows_in_the_providers_the_board_and_the_metrics() {
             let spec =
                 json!({"kind": "upstream_429", "model": "openrouter/free", "retry_after_s": 30});
             sim.inject(serde_json::from_value(spec).expect("a fault"));
-            std::fs::create_dir_all(&dir).expect("a temp dir");
-            let path = dir.join("freeway.toml");
-            std::fs::write(&path, "[pools.openrouter-free]\ncanary_every = \"1s\"\n")
-                .expect("the file");
-            vec![("FREEWAY_CONFIG".into(), path.display().to_string())]
+            let toml = "[pools.openrouter-free]\ncanary_every = \"1s\"\n";
+            vec![config_file("canary", toml)]
         },
     )
     .await

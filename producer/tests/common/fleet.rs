@@ -60,6 +60,15 @@ pub(crate) fn target_dir() -> PathBuf {
         .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
 }
 
+/// `FREEWAY_CONFIG` naming a file of `toml` in a folder of its own, for a fleet's environment.
+pub(crate) fn config_file(name: &str, toml: &str) -> (String, String) {
+    let dir = std::env::temp_dir().join(super::unique(&format!("freeway-{name}")));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let path = dir.join("freeway.toml");
+    std::fs::write(&path, toml).expect("the configuration file");
+    ("FREEWAY_CONFIG".into(), path.display().to_string())
+}
+
 fn worker_bin() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_producer")).with_file_name("worker");
     assert!(

@@ -5,7 +5,9 @@
 use crate::common;
 
 use common::JsonBody;
-use common::fleet::{ADMIN_TOKEN, API_TOKEN, Fleet, Logging, PLATFORM_KEY, SECRET_KEY, sample};
+use common::fleet::{
+    ADMIN_TOKEN, API_TOKEN, Fleet, Logging, PLATFORM_KEY, SECRET_KEY, config_file, sample,
+};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -388,43 +390,43 @@ async fn settled_pushed(fleet: &Fleet, run_id: &str) -> Value {
     }
 }
 
-/// A fleet whose sim and free pool both allow `limit` calls a `WINDOW_S`-second window (`declared`
-/// is what the configuration file says the pool allows).
-async fn fleet_of_free_windows(name: &str, limit: usize, declared: usize) -> Option<Fleet> {
+/// A fleet whose sim and free pool both allow `limit` calls a `window_s`-second window
+/// (`declared` is what the configuration file says the pool allows).
+async fn fleet_of_free_windows(
+    name: &str,
+    window_s: u64,
+    limit: usize,
+    declared: usize,
+) -> Option<Fleet> {
     let config = sim::SimConfig {
         rpm: limit as u32,
         rpd: 100_000,
-        window_s: WINDOW_S,
+        window_s,
         ..sim::SimConfig::default()
     };
+    let toml = format!("[pools.openrouter-free]\nrpm = {declared}\nwindow_s = {window_s}\n");
     Fleet::start_with(name, config, 2, Logging::default(), |_| {
-        let dir = std::env::temp_dir().join(format!("freeway-{name}-{}", ulid::Ulid::generate()));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        let path = dir.join("freeway.toml");
-        let toml = format!("[pools.openrouter-free]\nrpm = {declared}\nwindow_s = {WINDOW_S}\n");
-        std::fs::write(&path, toml).expect("the configuration file");
-        vec![("FREEWAY_CONFIG".into(), path.display().to_string())]
+        vec![config_file(name, &toml)]
     })
     .await
 }
 
-/// The window of [`fleet_of_free_windows`].
-const WINDOW_S: u64 = 10;
-const WINDOW_MS: u64 = WINDOW_S * 1000;
-
 /// docs/design.md §4.4: every wake goes through the limiter. Another client of the key spends
 /// the account's window; a run's call into it earns the one 429, which rests the pool until the
-/// window's end and marks the limiter's window full. 85 runs queue behind the rest. The
-/// operator clears it: the 85 are woken, and the limiter still sends none of them into the
+/// window's end and marks the limiter's window full. 79 runs queue behind the rest. The
+/// operator clears it: the 80 are woken, and the limiter still sends none of them into the
 /// window the provider has spent (on OpenRouter a refused call still spends the day), then at
-/// most the account's limit a window, which the refusal stated (the pool declares more). None
-/// earns a 429.
+/// most the account's limit a window, which the refusal stated (the pool declares more): two
+/// windows' worth. None earns a 429.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
     const LIMIT: usize = 40;
     // Declared higher than the account allows: the refusal's headers correct it.
     const CONFIGURED: usize = 60;
-    let Some(fleet) = fleet_of_free_windows("clear", LIMIT, CONFIGURED).await else {
+    // Long enough for the whole set-up to happen inside one window on a loaded machine.
+    const WINDOW_MS: u64 = 10_000;
+    let Some(fleet) = fleet_of_free_windows("clear", WINDOW_MS / 1000, LIMIT, CONFIGURED).await
+    else {
         return;
     };
     // Start early in a window, so the whole set-up happens inside it.
@@ -474,7 +476,8 @@ async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
         .expect("the window's end");
     assert!(resets <= WINDOW_MS, "{pool}");
     let mut bodies = Vec::new();
-    for n in 0..85 {
+    // With the first, two windows' worth: the second window shows the limit held across the clear.
+    for n in 0..(2 * LIMIT - 1) {
         let mut b = run(&format!("u{}", n % 7), &[FREE]);
         b["on_rest"] = json!("queue");
         bodies.push(b);
@@ -547,7 +550,10 @@ async fn a_clear_of_a_pool_rest_sends_its_runs_through_the_limiter() {
 async fn a_bulk_retry_calls_no_faster_than_the_pool_allows() {
     const LIMIT: usize = 250;
     const FAILED: usize = 1_000;
-    let Some(fleet) = fleet_of_free_windows("bulkpace", LIMIT, LIMIT).await else {
+    // Short: the test lasts four of them. The windows' number, not their length, is the rule.
+    const WINDOW_MS: u64 = 5_000;
+    let Some(fleet) = fleet_of_free_windows("bulkpace", WINDOW_MS / 1000, LIMIT, LIMIT).await
+    else {
         return;
     };
     fleet.seed_failed_runs(FAILED, FREE).await;
@@ -589,8 +595,9 @@ async fn a_bulk_retry_calls_no_faster_than_the_pool_allows() {
     let entries = audit["entries"].as_array().expect("entries");
     assert_eq!(entries.len(), 1, "one action: {audit}");
     assert_eq!(entries[0]["action"], "bulk_retry", "{audit}");
+    // The windows the limit needs, and time for a loaded machine to make the calls.
     let windows = FAILED.div_ceil(LIMIT) as u64 + 2;
-    let within = Duration::from_millis(windows * WINDOW_MS);
+    let within = Duration::from_millis(windows * WINDOW_MS) + Duration::from_secs(30);
     fleet
         .json_within("/v1/runs?status=succeeded&limit=1", within, |r| {
             r["counts"]["succeeded"] == FAILED
