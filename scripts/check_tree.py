@@ -12,6 +12,10 @@
 - **No "issue N".** The issue tracker is not part of the repository; a reader cannot follow it.
   The applied migrations are exempt: sqlx records each one's checksum, so an applied migration is
   never edited, not even a comment.
+- **The fleet's parts are built in one place.** A Redis part of the fleet's state
+  (`RedisRests`, `RedisEvents`, `RedisLeases`, `RedisPacer`, `RedisMetrics`, `RedisLedger`,
+  `RedisUnsaved`) is constructed in `src/fleet/` (the `RedisFleet` a process builds once) and
+  nowhere else but tests, so no code builds one per call or with settings of its own.
 - **The README's folder map is the tree.** Every folder at the top is in the map, every folder
   the map opens lists all its folders, every path it names exists; the README is at most 6 KB.
 
@@ -547,6 +551,36 @@ def check_issues(root, files):
 
 
 # ---------------------------------------------------------------------------------------------
+# The fleet's parts, built in one place
+
+FLEET_MODULE = "src/fleet/"
+FLEET_PART = re.compile(r"\bRedis(Rests|Events|Leases|Pacer|Metrics|Ledger|Unsaved)\s*::\s*new\b")
+
+
+def is_test_path(rel):
+    return "tests" in rel.split("/")[:-1]
+
+
+def check_fleet_parts(root, files):
+    problems = []
+    for rel in files:
+        if not rel.endswith(".rs") or rel.startswith(FLEET_MODULE) or is_test_path(rel):
+            continue
+        try:
+            code = strip(read(root, rel))
+        except (UnicodeDecodeError, OSError):
+            continue
+        for no, line in enumerate(code.splitlines(), 1):
+            m = FLEET_PART.search(line)
+            if m:
+                problems.append(
+                    f"{rel}:{no}: builds Redis{m.group(1)} itself: take it from the process's "
+                    "RedisFleet (src/fleet/), which builds every part once"
+                )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
 # The README
 
 
@@ -629,6 +663,7 @@ def main(argv):
         check_circles(root, files)
         + check_citations(root, files)
         + check_issues(root, files)
+        + check_fleet_parts(root, files)
         + check_readme(root, files)
     )
     for p in problems:
@@ -636,7 +671,8 @@ def main(argv):
     if problems:
         print(f"check_tree: {len(problems)} problem(s)", file=sys.stderr)
         return 1
-    print("check_tree: no circle between files, every citation names a section, the README maps the tree")
+    print("check_tree: no circle between files, every citation names a section, the fleet's parts are "
+          "built in one place, the README maps the tree")
     return 0
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Tests of scripts/check_tree.py: a small tree that keeps every rule passes, and each planted
-violation — a circle of `use`, a dead citation, an "issue N", a README map that misses a folder
+violation — a circle of `use`, a dead citation, an "issue N", a fleet part built outside
+src/fleet/, a README map that misses a folder
 or names one that is not there, a README over 6 KB — fails with a line that names it.
 
 Run: python3 scripts/test_check_tree.py
@@ -130,6 +131,27 @@ class CheckTree(unittest.TestCase):
     def test_issue_numbers_fail(self):
         self.tree.write("src/b.rs", "// Added for issue 12.\npub struct B;\n")
         self.assert_fails_naming("src/b.rs:1", "'issue 12'")
+
+    def test_a_fleet_part_built_outside_the_fleet_module_fails(self):
+        self.tree.write("src/b.rs", "pub struct B;\npub fn p(c: C) { let _ = RedisPacer::new(c, \"ns\"); }\n")
+        self.assert_fails_naming("src/b.rs:2", "builds RedisPacer itself")
+
+    def test_a_fleet_part_path_qualified_fails_too(self):
+        self.tree.write("src/b.rs", "pub struct B;\npub fn e(c: C) { freeway::events::RedisEvents::new(c, \"ns\"); }\n")
+        self.assert_fails_naming("src/b.rs:2", "builds RedisEvents itself")
+
+    def test_the_fleet_module_and_tests_may_build_fleet_parts(self):
+        part = "pub fn r(c: C) { let _ = RedisRests::new(c, \"ns\"); }\n"
+        self.tree.write("src/fleet/mod.rs", part)
+        self.tree.write("src/lib.rs", "//! See docs/design.md §1.1.\n\nmod a;\nmod b;\nmod fleet;\nmod store;\n")
+        self.tree.write("tests/rests.rs", part)
+        self.tree.write("src/b.rs", "/// Not RedisRests::new(c) in a comment.\npub struct B;\n")
+        self.tree.write("README.md", README.replace(
+            "  store/            where things are kept\n",
+            "  fleet/            shared state\n  store/            where things are kept\n",
+        ).replace("docs/             what it does\n", "docs/             what it does\ntests/            tests\n"))
+        status, out = self.tree.check()
+        self.assertEqual(status, 0, out)
 
     def test_an_applied_migration_may_keep_its_issue_number(self):
         self.tree.write("migrations/0001_first.sql", "-- The store of issue 4.\nCREATE TABLE t (x INT);\n")

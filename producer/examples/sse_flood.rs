@@ -12,7 +12,7 @@
 //! then publishes the run's `finished` event itself and counts who saw it. Raise `ulimit -n` for
 //! both processes past the number of clients.
 
-use freeway::events::{Event, EventSink, RedisEvents};
+use freeway::events::{Event, EventSink};
 use futures_util::StreamExt;
 use std::time::{Duration, Instant};
 
@@ -109,7 +109,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         usage: Default::default(),
     };
     let published = Instant::now();
-    RedisEvents::new(conn, ns)
+    freeway::fleet::RedisFleet::new(conn, &ns)
+        .events()
         .publish(&run_id, &finished)
         .await?;
     let mut saw_it = 0;

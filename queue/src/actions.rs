@@ -60,7 +60,7 @@ impl Enqueuer {
         if run.status.is_final() {
             return Err(conflict(&run, "cancelled"));
         }
-        self.leases.cancel(run_id, by).await?;
+        self.fleet.leases().cancel(run_id, by).await?;
         if run.status == RunStatus::Running {
             return Ok(Cancelled::BeforeNextCall);
         }
@@ -96,12 +96,12 @@ impl Enqueuer {
                 .collect();
             let now = freeway::clock::epoch_ms();
             let tokens = job.first_call_tokens();
-            freeway::engine::give_back(&self.pacer(), &routes, held, run_id, tokens, now).await?;
+            freeway::engine::give_back(self.pacer(), &routes, held, run_id, tokens, now).await?;
         }
         let cancelled = Event::Cancelled {
             by: Some(by.to_string()),
         };
-        self.events.publish(run_id, &cancelled).await?;
+        self.fleet.events().publish(run_id, &cancelled).await?;
         Ok(Cancelled::Now)
     }
 
@@ -177,8 +177,7 @@ impl Enqueuer {
         let now = freeway::clock::epoch_ms();
         let mut closures = self.rests().closures(&routes).await?;
         let pace = self.pacer();
-        freeway::engine::close_full_pools(&pace, &routes, &mut closures, 0, now, None, None)
-            .await?;
+        freeway::engine::close_full_pools(pace, &routes, &mut closures, 0, now, None, None).await?;
         let waiting = Waiting::Allowed { jitter_ms: 0 };
         Ok(
             match preflight::decide(&routes, &closures, run.deadline_ms, now, waiting) {

@@ -27,10 +27,9 @@ use freeway::catalog::Catalog;
 use freeway::chat::ToolCall;
 use freeway::connect::{RedisConnection, keyed};
 use freeway::engine::{Spender, close_capped_routes};
-use freeway::events::{Event, EventError, EventSink, RedisEvents};
-use freeway::fleet::FleetError;
+use freeway::events::{Event, EventError, EventSink};
+use freeway::fleet::{FleetError, RedisFleet};
 use freeway::job::{Continuation, InvalidRequest, OnRest, RunJob, RunRequest};
-use freeway::lease::RedisLeases;
 use freeway::metrics::RedisMetrics;
 use freeway::pace::RedisPacer;
 use freeway::preflight::{self, Preflight, Waiting};
@@ -173,31 +172,28 @@ pub struct Approval {
 #[derive(Clone)]
 pub struct Enqueuer {
     pub(crate) queue: Queue,
-    rests: RedisRests,
-    pub(crate) events: RedisEvents,
+    /// The fleet's state: rests, leases, events, the spend ledger refusing a run only priced
+    /// routes past a cap are left to.
+    pub(crate) fleet: RedisFleet,
     pub(crate) store: Arc<dyn Store>,
-    pub(crate) leases: RedisLeases,
-    /// What tenants spend, for refusing a run only priced routes past a cap are left to.
-    spend: RedisLedger,
     pub(crate) catalog: Arc<Catalog>,
-    pub(crate) conn: RedisConnection,
-    pub(crate) ns: String,
 }
 
 impl Enqueuer {
     /// An enqueuer on the Redis `conn` and the `store` the workers use, in namespace `ns`
     /// (`FREEWAY_NAMESPACE`): OpenRouter's built-in catalog, one lane, events kept an hour.
     pub fn new(conn: RedisConnection, ns: &str, store: Arc<dyn Store>) -> Enqueuer {
+        Enqueuer::on(RedisFleet::new(conn, ns), store)
+    }
+
+    /// An enqueuer on the process's handle on the fleet (its Redis and namespace) and the
+    /// `store` the workers use: OpenRouter's built-in catalog, one lane.
+    pub fn on(fleet: RedisFleet, store: Arc<dyn Store>) -> Enqueuer {
         Enqueuer {
-            queue: Queue::new(conn.clone(), ns),
-            rests: RedisRests::new(conn.clone(), ns),
-            events: RedisEvents::new(conn.clone(), ns),
+            queue: Queue::new(fleet.connection(), fleet.namespace()),
+            fleet,
             store,
-            leases: RedisLeases::new(conn.clone(), ns),
-            spend: RedisLedger::new(conn.clone(), ns),
             catalog: Arc::new(Catalog::builtin()),
-            conn,
-            ns: ns.to_string(),
         }
     }
 
@@ -224,7 +220,7 @@ impl Enqueuer {
 
     /// Keep a run's event stream `keep_s` after its last event (`FREEWAY_EVENTS_KEEP_S`).
     pub fn keeping_events(mut self, keep_s: u64) -> Enqueuer {
-        self.events = self.events.keeping(keep_s);
+        self.fleet = self.fleet.keeping_events(keep_s);
         self
     }
 
@@ -238,19 +234,24 @@ impl Enqueuer {
         &self.queue
     }
 
+    /// The fleet's state this enqueuer reads and writes.
+    pub fn fleet(&self) -> &RedisFleet {
+        &self.fleet
+    }
+
     /// The fleet's rests, which the pre-flight reads.
     pub fn rests(&self) -> &RedisRests {
-        &self.rests
+        self.fleet.rests()
     }
 
     /// The fleet's counters, which the workers add to in the same Redis and namespace.
-    pub fn metrics(&self) -> RedisMetrics {
-        RedisMetrics::new(self.conn.clone(), &self.ns)
+    pub fn metrics(&self) -> &RedisMetrics {
+        self.fleet.metrics()
     }
 
     /// The pools' limiters the workers pace calls by.
-    pub fn pacer(&self) -> RedisPacer {
-        RedisPacer::new(self.conn.clone(), &self.ns)
+    pub fn pacer(&self) -> &RedisPacer {
+        self.fleet.pacer()
     }
 
     /// The store runs are recorded in.
@@ -260,17 +261,17 @@ impl Enqueuer {
 
     /// The fleet's spend ledger the workers reserve priced calls in (docs/design.md §4.8).
     pub fn ledger(&self) -> &RedisLedger {
-        &self.spend
+        self.fleet.ledger()
     }
 
     /// The Redis namespace (`FREEWAY_NAMESPACE`).
     pub fn namespace(&self) -> &str {
-        &self.ns
+        self.fleet.namespace()
     }
 
     /// The shared Redis connection (never for blocking commands).
     pub fn connection(&self) -> RedisConnection {
-        self.conn.clone()
+        self.fleet.connection()
     }
 
     /// Enqueue a run for `request`: validate (a conversation of another user is not found),
@@ -308,14 +309,14 @@ impl Enqueuer {
             ..RunJob::new(request, now)
         };
         if job.request.on_rest() == OnRest::Refuse {
-            let mut closures = self.rests.closures(&routes).await?;
+            let mut closures = self.fleet.rests().closures(&routes).await?;
             let spender = Spender {
                 request: &job.request,
                 run_id: &job.run_id,
                 spent_usd: 0.0,
                 tokens: job.first_call_tokens(),
             };
-            let (ledger, catalog) = (&self.spend, &*self.catalog);
+            let (ledger, catalog) = (self.fleet.ledger(), &*self.catalog);
             close_capped_routes(ledger, catalog, &spender, &routes, &mut closures, now).await?;
             let decided = preflight::decide(
                 &routes,
@@ -383,12 +384,12 @@ impl Enqueuer {
             result: result.clone(),
         });
         job.check(&self.catalog)?;
-        let claim = format!("{}:approval:{run_id}:{}", self.ns, call.id);
+        let claim = format!("{}:approval:{run_id}:{}", self.fleet.namespace(), call.id);
         if !self.claim(&claim, &job.run_id).await? {
             return Err(already_answered(run_id, &call));
         }
         let release = |e: EnqueueError| async {
-            let mut conn = self.conn.clone();
+            let mut conn = self.fleet.connection();
             let released: Result<(), _> = conn.del(&claim).await;
             if let Err(error) = released {
                 tracing::warn!(%error, "cannot release an approval claim");
@@ -445,7 +446,7 @@ impl Enqueuer {
     /// The job of `run_id` as it was pushed: Redis's copy while the run is unsettled, then the
     /// store's.
     pub async fn job(&self, run_id: &str) -> Result<Option<RunJob>, EnqueueError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.fleet.connection();
         let mut bytes: Option<Vec<u8>> = conn.get(self.job_key(run_id)).await?;
         if bytes.is_none() {
             bytes = self.store.job(run_id).await?.map(String::into_bytes);
@@ -499,9 +500,9 @@ impl Enqueuer {
     async fn stranded(&self, run_id: &str) -> Result<bool, EnqueueError> {
         let exists = vec![
             keyed("EXISTS", &self.job_key(run_id)),
-            keyed("EXISTS", &self.leases.key(run_id)),
+            keyed("EXISTS", &self.fleet.leases().key(run_id)),
         ];
-        let known: Vec<bool> = self.conn.each(exists).await?;
+        let known: Vec<bool> = self.fleet.connection().each(exists).await?;
         Ok(!known.iter().any(|k| *k))
     }
 
@@ -519,7 +520,10 @@ impl Enqueuer {
             return Ok(Created::Existing(run_id));
         }
         let announced = async {
-            self.events.publish(&job.run_id, &Event::Queued).await?;
+            self.fleet
+                .events()
+                .publish(&job.run_id, &Event::Queued)
+                .await?;
             self.queue.push(std::slice::from_ref(job)).await?;
             Ok::<(), EnqueueError>(())
         };
@@ -548,7 +552,7 @@ impl Enqueuer {
     pub(crate) async fn keep_job(&self, job: &RunJob, now: u64) -> Result<(), EnqueueError> {
         let ttl_ms = job.deadline_ms.saturating_sub(now) + JOB_GRACE_MS;
         let payload = serde_json::to_vec(job).map_err(QueueError::from)?;
-        let mut conn = self.conn.clone();
+        let mut conn = self.fleet.connection();
         conn.pset_ex::<_, _, ()>(self.job_key(&job.run_id), payload, ttl_ms)
             .await?;
         Ok(())
@@ -568,7 +572,10 @@ impl Enqueuer {
         if let Some(run_id) = settled_run {
             commands.push(keyed("DEL", &self.job_key(run_id)));
         }
-        self.conn.each::<redis::Value>(commands).await?;
+        self.fleet
+            .connection()
+            .each::<redis::Value>(commands)
+            .await?;
         Ok(())
     }
 
@@ -601,7 +608,7 @@ impl Enqueuer {
 
     /// `SET key value NX` for [`IDEMPOTENCY_TTL`]: whether this call set it.
     async fn claim(&self, key: &str, value: &str) -> Result<bool, EnqueueError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.fleet.connection();
         let set: Option<String> = redis::cmd("SET")
             .arg(key)
             .arg(value)
@@ -614,7 +621,7 @@ impl Enqueuer {
     }
 
     pub(crate) fn job_key(&self, run_id: &str) -> String {
-        format!("{}:job:{run_id}", self.ns)
+        format!("{}:job:{run_id}", self.fleet.namespace())
     }
 }
 

@@ -44,17 +44,17 @@ impl Enqueuer {
         stale: std::time::Duration,
         round: std::time::Duration,
     ) -> Result<Option<Reconciled>, EnqueueError> {
-        if !self.leases.take_turn("reconciler", round).await? {
+        if !self.fleet.leases().take_turn("reconciler", round).await? {
             return Ok(None);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.fleet.connection();
         let now = freeway::clock::epoch_ms();
         let before = now.saturating_sub(stale.as_millis() as u64);
         // A running run's lease may be gone only because Redis forgot it; its executor takes it
         // back at its next renewal. Pushing it before then would pay for its call twice.
         let running_stale = stale.max(RUNNING_STALE);
         let running_before = now.saturating_sub(running_stale.as_millis() as u64);
-        let cursor_key = format!("{}:reconcile:cursor", self.ns);
+        let cursor_key = format!("{}:reconcile:cursor", self.fleet.namespace());
         let saved: Option<String> = conn.get(&cursor_key).await?;
         let mut after = saved.as_deref().and_then(read_cursor);
         let mut done = Reconciled::default();
@@ -108,11 +108,11 @@ impl Enqueuer {
             .flat_map(|job| {
                 [
                     keyed("EXISTS", &self.job_key(&job.run_id)),
-                    keyed("EXISTS", &self.leases.key(&job.run_id)),
+                    keyed("EXISTS", &self.fleet.leases().key(&job.run_id)),
                 ]
             })
             .collect();
-        let known: Vec<bool> = self.conn.each(exists).await?;
+        let known: Vec<bool> = self.fleet.connection().each(exists).await?;
         let lost = jobs
             .into_iter()
             .zip(known.chunks(2))
@@ -155,7 +155,7 @@ impl Enqueuer {
                 code: Some(Code::InvalidJob),
                 usage: Default::default(),
             };
-            if let Err(error) = self.events.publish(run_id, &failed).await {
+            if let Err(error) = self.fleet.events().publish(run_id, &failed).await {
                 tracing::warn!(run_id, %error, "ended a run whose job is unreadable, without its event");
             }
             tracing::warn!(run_id, %reason, "ended a run whose job cannot be read: invalid_job");

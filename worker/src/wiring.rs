@@ -2,10 +2,9 @@
 //! rests, targets and tools a worker process uses.
 
 use freeway::config::Settings;
-use freeway::connect::RedisConnection;
 use freeway::engine::Engine;
 use freeway::events::EventSink;
-use freeway::fleet::Fleet;
+use freeway::fleet::{Fleet, RedisFleet};
 use freeway::provider::{HttpProvider, Timeouts, Transport};
 use freeway::quota::DayWatch;
 use freeway::store::{SqlStore, StoreTargets};
@@ -39,7 +38,8 @@ pub(crate) async fn store(url: &str) -> Result<SqlStore, StartError> {
 /// The parts an engine is made of that the caller may want to keep using.
 pub(crate) struct Wired {
     pub engine: Engine,
-    pub conn: RedisConnection,
+    /// The process's one handle on the fleet's state; the engine's [`Fleet`] is derived from it.
+    pub redis: RedisFleet,
     /// Lifts spent days the provider's quota endpoint shows open again.
     pub day_watch: DayWatch,
     /// The store itself, for probing its writer (`/healthz` reports every replica's).
@@ -47,12 +47,12 @@ pub(crate) struct Wired {
 }
 
 /// Open the store (applying migrations) and Redis, and build an engine that makes up to
-/// `calls_at_once` calls at once and whose events go to `events(conn)`.
+/// `calls_at_once` calls at once and publishes its events through `events(the fleet's sink)`.
 pub(crate) async fn engine(
     settings: &Settings,
     worker: String,
     calls_at_once: usize,
-    events: impl FnOnce(RedisConnection) -> Arc<dyn EventSink>,
+    events: impl FnOnce(Arc<dyn EventSink>) -> Arc<dyn EventSink>,
 ) -> Result<Wired, StartError> {
     settings.require_platform_keys().map_err(|e| StartError {
         message: e.to_string(),
@@ -75,9 +75,11 @@ pub(crate) async fn engine(
         store.clone(),
         settings.secret_keys(),
     );
+    let redis = RedisFleet::new(conn, &settings.namespace).keeping_events(settings.events_keep_s);
+    let shared = redis.fleet();
     let fleet = Fleet {
-        events: events(conn.clone()),
-        ..Fleet::redis(&conn, &settings.namespace)
+        events: events(shared.events),
+        ..shared
     };
     let day_watch = DayWatch::new(
         settings.catalog.clone(),
@@ -98,7 +100,7 @@ pub(crate) async fn engine(
     .named(worker);
     Ok(Wired {
         engine,
-        conn,
+        redis,
         day_watch,
         store,
     })

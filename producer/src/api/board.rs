@@ -148,12 +148,12 @@ pub async fn overview(
     let now_ms = freeway::clock::epoch_ms();
     let (depths, mut replicas) = state.enqueuer.queue().snapshot().await?;
     replicas.truncate(MAX_WORKERS);
-    let listed = state.enqueuer.rests().list().await?;
+    let listed = state.fleet.rests().list().await?;
     let rests = super::rests::RestList::page(listed, None, super::rests::REST_PAGE);
     let canaries = state.store.last_canaries().await?;
     Ok(Json(Overview {
         now_ms,
-        namespace: state.enqueuer.namespace().to_string(),
+        namespace: state.fleet.namespace().to_string(),
         viewer: Viewer {
             admin: presents_admin(&state.tokens, &headers),
             clear_enabled: state.tokens.admin.is_some(),
@@ -211,8 +211,8 @@ pub async fn run_detail(
         .await?
         .filter(|r| user.sees(&r.user_id))
         .ok_or_else(|| super::user::not_found(&id))?;
-    let mut conn = state.enqueuer.connection();
-    let key = freeway::events::stream_key(state.enqueuer.namespace(), &id);
+    let mut conn = state.fleet.connection();
+    let key = freeway::events::stream_key(state.fleet.namespace(), &id);
     let events = crate::stream::latest(&mut conn, &key, MAX_EVENTS)
         .await?
         .into_iter()

@@ -151,8 +151,8 @@ async fn relay(
             },
             retry_after_s: RETRY_AFTER_S,
         })?;
-    let key = freeway::events::stream_key(state.enqueuer.namespace(), &id);
-    let mut conn = state.enqueuer.connection();
+    let key = freeway::events::stream_key(state.fleet.namespace(), &id);
+    let mut conn = state.fleet.connection();
     // A client that resumes after the last event has seen the whole story.
     let done = match after {
         Some(after) => stream::entry_at(&mut conn, &key, after)

@@ -29,7 +29,7 @@ pub struct Health {
         (status = 503, description = "Something does not take writes", body = Health))
 )]
 pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    let health = queue::Health::new(state.enqueuer.connection(), state.enqueuer.namespace());
+    let health = queue::Health::new(state.fleet.connection(), state.fleet.namespace());
     let redis = match health.redis_writable().await {
         Ok(()) => "ok",
         Err(error) => {

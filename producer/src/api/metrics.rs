@@ -47,9 +47,9 @@ use std::sync::Arc;
 )]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResponse, ApiError> {
     let (depths, replicas) = state.enqueuer.queue().snapshot().await?;
-    let rests = state.enqueuer.rests().list().await?;
-    let dropped = state.enqueuer.rests().dropped().await?;
-    let counters = state.enqueuer.metrics().read().await?;
+    let rests = state.fleet.rests().list().await?;
+    let dropped = state.fleet.rests().dropped().await?;
+    let counters = state.fleet.metrics().read().await?;
     let runs = state.store.count_by_status().await?;
     let workers = workers(replicas, freeway::clock::epoch_ms());
 
@@ -269,7 +269,7 @@ async fn pools(out: &mut Text, state: &AppState) -> Result<(), ApiError> {
     );
     for pool in catalog.pools() {
         let instance = pool.platform_instance();
-        if let Some(h) = state.enqueuer.pacer().seen(&instance).await?.headroom {
+        if let Some(h) = state.fleet.pacer().seen(&instance).await?.headroom {
             out.sample(
                 "freeway_pool_headroom",
                 &[("pool", instance.as_str())],

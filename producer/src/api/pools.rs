@@ -63,7 +63,7 @@ pub(super) struct InstanceUse {
 /// for this view and `/metrics`.
 pub(super) async fn platform_use(state: &AppState) -> Result<Vec<InstanceUse>, ApiError> {
     let catalog = state.enqueuer.catalog();
-    let pacer = state.enqueuer.pacer();
+    let pacer = state.fleet.pacer();
     let now = freeway::clock::epoch_ms();
     let mut out = Vec::new();
     for pool in catalog.pools() {
@@ -104,7 +104,7 @@ async fn waiting_instances(
         .catalog()
         .day_clock(pool)
         .day_end_ms(freeway::clock::epoch_ms());
-    let pacer = state.enqueuer.pacer();
+    let pacer = state.fleet.pacer();
     let mut out = Vec::new();
     let others = waiting
         .iter()
@@ -128,20 +128,14 @@ async fn waiting_instances(
     responses((status = 200, description = "Each pool instance with its limits and use", body = PoolList))
 )]
 pub async fn pools(State(state): State<Arc<AppState>>) -> Result<Json<PoolList>, ApiError> {
-    let rests = state.enqueuer.rests().list().await?;
+    let rests = state.fleet.rests().list().await?;
     let mut spent = platform_use(&state).await?;
     let catalog = state.enqueuer.catalog();
-    let waiting = state.enqueuer.pacer().waiting_pools().await?;
+    let waiting = state.fleet.pacer().waiting_pools().await?;
     let mut seen = Vec::new();
     let mut instances = Vec::new();
     for pool in catalog.pools() {
-        seen.push(
-            state
-                .enqueuer
-                .pacer()
-                .seen(&pool.platform_instance())
-                .await?,
-        );
+        seen.push(state.fleet.pacer().seen(&pool.platform_instance()).await?);
         instances.push(waiting_instances(&state, pool, &waiting).await?);
     }
     let pools = catalog

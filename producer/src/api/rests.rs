@@ -92,7 +92,7 @@ pub async fn list(
             "limit must be 1-{MAX_REST_PAGE}"
         )));
     }
-    let listed = state.enqueuer.rests().list().await?;
+    let listed = state.fleet.rests().list().await?;
     let after = query.after.as_deref().filter(|a| !a.is_empty());
     Ok(Json(RestList::page(listed, after, limit)))
 }
@@ -116,13 +116,13 @@ pub async fn clear(
             "scope must be one of pool, route, connection; got {scope:?}"
         )));
     }
-    let removed = state.enqueuer.rests().clear(&scope, &key).await?;
+    let removed = state.fleet.rests().clear(&scope, &key).await?;
     if removed {
         if scope == "pool" {
             // The operator says the pool's quota is back: its day counts again from zero. Its
             // window keeps its count (the provider's has not forgotten its calls), so the runs
             // woken below are admitted slot by slot, never a window's worth at once.
-            state.enqueuer.pacer().reopen_day(&key).await?;
+            state.fleet.pacer().reopen_day(&key).await?;
         }
         // The runs the rest delayed may run now, not at their old wake time; each still passes
         // pre-flight and the pool's limiter.
@@ -206,7 +206,7 @@ pub async fn pause(
     let until = freeway::clock::epoch_ms() + for_s * 1000;
     let why = ActiveRest::pause_reason(reason);
     let remaining_ms = state
-        .enqueuer
+        .fleet
         .rests()
         .write(&rest_scope, RestLength::Long(until), &why)
         .await?;

@@ -54,7 +54,7 @@ pub async fn history(
     }
     let now = freeway::clock::epoch_ms() / 60_000;
     let from = now + 1 - span;
-    let minutes = state.enqueuer.metrics().minutes(from, now).await?;
+    let minutes = state.fleet.metrics().minutes(from, now).await?;
     // The totals read the span as one minute, so their quantiles are the span's own.
     let mut merged: HashMap<String, u64> = HashMap::new();
     for (_, fields) in &minutes {

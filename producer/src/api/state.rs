@@ -6,6 +6,7 @@ use super::request_rate::RateLimits;
 use super::stream_slots::StreamSlots;
 use super::totals::TotalsCache;
 use crate::hub::Hub;
+use freeway::fleet::RedisFleet;
 use freeway::provider::ApiKey;
 use freeway::signed::EventsSigner;
 use freeway::store::{SecretKey, SqlStore};
@@ -24,6 +25,8 @@ pub const BATCH_BODY_LIMIT: usize = 16 * 1024 * 1024;
 /// Everything a handler needs.
 pub struct AppState {
     pub enqueuer: Enqueuer,
+    /// The fleet's state: rests, limiters, counters, spend, events (the enqueuer's own).
+    pub fleet: RedisFleet,
     /// The SQL store: runs, attempts and users' connections.
     pub store: SqlStore,
     /// The shared reader of the runs' event streams, for every open `…/events` response.

@@ -135,7 +135,7 @@ async fn ledger_usage(
     day_end_ms: u64,
 ) -> Result<TenantSpend, ApiError> {
     match LedgerId::new(tenant) {
-        Ok(id) => Ok(state.enqueuer.ledger().usage(&id, day_end_ms).await?),
+        Ok(id) => Ok(state.fleet.ledger().usage(&id, day_end_ms).await?),
         Err(_) => Ok(TenantSpend::default()),
     }
 }

@@ -3,7 +3,7 @@
 //! stream: the answer goes to stdout as it streams, the progress (attempts, failovers, delays,
 //! tools) to stderr.
 
-use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_REFUSED, connect_redis, fail, open_store};
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, EXIT_REFUSED, connect_fleet, fail, open_store};
 use freeway::catalog::Catalog;
 use freeway::config::Settings;
 use freeway::events::Event;
@@ -95,15 +95,14 @@ pub(crate) async fn run(settings: Settings, args: Args) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let conn = match connect_redis(&settings).await {
-        Ok(c) => c,
+    let fleet = match connect_fleet(&settings).await {
+        Ok(fleet) => fleet,
         Err(code) => return code,
     };
     let store: Arc<dyn Store> = Arc::new(store);
-    let enqueuer = Enqueuer::new(conn, &settings.namespace, store.clone())
+    let enqueuer = Enqueuer::on(fleet, store.clone())
         .with_catalog(settings.catalog.clone())
-        .with_lanes(settings.queues)
-        .keeping_events(settings.events_keep_s);
+        .with_lanes(settings.queues);
     let run_id = match enqueuer.enqueue(request).await {
         Ok(Outcome::Enqueued { run_id } | Outcome::Duplicate { run_id }) => run_id,
         Ok(Outcome::Refused {

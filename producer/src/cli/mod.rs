@@ -7,7 +7,7 @@ pub(crate) mod serve;
 pub(crate) mod status;
 
 use freeway::config::Settings;
-use freeway::connect::RedisConnection;
+use freeway::fleet::RedisFleet;
 use freeway::store::{SqlStore, StoreError};
 use std::process::ExitCode;
 
@@ -42,9 +42,11 @@ pub(crate) async fn open_store(settings: &Settings) -> Result<SqlStore, ExitCode
         })
 }
 
-/// Connect to `REDIS_URL`.
-pub(crate) async fn connect_redis(settings: &Settings) -> Result<RedisConnection, ExitCode> {
-    freeway::connect::redis(&settings.redis_url)
+/// Connect to `REDIS_URL`: the process's one handle on the fleet's state, in its namespace,
+/// keeping run events as configured.
+pub(crate) async fn connect_fleet(settings: &Settings) -> Result<RedisFleet, ExitCode> {
+    let conn = freeway::connect::redis(&settings.redis_url)
         .await
-        .map_err(|e| fail(EXIT_FAILED, &e.to_string()))
+        .map_err(|e| fail(EXIT_FAILED, &e.to_string()))?;
+    Ok(RedisFleet::new(conn, &settings.namespace).keeping_events(settings.events_keep_s))
 }

@@ -1,7 +1,7 @@
 //! `producer serve [--addr A]`: the HTTP API until SIGINT or SIGTERM, then a graceful shutdown
 //! (open event streams are ended so in-flight requests can finish).
 
-use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_redis, fail, listen, open_store};
+use super::{EXIT_BAD_INPUT, EXIT_FAILED, connect_fleet, fail, listen, open_store};
 use freeway::config::Settings;
 use freeway::signed::EventsSigner;
 use producer::api::request_rate::RateLimits;
@@ -27,8 +27,8 @@ pub(crate) async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let conn = match connect_redis(&settings).await {
-        Ok(conn) => conn,
+    let fleet = match connect_fleet(&settings).await {
+        Ok(fleet) => fleet,
         Err(code) => return code,
     };
     let file_limit = listen::file_limit();
@@ -37,12 +37,12 @@ pub(crate) async fn run(settings: Settings, addr: SocketAddr) -> ExitCode {
     // flood of streams would leave no connection for a request.
     let max_streams = settings.max_streams.min(limits.connections / 2);
     let (shutdown_tx, shutdown) = watch::channel(false);
-    let enqueuer = Enqueuer::new(conn, &settings.namespace, Arc::new(store.clone()))
+    let enqueuer = Enqueuer::on(fleet.clone(), Arc::new(store.clone()))
         .with_catalog(settings.catalog.clone())
-        .with_lanes(settings.queues)
-        .keeping_events(settings.events_keep_s);
+        .with_lanes(settings.queues);
     let state = Arc::new(AppState {
-        hub: Hub::new(&settings.redis_url, enqueuer.connection(), max_streams),
+        hub: Hub::new(&settings.redis_url, fleet.connection(), max_streams),
+        fleet,
         stream_slots: StreamSlots::new(max_streams),
         rate_limits: RateLimits::new(settings.rate_limit),
         enqueuer,

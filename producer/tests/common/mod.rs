@@ -100,6 +100,7 @@ impl Server {
         let (shutdown_tx, shutdown) = watch::channel(false);
         let state = Arc::new(AppState {
             enqueuer: enqueuer.clone(),
+            fleet: enqueuer.fleet().clone(),
             store: store.clone(),
             hub: Hub::new(&skip::redis_url(), conn.clone(), max_streams),
             stream_slots: producer::api::stream_slots::StreamSlots::new(max_streams),

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use freeway::clock::{Clock, SystemClock};
 use freeway::config::Settings;
 use freeway::engine::{Outcome, WhenResting};
-use freeway::events::{Event, EventError, EventSink, RedisEvents};
+use freeway::events::{Event, EventError, EventSink};
 use freeway::job::{RunJob, RunRequest};
 use freeway::run::RunStatus;
 use std::io::Read;
@@ -24,7 +24,7 @@ use crate::exit::{
 };
 
 /// Prints every event as a JSON line, then hands it on.
-struct PrintingEvents(RedisEvents);
+struct PrintingEvents(Arc<dyn EventSink>);
 
 #[async_trait]
 impl EventSink for PrintingEvents {
@@ -63,13 +63,7 @@ pub(crate) fn main(path: &str) -> ExitCode {
 
 async fn run(settings: Settings, request: RunRequest) -> ExitCode {
     let worker = format!("run-one-{}", std::process::id());
-    let namespace = settings.namespace.clone();
-    let keep_s = settings.events_keep_s;
-    let events = |conn| {
-        Arc::new(PrintingEvents(
-            RedisEvents::new(conn, namespace).keeping(keep_s),
-        )) as Arc<dyn EventSink>
-    };
+    let events = |fleet_events| Arc::new(PrintingEvents(fleet_events)) as Arc<dyn EventSink>;
     let engine = match crate::wiring::engine(&settings, worker, 1, events).await {
         Ok(w) => w.engine,
         Err(e) => return crate::exit::start_failed(&e),

@@ -39,26 +39,15 @@ pub(crate) fn main(
     };
     runtime.block_on(async move {
         let name = consume::replica_name();
-        let events = |conn| {
-            std::sync::Arc::new(
-                freeway::events::RedisEvents::new(conn, settings.namespace.clone())
-                    .keeping(settings.events_keep_s),
-            ) as _
-        };
-        let wired = match wiring::engine(&settings, name, concurrency, events).await {
+        let wired = match wiring::engine(&settings, name, concurrency, |events| events).await {
             Ok(w) => w,
             Err(e) => return exit::start_failed(&e),
         };
-        let enqueuer = queue::Enqueuer::new(
-            wired.conn.clone(),
-            &settings.namespace,
-            wired.engine.store().clone(),
-        )
-        .with_catalog(settings.catalog.clone())
-        .with_lanes(settings.queues)
-        .with_heartbeat(heartbeat)
-        .keeping_events(settings.events_keep_s);
-        let health = queue::Health::new(wired.conn.clone(), &settings.namespace);
+        let enqueuer = queue::Enqueuer::on(wired.redis.clone(), wired.engine.store().clone())
+            .with_catalog(settings.catalog.clone())
+            .with_lanes(settings.queues)
+            .with_heartbeat(heartbeat);
+        let health = queue::Health::new(wired.redis.connection(), wired.redis.namespace());
         let app = std::sync::Arc::new(consume::App {
             writer: consume::WriterProbe {
                 store: wired.store,

@@ -28,7 +28,7 @@ use crate::cluster::{Cluster, Sim, with_cluster};
 use crate::measure::Snapshot;
 use freeway::catalog::Catalog;
 use freeway::job::{RunJob, RunRequest};
-use freeway::pace::{Pacer, RedisPacer};
+use freeway::pace::Pacer;
 use freeway::run::RunRecord;
 use freeway::store::Store;
 use report::Outcome;
@@ -143,7 +143,7 @@ async fn scenario(
     // The pacer's view of the pool, once a window (workers that predate fair share have none).
     let samples: Arc<Mutex<Vec<(u64, freeway::pace::PoolUse)>>> = Arc::default();
     let sampler = fields.then(|| {
-        let pacer = RedisPacer::new(cluster.conn.clone(), cluster.namespace());
+        let fleet = freeway::fleet::RedisFleet::new(cluster.conn.clone(), cluster.namespace());
         let (limits, day) = catalog
             .instance(POOL)
             .expect("the configuration has the free pool");
@@ -156,7 +156,11 @@ async fn scenario(
                 let at = if at <= now { at + window_ms } else { at };
                 tokio::time::sleep(Duration::from_millis(at - now)).await;
                 let now = freeway::clock::epoch_ms();
-                if let Ok(usage) = pacer.usage(POOL, &limits, day.day_end_ms(now)).await {
+                if let Ok(usage) = fleet
+                    .pacer()
+                    .usage(POOL, &limits, day.day_end_ms(now))
+                    .await
+                {
                     samples
                         .lock()
                         .expect("samples")

@@ -2,21 +2,25 @@
 //! spend, and the writes a store did not take.
 //!
 //! The engine's decisions must hold for the whole fleet at once, so it keeps this state outside
-//! the process: in Redis ([`Fleet::redis`]). Each part is a trait with a Redis implementation
-//! and an in-process one ([`Fleet::in_memory`]) that keeps the same rules, so the engine's rule
-//! tests, the budget property test and benchmarks run without a server.
+//! the process: in Redis ([`RedisFleet`], built once per process and handed to the engine, the
+//! queue and the API). Each part is a trait with a Redis implementation and an in-process one
+//! ([`Fleet::in_memory`]) that keeps the same rules, so the engine's rule tests, the budget
+//! property test and benchmarks run without a server.
+
+mod redis;
 
 use crate::connect::RedisConnection;
-use crate::events::{EventSink, MemoryEvents, RedisEvents};
-use crate::lease::{Leases, MemoryLeases, RedisLeases};
-use crate::metrics::{MemoryMetrics, Metrics, RedisMetrics};
-use crate::pace::{MemoryPacer, Pacer, RedisPacer};
-use crate::rest::{MemoryRests, RedisRests, Rests};
-use crate::spend::{Ledger, MemoryLedger, RedisLedger};
-use crate::unsaved::{MemoryUnsaved, RedisUnsaved, Unsaved};
+use crate::events::{EventSink, MemoryEvents};
+use crate::lease::{Leases, MemoryLeases};
+use crate::metrics::{MemoryMetrics, Metrics};
+use crate::pace::{MemoryPacer, Pacer};
+use crate::rest::{MemoryRests, Rests};
+use crate::spend::{Ledger, MemoryLedger};
+use crate::unsaved::{MemoryUnsaved, Unsaved};
 use std::sync::Arc;
 
 pub use crate::error::FleetError;
+pub use redis::RedisFleet;
 
 /// The engine's handles on the fleet's shared state.
 #[derive(Clone)]
@@ -34,17 +38,10 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// The fleet's state in one Redis namespace.
+    /// The fleet's state in one Redis namespace ([`RedisFleet::fleet`] of a handle built for
+    /// the purpose).
     pub fn redis(conn: &RedisConnection, ns: &str) -> Fleet {
-        Fleet {
-            rests: Arc::new(RedisRests::new(conn.clone(), ns)),
-            leases: Arc::new(RedisLeases::new(conn.clone(), ns)),
-            events: Arc::new(RedisEvents::new(conn.clone(), ns)),
-            metrics: Arc::new(RedisMetrics::new(conn.clone(), ns)),
-            pace: Arc::new(RedisPacer::new(conn.clone(), ns)),
-            spend: Arc::new(RedisLedger::new(conn.clone(), ns)),
-            unsaved: Arc::new(RedisUnsaved::new(conn.clone(), ns)),
-        }
+        RedisFleet::new(conn.clone(), ns).fleet()
     }
 
     /// State in this process only, on the system clock: one replica's view, for tests.
