@@ -63,20 +63,18 @@ impl fmt::Display for StreamId {
     }
 }
 
-/// One entry of a run's stream: the stream id, the event type and the event JSON as stored
-/// (relayed as they are), and the event they hold, read once (`None` for data that is not one).
+/// One entry of a run's stream: its stream id, and what was stored under it (read by the core's
+/// events module, which wrote it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub id: StreamId,
-    pub kind: String,
-    pub data: String,
-    pub event: Option<Event>,
+    pub stored: StoredEvent,
 }
 
 impl Entry {
     /// After this entry the run's stream has nothing more to say for this job.
     pub fn is_last(&self) -> bool {
-        self.event.as_ref().is_some_and(Event::is_last)
+        self.stored.event.as_ref().is_some_and(Event::is_last)
     }
 }
 
@@ -88,12 +86,9 @@ pub(crate) fn entries(ids: Vec<redis::streams::StreamId>) -> Vec<Entry> {
                 tracing::warn!(id = %e.id, "skipping a stream entry with a malformed id");
                 return None;
             };
-            let StoredEvent { kind, data, event } = StoredEvent::read(&e);
             Some(Entry {
                 id,
-                kind,
-                data,
-                event,
+                stored: StoredEvent::read(&e),
             })
         })
         .collect()

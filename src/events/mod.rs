@@ -369,4 +369,35 @@ mod tests {
         assert_eq!(Event::from_json(r#"{"type":"nosuch"}"#), None);
         assert_eq!(Event::from_json("not json"), None);
     }
+
+    /// A stream entry reads back as the fields the sink writes: the type and the JSON as stored,
+    /// and the event parsed once; data that is not an event is kept, unparsed.
+    #[test]
+    fn a_stream_entry_is_read_by_the_fields_the_sink_writes() {
+        let entry = |fields: &[(&str, &str)]| redis::streams::StreamId {
+            id: "1-0".into(),
+            map: fields
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        redis::Value::BulkString(v.as_bytes().to_vec()),
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let json = Event::Queued.to_json();
+        let stored = StoredEvent::read(&entry(&[(TYPE_FIELD, "queued"), (DATA_FIELD, &json)]));
+        assert_eq!(stored.kind, "queued");
+        assert_eq!(stored.data, json);
+        assert_eq!(stored.event, Some(Event::Queued));
+        let garbled = StoredEvent::read(&entry(&[(TYPE_FIELD, "queued"), (DATA_FIELD, "{nope")]));
+        assert_eq!((garbled.data.as_str(), garbled.event), ("{nope", None));
+        let empty = StoredEvent::read(&entry(&[]));
+        assert_eq!(
+            (empty.kind.as_str(), empty.data.as_str(), empty.event),
+            ("", "", None)
+        );
+    }
 }

@@ -217,7 +217,7 @@ pub async fn run_detail(
         .await?
         .into_iter()
         .filter_map(|entry| {
-            let event = entry.event?;
+            let event = entry.stored.event?;
             Some(EventLine {
                 id: entry.id.to_string(),
                 kind: event.kind(),

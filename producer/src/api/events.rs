@@ -342,14 +342,14 @@ enum Over {
 /// break, which freeway never writes).
 fn to_sse(entry: &Entry) -> Option<SseEvent> {
     let printable = |s: &str| !s.is_empty() && !s.chars().any(char::is_control);
-    if !printable(&entry.kind) {
+    if !printable(&entry.stored.kind) {
         tracing::warn!(id = %entry.id, "skipping a stream entry that SSE cannot carry");
         return None;
     }
     Some(
         SseEvent::default()
             .id(entry.id.to_string())
-            .event(&entry.kind)
-            .data(&entry.data),
+            .event(&entry.stored.kind)
+            .data(&entry.stored.data),
     )
 }

@@ -153,7 +153,7 @@ async fn follow(redis_url: &str, ns: &str, run_id: &str, store: &dyn Store) -> E
             Ok(Err(e)) => return fail(EXIT_FAILED, &format!("cannot follow the run: {e}")),
         };
         for entry in batch {
-            if matches!(entry.event, Some(Event::Failover { .. })) {
+            if matches!(entry.stored.event, Some(Event::Failover { .. })) {
                 display.failed_attempt(store.attempts(run_id).await.ok().as_deref());
             }
             if let Some(code) = display.show(run_id, &entry) {
@@ -179,8 +179,8 @@ struct Display {
 impl Display {
     /// Show one event; `Some(exit code)` after the last one.
     fn show(&mut self, run_id: &str, entry: &Entry) -> Option<ExitCode> {
-        let Some(event) = &entry.event else {
-            return self.progress(&format!("[{}]", entry.kind));
+        let Some(event) = &entry.stored.event else {
+            return self.progress(&format!("[{}]", entry.stored.kind));
         };
         match event {
             Event::Delta { text } => {
