@@ -1,17 +1,24 @@
 // BullMQ doing the durable work of freeway's load benchmark, throughput scenario
 // (`target/release/examples/load --scenario throughput`): N one-step chat runs pushed while no
 // worker runs, then drained by R worker processes × C concurrency, each run one call to the
-// simulator and its records in PostgreSQL (worker.mjs). Prints runs/s and the CPU a run of the
-// workers, Redis and PostgreSQL, measured as freeway's benchmark measures its own.
+// simulator and its records in a SQLite file the workers share, or in PostgreSQL with
+// `--store postgres` (worker.mjs). Prints runs/s and the CPU a run of the workers, Redis and
+// PostgreSQL, measured as freeway's benchmark measures its own. `scripts/peer.py` runs it
+// interleaved with freeway's and prints both side by side.
 //
 //   npm ci --prefix benches/bullmq
-//   REDIS_URL=redis://127.0.0.1:6379 PG_URL=postgres://user@127.0.0.1:5432/postgres \
-//     node benches/bullmq/bench.mjs --runs 10000 --replicas 3 --concurrency 64 --sim target/release/sim
+//   REDIS_URL=redis://127.0.0.1:6379 node benches/bullmq/bench.mjs --runs 10000 --replicas 2 \
+//     --concurrency 64 --sim target/release/sim
+//   REDIS_URL=… PG_URL=postgres://user@127.0.0.1:5432/postgres node benches/bullmq/bench.mjs \
+//     --store postgres --replicas 3
+import Database from 'better-sqlite3';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { spawn } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -24,6 +31,7 @@ const { values: opts } = parseArgs({
     replicas: { type: 'string', default: '3' },
     concurrency: { type: 'string', default: '64' },
     sim: { type: 'string', default: 'target/release/sim' },
+    store: { type: 'string', default: 'sqlite' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -41,11 +49,16 @@ const [runs, replicas, concurrency] = ['runs', 'replicas', 'concurrency'].map((n
   return n;
 });
 const redisUrl = process.env.REDIS_URL || fail('REDIS_URL is not set');
-const pgUrl = process.env.PG_URL || fail('PG_URL is not set (a server this user may create databases on)');
+if (!['sqlite', 'postgres'].includes(opts.store)) fail('--store must be sqlite or postgres');
+const onPostgres = opts.store === 'postgres';
+const pgUrl = onPostgres
+  ? process.env.PG_URL || fail('PG_URL is not set (a server this user may create databases on)')
+  : undefined;
 const redis = new URL(redisUrl);
 const connection = { host: redis.hostname, port: Number(redis.port || 6379) };
 
 const TICKS_PER_S = 100;
+const SUCCEEDED = "SELECT count(*) AS n FROM runs WHERE status = 'succeeded'";
 const cpuOf = (pid) => {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -84,16 +97,44 @@ const lines = (child, wanted) =>
     createInterface({ input: child.stdout }).on('line', (line) => line.includes(wanted) && resolve());
   });
 
-// A database of its own on the server.
+// A database of its own: on the server, or a SQLite file in a folder of its own.
 const database = `bullmq_peer_${process.pid}`;
-const admin = new pg.Client({ connectionString: pgUrl });
-await admin.connect();
-await admin.query(`CREATE DATABASE ${database}`);
-const dbUrl = new URL(pgUrl);
-dbUrl.pathname = `/${database}`;
-const db = new pg.Client({ connectionString: dbUrl.toString() });
-await db.connect();
-await db.query(readFileSync(`${here}/schema.sql`, 'utf8'));
+const schema = readFileSync(`${here}/schema.sql`, 'utf8');
+let admin;
+let db;
+let storeEnv;
+if (onPostgres) {
+  admin = new pg.Client({ connectionString: pgUrl });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${database}`);
+  const dbUrl = new URL(pgUrl);
+  dbUrl.pathname = `/${database}`;
+  const client = new pg.Client({ connectionString: dbUrl.toString() });
+  await client.connect();
+  await client.query(schema);
+  db = {
+    succeeded: async () => Number((await client.query(SUCCEEDED)).rows[0].n),
+    close: async () => {
+      await client.end();
+      await admin.query(`DROP DATABASE ${database} WITH (FORCE)`);
+      await admin.end();
+    },
+  };
+  storeEnv = { PG_URL: dbUrl.toString() };
+} else {
+  const dir = mkdtempSync(join(tmpdir(), 'bullmq-peer-'));
+  // The file goes with the benchmark, whether it ends well or not.
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'store.db');
+  const file = new Database(path);
+  file.pragma('journal_mode = WAL');
+  file.exec(schema);
+  db = {
+    succeeded: async () => Number(file.prepare(SUCCEEDED).get().n),
+    close: async () => file.close(),
+  };
+  storeEnv = { SQLITE_PATH: path };
+}
 
 const simPort = await freePort();
 const sim = spawn(opts.sim, ['--addr', `127.0.0.1:${simPort}`], { stdio: ['ignore', 'ignore', 'inherit'] });
@@ -115,7 +156,7 @@ const queue = new Queue(name, { connection });
 // Readings come over a connection of their own, outside BullMQ's.
 const client = new Redis(redisUrl);
 console.log(
-  `bullmq: ${runs} chat runs, ${replicas} worker processes × concurrency ${concurrency}, PostgreSQL store`,
+  `bullmq: ${runs} chat runs, ${replicas} worker processes × concurrency ${concurrency}, ${onPostgres ? 'PostgreSQL' : 'SQLite'} store`,
 );
 let started = performance.now();
 for (let i = 0; i < runs; i += 1000) {
@@ -137,7 +178,7 @@ const before = { redis: await redisReadings(client), postgres: postgresCpu() };
 started = performance.now();
 const workers = Array.from({ length: replicas }, () =>
   spawn(process.execPath, [`${here}/worker.mjs`], {
-    env: { ...process.env, SIM_URL: `http://127.0.0.1:${simPort}`, BULLMQ_QUEUE: name, CONCURRENCY: String(concurrency), PG_URL: dbUrl.toString() },
+    env: { ...process.env, SIM_URL: `http://127.0.0.1:${simPort}`, BULLMQ_QUEUE: name, CONCURRENCY: String(concurrency), ...storeEnv },
     stdio: ['ignore', 'pipe', 'inherit'],
   }),
 );
@@ -152,13 +193,13 @@ for (;;) {
 const drainS = (performance.now() - started) / 1000;
 const workersCpu = workers.map((w) => cpuOf(w.pid));
 const after = { redis: await redisReadings(client), postgres: postgresCpu() };
-const { rows } = await db.query("SELECT count(*) AS n FROM runs WHERE status = 'succeeded'");
+const succeeded = await db.succeeded();
 
 const perRun = (s) => ((1000 * s) / runs).toFixed(3);
 const redisCpu = after.redis.cpu - before.redis.cpu;
 const postgres = after.postgres - before.postgres;
 const workersSum = workersCpu.reduce((a, b) => a + b, 0);
-console.log(`  drained          ${runs} runs in ${drainS.toFixed(2)} s = ${Math.round(runs / drainS)} runs/s (from worker start); ${counts.failed} failed; ${rows[0].n} succeeded in the store`);
+console.log(`  drained          ${runs} runs in ${drainS.toFixed(2)} s = ${Math.round(runs / drainS)} runs/s (from worker start); ${counts.failed} failed; ${succeeded} succeeded in the store`);
 console.log(`  cpu              redis ${redisCpu.toFixed(2)} s, workers ${workersCpu.map((s) => s.toFixed(2)).join(' + ')} s, postgres ${postgres.toFixed(2)} s (all its processes)`);
 console.log(`  redis            ${((after.redis.commands - before.redis.commands) / runs).toFixed(1)} commands a run`);
 console.log(`  pipeline         ${perRun(workersSum + redisCpu + postgres)} ms of CPU a run (workers ${perRun(workersSum)}, redis ${perRun(redisCpu)}, postgres ${perRun(postgres)})`);
@@ -169,7 +210,5 @@ sim.kill('SIGTERM');
 await queue.obliterate({ force: true });
 await queue.close();
 client.disconnect();
-await db.end();
-await admin.query(`DROP DATABASE ${database} WITH (FORCE)`);
-await admin.end();
-if (Number(rows[0].n) !== runs) fail(`${runs - Number(rows[0].n)} runs did not succeed`);
+await db.close();
+if (succeeded !== runs) fail(`${runs - succeeded} runs did not succeed`);
