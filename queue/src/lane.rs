@@ -12,11 +12,18 @@
 //! script's declared keys. [`ApalisConnection`] runs that one script as two commands on a
 //! cluster, each on its own slot: the registration of the worker in its lane, and the lane's
 //! entry in the registry.
+//!
+//! apalis-redis asks every fetch for its configured batch, whatever the worker can start.
+//! [`ApalisConnection`] sizes each fetch of a worker's lane to the replica's free slots instead
+//! ([`FetchSize`]): a replica whose runs end fetches as many as ended, plus one small batch to
+//! hand out while the next fetch travels, so its slots stay busy while a backlog waits, and it
+//! never holds more than its free slots and that batch (docs/design.md §4.3).
 
 use freeway::connect::{RedisConnection, SLOTS, shard_of, slot};
 use redis::aio::ConnectionLike;
 use redis::{Arg, Cmd, Pipeline, RedisFuture, Value};
 use std::sync::Arc;
+use tokio::sync::Semaphore;
 
 /// The key apalis-redis 1.0.0's worker registration writes, whatever the queue: a fixed key its
 /// script does not declare.
@@ -70,13 +77,80 @@ pub fn lane_names(ns: &str, lanes: usize, cluster: bool) -> Vec<String> {
     names
 }
 
+/// How many jobs a lane's fetch takes: the replica's free slots, shared among its lanes, and one
+/// small batch ahead of them.
+#[derive(Clone)]
+pub struct FetchSize {
+    /// The replica's slots, which its workers' concurrency limit hands out.
+    pub slots: Arc<Semaphore>,
+    /// The lanes the replica's workers fetch from, each on its own.
+    pub lanes: usize,
+    /// Jobs taken beyond the free slots, over all lanes.
+    pub ahead: usize,
+}
+
+impl FetchSize {
+    /// The jobs to take now, at most `asked` (apalis's batch).
+    fn now(&self, asked: usize) -> usize {
+        fetch_count(
+            self.slots.available_permits(),
+            self.lanes,
+            self.ahead,
+            asked,
+        )
+    }
+}
+
+/// A lane's fetch when `free` slots are free. apalis fetches once the worker holds the permit of
+/// the slot the first job takes, so that one is free too.
+fn fetch_count(free: usize, lanes: usize, ahead: usize, asked: usize) -> usize {
+    let lanes = lanes.max(1);
+    ((free + 1).div_ceil(lanes) + ahead.div_ceil(lanes)).min(asked)
+}
+
+/// A command's arguments as the bytes sent (none of apalis's commands holds a cursor).
+fn simple_args(cmd: &Cmd) -> Vec<&[u8]> {
+    cmd.args_iter()
+        .map(|arg| match arg {
+            Arg::Simple(bytes) => bytes,
+            _ => &[],
+        })
+        .collect()
+}
+
+/// `cmd` with its batch resized by `fetch`, if it is a fetch of the lane whose workers set is
+/// `workers_set`: apalis-redis 1.0.0's `fetch_next.lua` call is `EVALSHA sha 7 workers_set
+/// active inflight data signal meta scheduled now batch worker_name`.
+fn resize_fetch(cmd: &Cmd, workers_set: &str, fetch: &FetchSize) -> Option<Cmd> {
+    let args = simple_args(cmd);
+    let is_it = args.len() == 13
+        && args[0].eq_ignore_ascii_case(b"EVALSHA")
+        && args[2] == b"7"
+        && args[3] == workers_set.as_bytes();
+    if !is_it {
+        return None;
+    }
+    let asked: usize = std::str::from_utf8(args[11]).ok()?.parse().ok()?;
+    let mut resized = redis::cmd("EVALSHA");
+    for (i, arg) in args.iter().enumerate().skip(1) {
+        match i {
+            11 => resized.arg(fetch.now(asked)),
+            _ => resized.arg(*arg),
+        };
+    }
+    Some(resized)
+}
+
 /// freeway's Redis connection as one lane's apalis storage uses it: every command goes as it
-/// is, except apalis's worker registration on a cluster (see the module's doc).
+/// is, except apalis's worker registration on a cluster, and its fetches where the worker's
+/// slots are known (see the module's doc).
 #[derive(Clone)]
 pub struct ApalisConnection {
     conn: RedisConnection,
-    /// The lane's workers set: the registration's first key, by which it is recognised.
+    /// The lane's workers set: the first key of the registration and of a fetch, by which they
+    /// are recognised.
     workers_set: Arc<str>,
+    fetch: Option<FetchSize>,
 }
 
 impl ApalisConnection {
@@ -85,7 +159,19 @@ impl ApalisConnection {
         ApalisConnection {
             conn,
             workers_set: workers_set.into(),
+            fetch: None,
         }
+    }
+
+    /// The same, each fetch sized by `fetch`.
+    pub fn fetching(mut self, fetch: FetchSize) -> ApalisConnection {
+        self.fetch = Some(fetch);
+        self
+    }
+
+    /// A fetch's call resized to the slots free now, if `cmd` is one of this lane's fetches.
+    fn resized_fetch(&self, cmd: &Cmd) -> Option<Cmd> {
+        resize_fetch(cmd, &self.workers_set, self.fetch.as_ref()?)
     }
 
     /// The arguments of apalis-redis 1.0.0's `register_worker.lua` call: `EVALSHA sha 2
@@ -94,13 +180,7 @@ impl ApalisConnection {
         if !self.conn.is_cluster() {
             return None;
         }
-        let args: Vec<&[u8]> = cmd
-            .args_iter()
-            .map(|arg| match arg {
-                Arg::Simple(bytes) => bytes,
-                _ => &[],
-            })
-            .collect();
+        let args = simple_args(cmd);
         let is_it = args.len() == 10
             && args[0].eq_ignore_ascii_case(b"EVALSHA")
             && args[2] == b"2"
@@ -127,6 +207,10 @@ static REGISTER: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|
 
 impl ConnectionLike for ApalisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        if let Some(resized) = self.resized_fetch(cmd) {
+            let mut conn = self.conn.clone();
+            return Box::pin(async move { conn.req_packed_command(&resized).await });
+        }
         let Some(args) = self.registration(cmd) else {
             return self.conn.req_packed_command(cmd);
         };
@@ -166,6 +250,50 @@ impl ConnectionLike for ApalisConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fetch_takes_the_free_slots_and_one_small_batch() {
+        // All 64 slots free but the one the fetching worker holds: 63 + 1 + 16.
+        assert_eq!(fetch_count(63, 1, 16, 80), 80);
+        // Every slot busy but the held one: that one and the batch ahead.
+        assert_eq!(fetch_count(0, 1, 16, 80), 17);
+        // Never more than apalis asked for.
+        assert_eq!(fetch_count(1000, 1, 16, 80), 80);
+        // Lanes share the free slots and the batch.
+        assert_eq!(fetch_count(9, 2, 16, 80), 5 + 8);
+        assert_eq!(fetch_count(0, 0, 16, 80), 17);
+    }
+
+    #[test]
+    fn only_a_fetch_of_the_lanes_own_workers_is_resized() {
+        let fetch = FetchSize {
+            slots: Arc::new(Semaphore::new(3)),
+            lanes: 1,
+            ahead: 16,
+        };
+        let call = |workers: &str, keys: &str| {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg("sha").arg(keys).arg(workers);
+            for key in ["active", "inflight", "data", "signal", "meta", "scheduled"] {
+                cmd.arg(key);
+            }
+            cmd.arg(1_700_000_000).arg(80).arg("worker-1");
+            cmd
+        };
+        let args = |cmd: &Cmd| -> Vec<Vec<u8>> {
+            simple_args(cmd).into_iter().map(<[u8]>::to_vec).collect()
+        };
+        let asked = call("q:workers", "7");
+        let resized = resize_fetch(&asked, "q:workers", &fetch).expect("a fetch");
+        let (resized, asked) = (args(&resized), args(&asked));
+        assert_eq!(resized[11], b"20", "3 free + the held one + 16");
+        assert_eq!(resized.len(), asked.len());
+        for i in (0..asked.len()).filter(|&i| i != 11) {
+            assert_eq!(resized[i], asked[i], "argument {i} as apalis sent it");
+        }
+        assert!(resize_fetch(&call("other:workers", "7"), "q:workers", &fetch).is_none());
+        assert!(resize_fetch(&call("q:workers", "2"), "q:workers", &fetch).is_none());
+    }
 
     #[test]
     fn lane_zero_keeps_the_one_queue_name() {

@@ -16,7 +16,7 @@
 //!   records of those whose keep is over, a bounded batch at a time.
 
 use crate::FleetError;
-use crate::lane::{ApalisConnection, lane_names, lane_of};
+use crate::lane::{ApalisConnection, FetchSize, lane_names, lane_of};
 use apalis_core::task::builder::TaskBuilder;
 use apalis_core::task::task_id::TaskId;
 use apalis_redis::{Config, RedisStorage};
@@ -33,10 +33,11 @@ pub const HEARTBEAT: Duration = Duration::from_secs(10);
 pub const MISSED_HEARTBEATS: usize = 3;
 /// Ids moved or pushed per Redis call: far below Lua's 8,000-value `unpack` limit.
 pub const CHUNK: usize = 1_000;
-/// The most jobs a replica takes in one fetch (docs/design.md §4.3). apalis fetches a batch
-/// when one slot frees and keeps what it cannot start yet, so a replica holds its running jobs
-/// plus at most one batch: a batch as large as the concurrency let a replica claim twice its
-/// slots, stranding them behind its heartbeat if it died and leaving a later replica nothing.
+/// The most jobs a replica takes beyond its free slots (docs/design.md §4.3). apalis fetches
+/// when one slot frees and keeps what it cannot start yet; each fetch takes the free slots and
+/// this many more (`lane::FetchSize`), so a replica holds its running jobs plus at most this
+/// batch: a fixed batch as large as the concurrency let a replica claim twice its slots,
+/// stranding them behind its heartbeat if it died and leaving a later replica nothing.
 pub const FETCH_BATCH: usize = 16;
 /// How long apalis's records of a finished delivery (its payload, status and result) stay in
 /// Redis: the store is the record of the run, so a few minutes for a look is enough, and Redis
@@ -192,18 +193,28 @@ impl Queue {
         self
     }
 
-    /// The apalis storage of each lane, for a worker running `concurrency` jobs at once over all
-    /// of them: together they fetch [`FETCH_BATCH`] at most at a time.
+    /// The apalis storage of each lane, for a worker whose concurrency limit hands out `slots`
+    /// (`concurrency` of them) over all lanes: each fetch takes the slots free then, shared among
+    /// the lanes, and [`FETCH_BATCH`] more over all of them.
     pub fn storages(
         &self,
+        slots: &Arc<tokio::sync::Semaphore>,
         concurrency: usize,
     ) -> Vec<RedisStorage<serde_json::Value, ApalisConnection>> {
-        let batch = concurrency.min(FETCH_BATCH).div_ceil(self.lanes.len());
+        let lanes = self.lanes.len();
+        let fetch = FetchSize {
+            slots: slots.clone(),
+            lanes,
+            ahead: FETCH_BATCH,
+        };
+        // The most one fetch may take: every slot free, and the batch ahead.
+        let batch = concurrency.div_ceil(lanes) + FETCH_BATCH.div_ceil(lanes);
         self.lanes
             .iter()
             .map(|lane| {
                 let config = storage_config(&lane.name, batch, self.heartbeat);
-                let conn = ApalisConnection::new(self.conn.clone(), &config.workers_set());
+                let conn = ApalisConnection::new(self.conn.clone(), &config.workers_set())
+                    .fetching(fetch.clone());
                 RedisStorage::new(conn).with_config(config)
             })
             .collect()

@@ -29,7 +29,8 @@ const WAKE_TRIES: Duration = Duration::from_secs(2);
 /// flight, in rounds that hold Redis a few milliseconds.
 const VACUUM_EVERY: Duration = Duration::from_secs(1);
 const VACUUM_BATCH: usize = 5_000;
-/// apalis polls for new jobs this often (its default is only on heartbeat).
+/// apalis polls for new jobs this often when the last fetch found none (its default is only on
+/// heartbeat); while fetches bring jobs, it fetches again as soon as it has handed them out.
 const POLL: Duration = Duration::from_millis(50);
 /// The longest between two looks at the day rests; each rest's endpoint is read at its own
 /// period, by one replica.
@@ -291,7 +292,10 @@ impl apalis_core::backend::ext::poll_strategy::PollStrategy for Ticks {
 /// Run the queue worker until a shutdown signal; `grace` bounds the wait for running jobs.
 pub(crate) async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(), String> {
     let name = replica_name();
-    let storages = app.enqueuer.queue().storages(concurrency);
+    // The replica's slots: its lanes' workers share them, and each fetch takes as many jobs as
+    // are free.
+    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let storages = app.enqueuer.queue().storages(&slots, concurrency);
     // Before taking anything, move due jobs in chunks: a backlog that piled up while no worker
     // ran must not reach apalis's fetch in one piece.
     app.enqueuer
@@ -302,7 +306,6 @@ pub(crate) async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> R
     let ticker = tokio::spawn(tick(app.clone()));
     // One apalis worker a lane, all under the replica's name (each lane has its own workers
     // set) and sharing its `concurrency` slots.
-    let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let mut monitor = Monitor::new();
     for (lane, storage) in storages.into_iter().enumerate() {
         let name = name.clone();

@@ -11,6 +11,7 @@ use crate::args::{Args, BoxError};
 use crate::cluster::{Cluster, Sim, delete_namespace, fresh_namespace, with_cluster};
 use crate::measure::{Snapshot, quantile, thousands};
 use crate::workload::{PAID, request};
+use apalis::layers::limit::GlobalConcurrencyLimitLayer;
 use apalis::prelude::*;
 use freeway::chat::Message;
 use freeway::job::RunJob;
@@ -224,8 +225,9 @@ async fn bare_drain(
     // polls all its workers from one task, which would keep them on one core.
     let monitors: Vec<_> = (0..args.replicas)
         .map(|i| {
-            let storage = queue.storages(usize::from(args.concurrency)).remove(0);
             let concurrency = usize::from(args.concurrency);
+            let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
+            let storage = queue.storages(&slots, concurrency).remove(0);
             let name = format!("load-bare-{}-{i}", std::process::id());
             let call = call.clone();
             let mut stop = stop_rx.clone();
@@ -234,7 +236,7 @@ async fn bare_drain(
                     .register(move |restarts| {
                         WorkerBuilder::new(format!("{name}-r{restarts}"))
                             .backend(storage.clone().poll_with_interval(POLL))
-                            .concurrency(concurrency)
+                            .layer(GlobalConcurrencyLimitLayer::with_semaphore(slots.clone()))
                             .data(call.clone())
                             .build(bare_job)
                     })
