@@ -28,7 +28,7 @@ FREEWAY = {
     "cpu ms a run": r"^  pipeline +([\d.]+) ms of CPU a run",
     "workers' cpu": r"^  pipeline .*\(workers ([\d.]+)",
     "commands a run": r"^  redis +([\d.]+) commands",
-    "slots busy %": r"≈ (\d+) runs in flight of (\d+) slots",
+    "slots busy %": r"^  slots +(\d+) % busy",
 }
 BULLMQ = {
     "runs/s": r"^  drained .*= ([\d,]+) runs/s",
@@ -44,10 +44,7 @@ def figures(text, patterns):
         match = re.search(pattern, text, re.MULTILINE)
         if not match:
             continue
-        if name == "slots busy %":
-            found[name] = 100.0 * float(match.group(1)) / float(match.group(2))
-        else:
-            found[name] = float(match.group(1).replace(",", ""))
+        found[name] = float(match.group(1).replace(",", ""))
     return found
 
 

@@ -15,6 +15,7 @@
 //! | `{ns:metrics}:rests` | `["<scope>","<verdict>"]` | rests written (extended) by scope and verdict |
 //! | `{ns:metrics}:latency` | `le:<ms>`, `le:+Inf`, `sum`, `count` | call latency in ms |
 //! | `{ns:metrics}:calls_per_run` | `le:<n>`, `le:+Inf`, `sum`, `count` | calls of each run when it settles |
+//! | `{ns:metrics}:delivery` | `le:<ms>`, `le:+Inf`, `sum`, `count` | how long each delivery held a replica's slot, in ms |
 //! | `{ns:metrics}:canary_failures` | `["<provider>","<verdict>"]` | canaries the provider refused or failed |
 //! | `{ns:metrics}:spend` | `["<tier>","<provider>"]` | nano-dollars spent on priced routes (never a tenant: its values are unbounded) |
 //! | `{ns:metrics}:minute:<m>` | `["<route>","<outcome>"]`, `["<route>","le:<ms>"]` | one minute's calls and latencies per route |
@@ -42,6 +43,11 @@ pub const LATENCY_BUCKETS_MS: &[u64] = &[
 /// Upper bounds of the calls-per-run buckets: one call per bound up to a chat run's 7, then
 /// research's 14 and 15 with a summary.
 pub const CALLS_PER_RUN_BUCKETS: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 10, 14, 15];
+/// Upper bounds (ms) of the delivery buckets: from a run that was only looked at (settled
+/// already, or parked at once) to a run of several long calls.
+pub const DELIVERY_BUCKETS_MS: &[u64] = &[
+    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000,
+];
 /// The outcome of a call that succeeded; a failed call's outcome is its verdict.
 pub const OK: &str = "ok";
 
@@ -210,6 +216,12 @@ pub fn spend(tier: &str, provider: &str, nanos: u64) -> Vec<Increment> {
     }]
 }
 
+/// A delivery held a replica's slot for `held_ms`, from the moment the replica took it to its
+/// retirement: the sum over a span of time, divided by the slots, is how busy they were.
+pub fn delivery(held_ms: u64) -> Vec<Increment> {
+    observe(DELIVERY, DELIVERY_BUCKETS_MS, held_ms)
+}
+
 /// A run settled (finished, refused or paused for an approval) after `calls` calls in all.
 pub fn run(calls: u32) -> Vec<Increment> {
     observe(CALLS_PER_RUN, CALLS_PER_RUN_BUCKETS, u64::from(calls))
@@ -219,6 +231,7 @@ const CALLS: &str = "calls";
 const RESTS: &str = "rests";
 const LATENCY: &str = "latency";
 const CALLS_PER_RUN: &str = "calls_per_run";
+const DELIVERY: &str = "delivery";
 const CANARY_FAILURES: &str = "canary_failures";
 const SPEND: &str = "spend";
 const MINUTE: &str = "minute";
@@ -264,6 +277,7 @@ pub struct Snapshot {
     pub rests: Vec<Labelled>,
     pub latency_ms: Histogram,
     pub calls_per_run: Histogram,
+    pub delivery_ms: Histogram,
     /// `[provider, verdict]`, sorted.
     pub canary_failures: Vec<Labelled>,
     /// `[tier, provider]`, in nano-dollars, sorted.
@@ -377,14 +391,15 @@ impl Metrics for RedisMetrics {
                 .invoke_async::<u64>(&mut conn)
                 .await?;
         }
-        let families: [Fields; 6] = redis::pipe()
+        let families: [Fields; 7] = redis::pipe()
             .hgetall(self.key(CALLS))
             .hgetall(self.key(RESTS))
             .hgetall(self.key(LATENCY))
             .hgetall(self.key(CALLS_PER_RUN))
+            .hgetall(self.key(DELIVERY))
             .hgetall(self.key(CANARY_FAILURES))
             .hgetall(self.key(SPEND))
-            .query_async::<(Fields, Fields, Fields, Fields, Fields, Fields)>(&mut conn)
+            .query_async::<(Fields, Fields, Fields, Fields, Fields, Fields, Fields)>(&mut conn)
             .await?
             .into();
         Ok(snapshot(families.each_ref()))
@@ -442,6 +457,7 @@ impl Metrics for MemoryMetrics {
             family(RESTS),
             family(LATENCY),
             family(CALLS_PER_RUN),
+            family(DELIVERY),
             family(CANARY_FAILURES),
             family(SPEND),
         ]))
@@ -461,8 +477,19 @@ impl Metrics for MemoryMetrics {
 }
 
 /// The counters from their families, in the order the module's table lists them.
-fn snapshot([calls, rests, latency, per_run, canary_failures, spend]: [&Fields; 6]) -> Snapshot {
+fn snapshot(
+    [
+        calls,
+        rests,
+        latency,
+        per_run,
+        delivery,
+        canary_failures,
+        spend,
+    ]: [&Fields; 7],
+) -> Snapshot {
     Snapshot {
+        delivery_ms: histogram(delivery, DELIVERY_BUCKETS_MS),
         spend_nanos: labelled(spend),
         calls: labelled(calls),
         rests: labelled(rests),

@@ -14,6 +14,7 @@ use apalis_core::error::AbortError;
 use freeway::canary::Canary;
 use freeway::engine::{Engine, Outcome, WhenResting};
 use freeway::job::RunJob;
+use freeway::metrics::Metrics;
 use queue::Reconciled;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,6 +110,7 @@ async fn handle(
     lane: usize,
     id: TaskId,
 ) -> Result<String, BoxDynError> {
+    let taken = std::time::Instant::now();
     let (result, settled_run) = deliver(payload, &app, &id).await;
     let keep = match &result {
         Ok(_) => Some(queue::schedule::KEEP_DELIVERED),
@@ -123,6 +125,12 @@ async fn handle(
     {
         warn!(task = %id, error = %e, "could not retire the delivery; apalis's records of it stay in Redis");
     }
+    let held_ms = u64::try_from(taken.elapsed().as_millis()).unwrap_or(u64::MAX);
+    app.enqueuer
+        .fleet()
+        .metrics()
+        .add(freeway::metrics::delivery(held_ms))
+        .await;
     result
 }
 

@@ -14,6 +14,7 @@
 //! | `freeway_workers{state}` | gauge | apalis's workers set: `live` or `stale` |
 //! | `freeway_calls_per_run` | histogram | Redis: each run's calls when it settles |
 //! | `freeway_call_latency_seconds` | histogram | Redis: each call's latency |
+//! | `freeway_delivery_seconds` | histogram | Redis: how long each delivery held a replica's slot |
 //! | `freeway_pool_used{pool,period}` | gauge | the limiter: calls counted this `window` and `day` on the platform's instance |
 //! | `freeway_pool_tokens{pool,period}` | gauge | the limiter: tokens counted this `window` and `day` |
 //! | `freeway_pool_limit{pool,period}` | gauge | the pool's declared limits (`window`, `day`, `window_tokens`, `day_tokens`) |
@@ -174,6 +175,18 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
         "freeway_calls_per_run",
         &counters.calls_per_run,
         1,
+    );
+    out.family(
+        "freeway_delivery_seconds",
+        "histogram",
+        "How long each delivery held a replica's slot, from its take to its retirement: \
+         rate(sum) over the replicas' slots is how busy they are.",
+    );
+    histogram(
+        &mut out,
+        "freeway_delivery_seconds",
+        &counters.delivery_ms,
+        1000,
     );
     out.family(
         "freeway_call_latency_seconds",

@@ -96,8 +96,12 @@ async fn metrics_count_what_the_fleet_did_call_for_call() {
     assert_eq!(runs[2]["code"], "account_resting");
 
     let calls = fleet.sim.calls();
+    // Each run's delivery is counted after its run settles: wait for both.
     let text = fleet
-        .metrics_showing("freeway_calls_per_run_count", 5.0)
+        .metrics_when(|text| {
+            sample(text, "freeway_calls_per_run_count") == Some(5.0)
+                && sample(text, "freeway_delivery_seconds_count").is_some_and(|n| n >= 5.0)
+        })
         .await;
     // Calls by route and outcome, exactly as the simulator logged them.
     let mut expected: BTreeMap<(String, &str), u64> = BTreeMap::new();
@@ -158,6 +162,18 @@ async fn metrics_count_what_the_fleet_did_call_for_call() {
     ] {
         assert_eq!(sample(&text, series), Some(value), "{series}\n{text}");
     }
+    // Every run was delivered at least once, and each delivery held its slot for some time.
+    let deliveries = sample(&text, "freeway_delivery_seconds_count").unwrap_or(0.0);
+    assert!(deliveries >= 5.0, "{text}");
+    assert_eq!(
+        sample(&text, "freeway_delivery_seconds_bucket{le=\"+Inf\"}"),
+        Some(deliveries),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "freeway_delivery_seconds_sum").is_some_and(|s| s > 0.0),
+        "{text}"
+    );
     assert_eq!(
         text.lines()
             .filter(|l| l.starts_with("freeway_rests_written_total{"))
@@ -174,6 +190,7 @@ async fn metrics_count_what_the_fleet_did_call_for_call() {
         "freeway_queue_jobs gauge",
         "freeway_calls_per_run histogram",
         "freeway_call_latency_seconds histogram",
+        "freeway_delivery_seconds histogram",
     ] {
         assert!(
             text.contains(&format!("# TYPE {family}\n")),

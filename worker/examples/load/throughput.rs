@@ -96,6 +96,21 @@ impl OneCall {
     }
 }
 
+/// The time the drain's deliveries held their slots, in ms, from the fleet's delivery counter:
+/// read once every run's delivery is counted (the replicas write their counts every 100 ms).
+async fn slot_time(cluster: &Cluster, runs: u64) -> Result<f64, BoxError> {
+    use freeway::metrics::Metrics;
+    let fleet = freeway::fleet::RedisFleet::new(cluster.conn.clone(), cluster.namespace());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let delivery = fleet.metrics().read().await?.delivery_ms;
+        if delivery.count >= runs || Instant::now() > deadline {
+            return Ok(delivery.sum as f64);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The full pipeline; returns its runs/s.
 async fn pipeline(
     args: &Args,
@@ -132,6 +147,7 @@ async fn pipeline(
     let drain = drain(&queue, n, args.timeout_s, || cluster.check_workers()).await?;
     let after = Snapshot::take(&mut conn, &cluster.worker_pids(), sim.tid).await?;
     let rate = drain.report("runs", n, "worker start");
+    let held_ms = slot_time(cluster, n).await?;
 
     let calls = sim.handle().calls();
     let not_ok = calls.iter().filter(|c| c.status != 200).count();
@@ -161,15 +177,21 @@ async fn pipeline(
     let mean_inside_s =
         inside_ms.iter().sum::<u64>() as f64 / inside_ms.len().max(1) as f64 / 1000.0;
     let ms = |v: Option<u64>| v.map_or("?".into(), |v| format!("{v} ms"));
+    let slots = u64::from(args.replicas) * u64::from(args.concurrency);
     println!(
-        "  inside a run     take → finished median {}, p90 {}; sim call median {}, p90 {}; \
-         ≈ {:.0} runs in flight of {} slots (rate × mean time inside)",
+        "  inside a run     first save → last save median {}, p90 {}; sim call median {}, p90 \
+         {}; ≈ {:.0} runs between their saves at a time (rate × mean time between)",
         ms(quantile(&mut inside_ms, 0.5)),
         ms(quantile(&mut inside_ms, 0.9)),
         ms(quantile(&mut call_ms, 0.5)),
         ms(quantile(&mut call_ms, 0.9)),
         rate * mean_inside_s,
-        u64::from(args.replicas) * u64::from(args.concurrency),
+    );
+    println!(
+        "  slots            {:.0} % busy through the drain ({:.0} of {slots} on average: the \
+         deliveries' time in their slots, freeway_delivery_seconds, over the drain's)",
+        100.0 * held_ms / (slots as f64 * drain.total_s * 1000.0),
+        held_ms / (drain.total_s * 1000.0),
     );
     println!("  cpu              {}", after.cpu(&before, drain.total_s));
     println!("  redis            {}", after.redis_per(&before, n, "run"));
