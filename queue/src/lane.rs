@@ -15,9 +15,10 @@
 //!
 //! apalis-redis asks every fetch for its configured batch, whatever the worker can start.
 //! [`ApalisConnection`] sizes each fetch of a worker's lane to the replica's free slots instead
-//! ([`FetchSize`]): a replica whose runs end fetches as many as ended, plus one small batch to
-//! hand out while the next fetch travels, so its slots stay busy while a backlog waits, and it
-//! never holds more than its free slots and that batch (docs/design.md §4.3).
+//! ([`FetchSize`], within the batch apalis asks for): a replica whose runs end fetches as many as
+//! ended, plus one small batch to hand out while the next fetch travels, so its slots stay busy
+//! while a backlog waits, and it never holds more than its free slots and that batch
+//! (docs/design.md §4.3).
 
 use freeway::connect::{RedisConnection, SLOTS, shard_of, slot};
 use redis::aio::ConnectionLike;

@@ -39,6 +39,11 @@ pub const CHUNK: usize = 1_000;
 /// batch: a fixed batch as large as the concurrency let a replica claim twice its slots,
 /// stranding them behind its heartbeat if it died and leaving a later replica nothing.
 pub const FETCH_BATCH: usize = 16;
+/// The most free slots one fetch fills. A replica with thousands free (at its start, or as a
+/// wave of long calls ends) fills them a round trip at a time: with no bound, one script claimed
+/// 5,000 at once, they all started together, and their first calls waited 160–260 ms for a turn
+/// on the cores where 45 ms had been usual (`load --scenario latency --concurrency 5000`).
+pub const FETCH_MOST: usize = 16;
 /// How long apalis's records of a finished delivery (its payload, status and result) stay in
 /// Redis: the store is the record of the run, so a few minutes for a look is enough, and Redis
 /// holds them for the deliveries of those minutes only.
@@ -194,8 +199,8 @@ impl Queue {
     }
 
     /// The apalis storage of each lane, for a worker whose concurrency limit hands out `slots`
-    /// (`concurrency` of them) over all lanes: each fetch takes the slots free then, shared among
-    /// the lanes, and [`FETCH_BATCH`] more over all of them.
+    /// (`concurrency` of them) over all lanes: each fetch takes the slots free then (at most
+    /// [`FETCH_MOST`]), shared among the lanes, and [`FETCH_BATCH`] more over all of them.
     pub fn storages(
         &self,
         slots: &Arc<tokio::sync::Semaphore>,
@@ -207,8 +212,8 @@ impl Queue {
             lanes,
             ahead: FETCH_BATCH,
         };
-        // The most one fetch may take: every slot free, and the batch ahead.
-        let batch = concurrency.div_ceil(lanes) + FETCH_BATCH.div_ceil(lanes);
+        // The most one fetch may take: the free slots it may fill, and the batch ahead.
+        let batch = concurrency.min(FETCH_MOST).div_ceil(lanes) + FETCH_BATCH.div_ceil(lanes);
         self.lanes
             .iter()
             .map(|lane| {
