@@ -216,8 +216,8 @@ pub fn spend(tier: &str, provider: &str, nanos: u64) -> Vec<Increment> {
     }]
 }
 
-/// A delivery held a replica's slot for `held_ms`, from the moment the replica took it to its
-/// retirement: the sum over a span of time, divided by the slots, is how busy they were.
+/// A delivery held a replica's slot for `held_ms`, from the start of its handler to its
+/// retirement (apalis's own bookkeeping around the handler is not counted): the sum over a span of time, divided by the slots, is how busy they were.
 pub fn delivery(held_ms: u64) -> Vec<Increment> {
     observe(DELIVERY, DELIVERY_BUCKETS_MS, held_ms)
 }

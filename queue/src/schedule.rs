@@ -34,9 +34,9 @@ pub const MISSED_HEARTBEATS: usize = 3;
 /// Ids moved or pushed per Redis call: far below Lua's 8,000-value `unpack` limit.
 pub const CHUNK: usize = 1_000;
 /// The most jobs a replica takes beyond its free slots (docs/design.md §4.3). apalis fetches
-/// when one slot frees and keeps what it cannot start yet; each fetch takes the free slots and
-/// this many more (`lane::FetchSize`), so a replica holds its running jobs plus at most this
-/// batch: a fixed batch as large as the concurrency let a replica claim twice its slots,
+/// when one slot frees and keeps what it cannot start yet; each fetch takes free slots (at most
+/// [`FETCH_MOST`]) and this many more (`lane::FetchSize`), so a replica holds its running jobs
+/// plus at most this batch: a fixed batch as large as the concurrency let a replica claim twice its slots,
 /// stranding them behind its heartbeat if it died and leaving a later replica nothing.
 pub const FETCH_BATCH: usize = 16;
 /// The most free slots one fetch fills. A replica with thousands free (at its start, or as a

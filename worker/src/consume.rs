@@ -300,8 +300,8 @@ impl apalis_core::backend::ext::poll_strategy::PollStrategy for Ticks {
 /// Run the queue worker until a shutdown signal; `grace` bounds the wait for running jobs.
 pub(crate) async fn run(app: Arc<App>, concurrency: usize, grace: Duration) -> Result<(), String> {
     let name = replica_name();
-    // The replica's slots: its lanes' workers share them, and each fetch takes as many jobs as
-    // are free.
+    // The replica's slots: its lanes' workers share them, and each fetch is sized to those free
+    // (queue::schedule::FETCH_MOST, FETCH_BATCH).
     let slots = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let storages = app.enqueuer.queue().storages(&slots, concurrency);
     // Before taking anything, move due jobs in chunks: a backlog that piled up while no worker

@@ -179,7 +179,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Result<impl IntoResp
     out.family(
         "freeway_delivery_seconds",
         "histogram",
-        "How long each delivery held a replica's slot, from its take to its retirement: \
+        "How long each delivery held a replica's slot, from its handler's start to its retirement: \
          rate(sum) over the replicas' slots is how busy they are.",
     );
     histogram(
