@@ -49,9 +49,20 @@ impl Clock for SystemClock {
 pub struct InstantClock {
     slept: Mutex<Vec<Duration>>,
     ahead_ms: AtomicU64,
+    /// When set, the time it stands at instead of real time: a test that checks a boundary to
+    /// the millisecond cannot count on no real millisecond passing.
+    frozen_ms: Option<u64>,
 }
 
 impl InstantClock {
+    /// A clock that stands at the time it was made until [`InstantClock::advance`] moves it.
+    pub fn frozen() -> InstantClock {
+        InstantClock {
+            frozen_ms: Some(epoch_ms()),
+            ..InstantClock::default()
+        }
+    }
+
     /// Every sleep requested so far.
     pub fn slept(&self) -> Vec<Duration> {
         self.slept.lock().map(|s| s.clone()).unwrap_or_default()
@@ -67,7 +78,7 @@ impl InstantClock {
 #[async_trait]
 impl Clock for InstantClock {
     fn now_ms(&self) -> u64 {
-        epoch_ms() + self.ahead_ms.load(Ordering::SeqCst)
+        self.frozen_ms.unwrap_or_else(epoch_ms) + self.ahead_ms.load(Ordering::SeqCst)
     }
     async fn sleep(&self, duration: Duration) {
         if let Ok(mut s) = self.slept.lock() {

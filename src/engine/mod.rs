@@ -34,7 +34,7 @@ use crate::lease::{LEASE_RENEWAL, LEASE_TTL, Lease};
 use crate::metrics;
 use crate::preflight::{self, Preflight, Waiting};
 use crate::provider::{ChatProvider, TargetError, Targets};
-use crate::rest::Closure;
+use crate::rest::{Closure, UNGUESSED_MS};
 use crate::route::Route;
 use crate::run::{Code, RunRecord, RunStatus};
 use crate::store::{Attached, Store, StoreError};
@@ -47,6 +47,9 @@ use tracing::Instrument;
 pub const SNOOZE_JITTER_MS: (u64, u64) = (0, 2_000);
 /// The one-route retry's pause (docs/design.md §2.2, rule 5).
 pub const RETRY_PAUSE_MS: (u64, u64) = (1_000, 3_000);
+/// How long the cancel mark read as a run starts stands for its first call: the moments
+/// between them, not a wait for a slot.
+const CANCEL_READ_FRESH_MS: u64 = 100;
 
 /// What the caller does when every route is closed and the deadline allows a wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,6 +230,25 @@ pub(crate) struct Run<'a> {
     /// When Redis last confirmed that `owner` holds the lease (engine clock, ms): taking it,
     /// or renewing it before a call.
     pub lease_confirmed_ms: u64,
+    /// When the chain's rests were last read (engine clock, ms), and which of its routes had a
+    /// guessed rest remembered: a route without one claims no probe within [`UNGUESSED_MS`].
+    pub guessed: Option<(u64, Vec<bool>)>,
+    /// When the run found no cancel mark as it started (engine clock, ms), read with its
+    /// `started` event: a call within [`CANCEL_READ_FRESH_MS`] of it asks Redis no second time.
+    pub uncancelled_ms: Option<u64>,
+}
+
+impl Run<'_> {
+    /// Whether a probe may be due on route `index` (docs/design.md §3.3): yes, unless the
+    /// chain's read of at most [`UNGUESSED_MS`] ago found no guessed rest on it.
+    pub(crate) fn probe_may_be_due(&self, index: usize, now_ms: u64) -> bool {
+        match &self.guessed {
+            Some((read_ms, guessed)) if now_ms.saturating_sub(*read_ms) < UNGUESSED_MS => {
+                guessed.get(index).copied().unwrap_or(true)
+            }
+            _ => true,
+        }
+    }
 }
 
 /// How a step ended when it did not produce a completion.
@@ -362,6 +384,8 @@ impl Engine {
             tokens: job.first_call_tokens(),
             owner,
             lease_confirmed_ms: acquired_ms,
+            guessed: None,
+            uncancelled_ms: None,
         };
         let outcome = self.proceed(&mut run, when_resting).await?;
         // Only a snoozed run takes its held slot along; any other gives it back.
@@ -392,8 +416,11 @@ impl Engine {
         {
             return Ok(stopped);
         }
-        self.start(run).await?;
-        match self.steps(run, when_resting).await {
+        let stepped = match self.start(run).await {
+            Ok(()) => self.steps(run, when_resting).await,
+            Err(stopped) => Err(stopped),
+        };
+        match stepped {
             Err(EngineError::Cancelled { by }) => {
                 tracing::info!(run_id = %run.job.run_id, %by, "cancelled before its next call");
                 self.cancelled(run, by).await
@@ -466,9 +493,12 @@ impl Engine {
     /// pools with no slot now.
     pub(crate) async fn closures(
         &self,
-        run: &Run<'_>,
+        run: &mut Run<'_>,
     ) -> Result<Vec<Option<Closure>>, EngineError> {
-        let mut closures = self.fleet.rests.closures(run.routes).await?;
+        let read_ms = self.clock.now_ms();
+        let read = self.fleet.rests.read_chain(run.routes).await?;
+        run.guessed = Some((read_ms, read.guessed));
+        let mut closures = read.closures;
         if run.rec.state.ambiguous_stop {
             for (c, route) in closures.iter_mut().zip(run.routes) {
                 if route.is_shared() && c.is_none() {
@@ -590,7 +620,24 @@ impl Engine {
             run.rec.state.input_applied = true;
         }
         run.rec.status = RunStatus::Running;
-        let worker = self.worker.clone();
-        self.publish(run, Event::Started { worker }).await
+        // The cancel mark is read with the event, in the same round trip: the first call
+        // usually comes moments later, and a cancel landing between them is seen before the
+        // call after it, as one landing during a call is. A call later than that (the run
+        // waited in place for a slot) reads the mark again.
+        let started = Event::Started {
+            worker: self.worker.clone(),
+        };
+        let run_id = &run.rec.run_id;
+        let read_ms = self.clock.now_ms();
+        let (published, cancelled) = tokio::join!(
+            self.fleet.events.publish(run_id, &started),
+            self.fleet.leases.cancelled_by(run_id)
+        );
+        published?;
+        if let Some(by) = cancelled? {
+            return Err(EngineError::Cancelled { by });
+        }
+        run.uncancelled_ms = Some(read_ms);
+        Ok(())
     }
 }

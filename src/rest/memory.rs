@@ -6,7 +6,7 @@
 //! suite on it and on [`super::RedisRests`] so the two cannot drift apart.
 
 use super::{
-    ActiveRest, Closure, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
+    ActiveRest, ChainRead, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
     Probe, RestKind, Rests, UNNAMED_RESTS, UNNAMED_RESTS_PER_USER, evidence_member, listed,
     longest, probing, scopes_closing, sort_listing,
 };
@@ -276,10 +276,18 @@ impl Rests for MemoryRests {
         Ok(Some(remaining))
     }
 
-    async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError> {
+    async fn read_chain(&self, routes: &[Route]) -> Result<ChainRead, FleetError> {
         let now = self.clock.now_ms();
         let state = self.lock();
-        Ok(routes
+        let guessed = routes
+            .iter()
+            .map(|route| {
+                scopes_closing(route)
+                    .iter()
+                    .any(|(_, scope)| state.guesses.get(scope).is_some_and(|&until| until > now))
+            })
+            .collect();
+        let closures = routes
             .iter()
             .map(|route| {
                 let held: Vec<_> = scopes_closing(route)
@@ -300,7 +308,8 @@ impl Rests for MemoryRests {
                     .collect();
                 longest(held.iter().map(|(kind, h)| (*kind, h.as_ref())))
             })
-            .collect())
+            .collect();
+        Ok(ChainRead { closures, guessed })
     }
 
     async fn remaining(&self, scope: &RestScope) -> Result<Option<u64>, FleetError> {

@@ -36,7 +36,7 @@
 //! `route:`, `conn:` or `platform:`: the hash tags and the parsing of listed keys rely on it.
 
 use super::{
-    ActiveRest, Closure, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
+    ActiveRest, ChainRead, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
     Probe, RestKind, Rests, UNNAMED_RESTS, UNNAMED_RESTS_PER_USER, evidence_member, longest,
     probing, scopes_closing, sort_listing,
 };
@@ -181,16 +181,32 @@ impl RedisRests {
     /// TTLs of only the keys that hold a value. A key without a TTL (gone meanwhile, or not a
     /// rest this module wrote) is ignored.
     async fn read_rests(&self, keys: &[String]) -> Result<Vec<Option<(u64, String)>>, FleetError> {
+        Ok(self.read_rests_and(keys, &[]).await?.0)
+    }
+
+    /// [`RedisRests::read_rests`] of `keys`, and whether each of `marks` (keys in the same slots,
+    /// whose value only says something is remembered) is set: in the same MGETs.
+    async fn read_rests_and(
+        &self,
+        keys: &[String],
+        marks: &[String],
+    ) -> Result<(Vec<Option<(u64, String)>>, Vec<bool>), FleetError> {
         let mut states = vec![None; keys.len()];
-        if keys.is_empty() {
-            return Ok(states);
+        if keys.is_empty() && marks.is_empty() {
+            return Ok((states, Vec::new()));
         }
-        let values = self.conn.values_by_slot(keys).await?;
+        let every: Vec<String> = keys.iter().chain(marks).cloned().collect();
+        let mut values = self.conn.values_by_slot(&every).await?;
+        let set = values
+            .split_off(keys.len())
+            .into_iter()
+            .map(|v| v != Value::Nil)
+            .collect();
         let held: Vec<usize> = (0..keys.len())
             .filter(|&i| !matches!(values[i], Value::Nil))
             .collect();
         if held.is_empty() {
-            return Ok(states);
+            return Ok((states, set));
         }
         let pttls = held.iter().map(|&i| keyed("PTTL", &keys[i])).collect();
         let ttls: Vec<Value> = self.conn.each(pttls).await?;
@@ -204,7 +220,7 @@ impl RedisRests {
                 _ => return Err(unexpected("PTTL to answer an integer")),
             }
         }
-        Ok(states)
+        Ok((states, set))
     }
 }
 
@@ -375,7 +391,7 @@ impl Rests for RedisRests {
         Ok(Some(remaining))
     }
 
-    async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError> {
+    async fn read_chain(&self, routes: &[Route]) -> Result<ChainRead, FleetError> {
         let mut keys: Vec<String> = Vec::new();
         let mut slots: HashMap<String, usize> = HashMap::new();
         let mut slot = |key: String| -> usize {
@@ -398,8 +414,22 @@ impl Rests for RedisRests {
                     .collect()
             })
             .collect();
-        let states = self.read_rests(&keys).await?;
-        Ok(candidates
+        // A route's guesses: its scopes' rest keys, each with its guess beside it.
+        let mut guesses: Vec<String> = Vec::new();
+        let guessed_of: Vec<std::ops::Range<usize>> = candidates
+            .iter()
+            .map(|mine| {
+                let first = guesses.len();
+                guesses.extend(mine.iter().map(|&(_, _, rest)| guess_key(&keys[rest])));
+                first..guesses.len()
+            })
+            .collect();
+        let (states, set) = self.read_rests_and(&keys, &guesses).await?;
+        let guessed = guessed_of
+            .into_iter()
+            .map(|range| set[range].iter().any(|&g| g))
+            .collect();
+        let closures = candidates
             .into_iter()
             .map(|mine| {
                 let held: Vec<_> = mine
@@ -413,7 +443,8 @@ impl Rests for RedisRests {
                     .collect();
                 longest(held.iter().map(|(kind, state)| (*kind, state.as_ref())))
             })
-            .collect())
+            .collect();
+        Ok(ChainRead { closures, guessed })
     }
 
     async fn remaining(&self, scope: &RestScope) -> Result<Option<u64>, FleetError> {
