@@ -7,7 +7,7 @@
 
 use super::pace::Taken;
 use super::spend::Held;
-use super::{CANCEL_READ_FRESH_MS, Engine, EngineError, Run};
+use super::{Engine, EngineError, Run};
 use crate::classify::{self, Classification, RestScope, Verdict};
 use crate::events::Event;
 use crate::lease::LEASE_RENEWAL;
@@ -105,10 +105,7 @@ impl Engine {
                 return Err(unavailable.into());
             }
         };
-        let read_at_start = run.uncancelled_ms.take();
-        let fresh = read_at_start
-            .is_some_and(|read| self.clock.now_ms().saturating_sub(read) < CANCEL_READ_FRESH_MS);
-        if !fresh && let Some(by) = self.fleet.leases.cancelled_by(&run.rec.run_id).await? {
+        if let Some(by) = self.fleet.leases.cancelled_by(&run.rec.run_id).await? {
             return Err(EngineError::Cancelled { by });
         }
         // docs/design.md §6: an answer is paid for once. An executor whose lease another holds

@@ -47,9 +47,6 @@ use tracing::Instrument;
 pub const SNOOZE_JITTER_MS: (u64, u64) = (0, 2_000);
 /// The one-route retry's pause (docs/design.md §2.2, rule 5).
 pub const RETRY_PAUSE_MS: (u64, u64) = (1_000, 3_000);
-/// How long the cancel mark read as a run starts stands for its first call: the moments
-/// between them, not a wait for a slot.
-const CANCEL_READ_FRESH_MS: u64 = 100;
 
 /// What the caller does when every route is closed and the deadline allows a wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,9 +230,6 @@ pub(crate) struct Run<'a> {
     /// When the chain's rests were last read (engine clock, ms), and which of its routes had a
     /// guessed rest remembered: a route without one claims no probe within [`UNGUESSED_MS`].
     pub guessed: Option<(u64, Vec<bool>)>,
-    /// When the run found no cancel mark as it started (engine clock, ms), read with its
-    /// `started` event: a call within [`CANCEL_READ_FRESH_MS`] of it asks Redis no second time.
-    pub uncancelled_ms: Option<u64>,
 }
 
 impl Run<'_> {
@@ -385,7 +379,6 @@ impl Engine {
             owner,
             lease_confirmed_ms: acquired_ms,
             guessed: None,
-            uncancelled_ms: None,
         };
         let outcome = self.proceed(&mut run, when_resting).await?;
         // Only a snoozed run takes its held slot along; any other gives it back.
@@ -416,11 +409,8 @@ impl Engine {
         {
             return Ok(stopped);
         }
-        let stepped = match self.start(run).await {
-            Ok(()) => self.steps(run, when_resting).await,
-            Err(stopped) => Err(stopped),
-        };
-        match stepped {
+        self.start(run).await?;
+        match self.steps(run, when_resting).await {
             Err(EngineError::Cancelled { by }) => {
                 tracing::info!(run_id = %run.job.run_id, %by, "cancelled before its next call");
                 self.cancelled(run, by).await
@@ -620,24 +610,7 @@ impl Engine {
             run.rec.state.input_applied = true;
         }
         run.rec.status = RunStatus::Running;
-        // The cancel mark is read with the event, in the same round trip: the first call
-        // usually comes moments later, and a cancel landing between them is seen before the
-        // call after it, as one landing during a call is. A call later than that (the run
-        // waited in place for a slot) reads the mark again.
-        let started = Event::Started {
-            worker: self.worker.clone(),
-        };
-        let run_id = &run.rec.run_id;
-        let read_ms = self.clock.now_ms();
-        let (published, cancelled) = tokio::join!(
-            self.fleet.events.publish(run_id, &started),
-            self.fleet.leases.cancelled_by(run_id)
-        );
-        published?;
-        if let Some(by) = cancelled? {
-            return Err(EngineError::Cancelled { by });
-        }
-        run.uncancelled_ms = Some(read_ms);
-        Ok(())
+        let worker = self.worker.clone();
+        self.publish(run, Event::Started { worker }).await
     }
 }

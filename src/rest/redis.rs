@@ -181,27 +181,27 @@ impl RedisRests {
     /// TTLs of only the keys that hold a value. A key without a TTL (gone meanwhile, or not a
     /// rest this module wrote) is ignored.
     async fn read_rests(&self, keys: &[String]) -> Result<Vec<Option<(u64, String)>>, FleetError> {
-        Ok(self.read_rests_and(keys, &[]).await?.0)
+        Ok(self.read_rests_and(keys, keys.len()).await?.0)
     }
 
-    /// [`RedisRests::read_rests`] of `keys`, and whether each of `marks` (keys in the same slots,
-    /// whose value only says something is remembered) is set: in the same MGETs.
+    /// [`RedisRests::read_rests`] of the first `rests` of `keys`, and whether each key after them
+    /// (a mark, whose value only says something is remembered) is set: in the same MGETs.
     async fn read_rests_and(
         &self,
         keys: &[String],
-        marks: &[String],
+        rests: usize,
     ) -> Result<(Vec<Option<(u64, String)>>, Vec<bool>), FleetError> {
-        let mut states = vec![None; keys.len()];
-        if keys.is_empty() && marks.is_empty() {
+        let mut states = vec![None; rests];
+        if keys.is_empty() {
             return Ok((states, Vec::new()));
         }
-        let every: Vec<String> = keys.iter().chain(marks).cloned().collect();
-        let mut values = self.conn.values_by_slot(&every).await?;
+        let mut values = self.conn.values_by_slot(keys).await?;
         let set = values
-            .split_off(keys.len())
+            .split_off(rests)
             .into_iter()
             .map(|v| v != Value::Nil)
             .collect();
+        let keys = &keys[..rests];
         let held: Vec<usize> = (0..keys.len())
             .filter(|&i| !matches!(values[i], Value::Nil))
             .collect();
@@ -414,17 +414,21 @@ impl Rests for RedisRests {
                     .collect()
             })
             .collect();
-        // A route's guesses: its scopes' rest keys, each with its guess beside it.
-        let mut guesses: Vec<String> = Vec::new();
+        // Each route's guesses, after the rests and probes: its scopes' rest keys with `:guess`,
+        // in their slots.
+        let rests = keys.len();
         let guessed_of: Vec<std::ops::Range<usize>> = candidates
             .iter()
             .map(|mine| {
-                let first = guesses.len();
-                guesses.extend(mine.iter().map(|&(_, _, rest)| guess_key(&keys[rest])));
-                first..guesses.len()
+                let first = keys.len() - rests;
+                for &(_, _, rest) in mine {
+                    let guess = guess_key(&keys[rest]);
+                    keys.push(guess);
+                }
+                first..keys.len() - rests
             })
             .collect();
-        let (states, set) = self.read_rests_and(&keys, &guesses).await?;
+        let (states, set) = self.read_rests_and(&keys, rests).await?;
         let guessed = guessed_of
             .into_iter()
             .map(|range| set[range].iter().any(|&g| g))
