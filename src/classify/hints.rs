@@ -183,6 +183,21 @@ fn spelled_duration_ms(text: &str) -> Option<u64> {
     (any && total.is_finite() && total < 1e15).then(|| total.ceil() as u64)
 }
 
+/// The moment a message says access comes back: "regain access on 2026-04-01 at 00:00 utc"
+/// (the message is lowercase already), a date and an optional time of day, in UTC, as epoch
+/// ms. Anything else after the lead is none.
+pub(super) fn regain_at_ms(message: &str) -> Option<u64> {
+    const LEAD: &str = "regain access on ";
+    let after = &message[message.find(LEAD)? + LEAD.len()..];
+    let date = chrono::NaiveDate::parse_from_str(after.get(..10)?, "%Y-%m-%d").ok()?;
+    let time = after[10..]
+        .strip_prefix(" at ")
+        .and_then(|t| chrono::NaiveTime::parse_from_str(t.get(..5)?, "%H:%M").ok())
+        .unwrap_or(chrono::NaiveTime::MIN);
+    let ms = date.and_time(time).and_utc().timestamp_millis();
+    u64::try_from(ms).ok()
+}
+
 /// One unit's length in ms, by any of its common names.
 fn unit_ms(unit: &str) -> Option<f64> {
     Some(match unit {

@@ -26,19 +26,22 @@
 //!   latter as the time from `now_ms` to that moment.
 //!
 //! The answer is normalised first (`signals`), retry hints read in every provider's format
-//! (`hints`), then the rules decide (`rules`) one of the verdicts of `verdict`.
+//! (`hints`) and the limits it states (`limits`), then the rules decide (`rules`) one of the
+//! verdicts of `verdict`.
 
 mod hints;
+mod limits;
 mod rules;
 
 pub use hints::{duration_ms, headroom_reset_ms};
+pub use limits::{MAX_STATED, RefusalLimits};
 mod signals;
 mod verdict;
 
 pub use verdict::{
     CIRCUIT_MS, DEFAULT_REST_MS, EVIDENCE_MIN_ENTRIES, EVIDENCE_MIN_USERS, EVIDENCE_POOL_REST_MS,
     EVIDENCE_WINDOW_MS, GONE_REST_MS, LONG_REST_CAP_MS, MIN_REST_MS, POOL_REST_CAP_MS,
-    ROUTE_REST_CAP_MS, RestLength, RestScope, Verdict, rest_ms,
+    ROLLING_DAY_CAP_MS, ROUTE_REST_CAP_MS, RestLength, RestScope, Verdict, rest_ms,
 };
 
 use crate::headers::Headers;
@@ -64,6 +67,9 @@ pub struct Classification {
     pub ratelimit_remaining: Option<i64>,
     /// `error.metadata.provider_name`, when set.
     pub provider_name: Option<String>,
+    /// The limits the body states (docs/design.md §4.4): learned by the pool, when the
+    /// refusal is its quota's.
+    pub stated: RefusalLimits,
 }
 
 impl Classification {
@@ -87,6 +93,7 @@ impl Classification {
             retry_hint_ms: None,
             ratelimit_remaining: None,
             provider_name: None,
+            stated: RefusalLimits::default(),
         }
     }
 }
@@ -152,6 +159,7 @@ pub fn classify_response(
         retry_hint_ms: signals.hint.map(|h| h.ms),
         ratelimit_remaining: signals.ratelimit_remaining(),
         provider_name: signals.provider_name,
+        stated: signals.stated,
     }
 }
 

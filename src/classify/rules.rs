@@ -7,7 +7,7 @@
 
 use super::signals::Signals;
 use super::verdict::{
-    CIRCUIT_MS, DEFAULT_REST_MS, GONE_REST_MS, LONG_REST_CAP_MS, MIN_EPOCH_MS, POOL_REST_CAP_MS,
+    CIRCUIT_MS, DEFAULT_REST_MS, GONE_REST_MS, MIN_EPOCH_MS, POOL_REST_CAP_MS, ROLLING_DAY_CAP_MS,
     RestLength, RestScope, Verdict,
 };
 use crate::catalog::OPENROUTER;
@@ -29,7 +29,7 @@ pub(super) struct Decision {
 /// Decide a failed answer of `status` on `route`.
 pub(super) fn decide(status: u16, s: &Signals, route: &Route, now_ms: u64) -> Decision {
     if matches!(status, 400 | 402 | 403 | 429)
-        && let Some(decision) = billing(status, s, route)
+        && let Some(decision) = billing(status, s, route, now_ms)
     {
         return decision;
     }
@@ -56,7 +56,7 @@ pub(super) fn decide(status: u16, s: &Signals, route: &Route, now_ms: u64) -> De
 
 /// docs/design.md §3.1: the key cannot pay; waiting will not fix it, except a transient spend
 /// window (a 402 with a retry hint, OpenRouter's in-flight budget), which is `billing_wait`.
-fn billing(status: u16, s: &Signals, route: &Route) -> Option<Decision> {
+fn billing(status: u16, s: &Signals, route: &Route, now_ms: u64) -> Option<Decision> {
     let in_flight = s.limit_source.as_deref() == Some("in_flight_budget");
     let credits = s.limit_source.as_deref() == Some("credits")
         || s.kinds.iter().any(|k| {
@@ -91,6 +91,22 @@ fn billing(status: u16, s: &Signals, route: &Route) -> Option<Decision> {
     }
     if credits {
         return Some(Decision::circuit(Verdict::Billing, route, "3.1:billing"));
+    }
+    // A spend limit the account set ("You have reached your specified API usage limits. You
+    // will regain access on <date>"): the connection rests until that moment, as long as a
+    // circuit at most; past the cap, one probe finds out.
+    if let Some(regain_ms) = s.regain_at_ms
+        && s.says(&["usage limit"])
+    {
+        let wait_ms = regain_ms.saturating_sub(now_ms);
+        let length = match wait_ms <= CIRCUIT_MS {
+            true => RestLength::Until(regain_ms),
+            false => RestLength::Guess(CIRCUIT_MS),
+        };
+        return Some(Decision {
+            length: Some(length),
+            ..Decision::circuit(Verdict::Billing, route, "3.1:usage_limit")
+        });
     }
     // A negative balance blocks OpenRouter's free models too, and says so only with a 402.
     let openrouter_platform =
@@ -131,33 +147,48 @@ fn what_it_says(status: u16, s: &Signals, route: &Route, now_ms: u64) -> Option<
     None
 }
 
-/// A dead route or model: its code (`model_not_found`, `model_decommissioned`), a wording that
-/// says a model is dead, or a 404's "No endpoints found for …".
+/// A dead route or model: its code (`model_not_found`, `model_decommissioned`), HTTP's own
+/// 410 Gone, a wording that says a model is dead, or a 404's "No endpoints found for …".
 fn is_gone(status: u16, s: &Signals) -> bool {
-    if s.kind_is("model_not_found") || s.kind_is("model_decommissioned") {
+    if s.kind_is("model_not_found") || s.kind_is("model_decommissioned") || status == 410 {
         return true;
     }
-    if status == 404
-        && s.says(&[
-            "no endpoints found for",
-            "model not found",
-            "does not exist",
-        ])
-    {
+    if status == 404 && s.says(&["no endpoints found for", "does not exist"]) {
         return true;
     }
     // Elsewhere a wording counts only after the word "model": "is no longer supported" or "does
     // not exist" alone may be said of a parameter or a tool, and a dead route rests an hour.
     let after_model = s.message.find("model").map_or("", |at| &s.message[at..]);
     s.message.contains("not a valid model id")
+        || says_a_model_is_not_found(&s.message)
         || [
             "has been decommissioned",
             "is no longer supported",
+            "is no longer available",
             "does not exist",
-            "model not found",
         ]
         .iter()
         .any(|n| after_model.contains(n))
+}
+
+/// "Model not found", "The model `x` was not found", "models/x is not found for API version …":
+/// "not found" in the clause the word "model" opens, its name (dots and all) between them. A
+/// later sentence's "not found" (a tool's, a file's) is not the model's.
+fn says_a_model_is_not_found(message: &str) -> bool {
+    /// How far past "model" its "not found" may be: a long model name and a few words.
+    const CLAUSE: usize = 120;
+    message.match_indices("model").any(|(at, _)| {
+        let after = &message[at..];
+        let end = [
+            after.find(". "),
+            after.char_indices().nth(CLAUSE).map(|(i, _)| i),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(after.len());
+        after[..end].contains("not found")
+    })
 }
 
 /// A key or organisation the provider has blocked: every route on it would burn an attempt.
@@ -421,7 +452,7 @@ fn day_length(s: &Signals, route: &Route, now_ms: u64) -> Option<RestLength> {
     match (route.day, wait) {
         (DayClock::Fixed(zone), _) => Some(RestLength::Long(next_midnight_ms(zone, now_ms))),
         (DayClock::Rolling, Some(ms)) => Some(RestLength::Long(
-            now_ms.saturating_add(ms.min(LONG_REST_CAP_MS)),
+            now_ms.saturating_add(ms.min(ROLLING_DAY_CAP_MS)),
         )),
         (DayClock::Rolling, None) => None,
     }

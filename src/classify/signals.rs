@@ -7,6 +7,7 @@
 //! flat view, so a rule is written once, against the fact, not against a sample.
 
 use super::hints::{self, Hint};
+use super::limits::RefusalLimits;
 use crate::headers::Headers;
 use crate::provider::is_bare_error;
 use serde_json::{Map, Value};
@@ -37,6 +38,11 @@ pub(super) struct Signals {
     pub quota_failure: bool,
     /// The first retry hint present, in the order of docs/design.md §3.2.
     pub hint: Option<Hint>,
+    /// The limits the body states, per dimension.
+    pub stated: RefusalLimits,
+    /// The moment the message says access comes back ("You will regain access on 2026-04-01 at
+    /// 00:00 UTC"), epoch ms: a spend limit's end.
+    pub regain_at_ms: Option<u64>,
 }
 
 impl Signals {
@@ -59,6 +65,7 @@ impl Signals {
             None => (Vec::new(), None),
         };
         s.hint = hints::first(&s.headers, (details, metadata), &s.message, now_ms);
+        s.regain_at_ms = hints::regain_at_ms(&s.message);
         s
     }
 
@@ -120,6 +127,9 @@ impl Signals {
                 .and_then(Value::as_str)
                 .is_some_and(|t| t.ends_with("google.rpc.QuotaFailure"))
         });
+        let details: Vec<&Value> = google_details(error).collect();
+        self.stated =
+            RefusalLimits::from_message(&self.message).or(RefusalLimits::from_google(&details));
         self.day_quota_id = google_details(error).any(|detail| {
             let violations = detail.get("violations").and_then(Value::as_array);
             violations.into_iter().flatten().any(|v| {

@@ -14,6 +14,9 @@ pub const ROUTE_REST_CAP_MS: u64 = 300_000;
 /// The longest rest past a scope's cap (a spent day, a dead route): a day and an hour, so a
 /// midnight in any zone is covered.
 pub const LONG_REST_CAP_MS: u64 = 25 * 3_600_000;
+/// The longest a rolling day's refusal rests (docs/design.md §3.2): its hint, but no more than a
+/// day, whatever the hint says (a day's quota frees calls within a day of their use).
+pub const ROLLING_DAY_CAP_MS: u64 = 24 * 3_600_000;
 /// A dead route (`gone`: no endpoints, no such model) rests this long.
 pub const GONE_REST_MS: u64 = 3_600_000;
 /// A connection circuit (billing, auth) lasts this long, which is also its cap.

@@ -468,7 +468,8 @@ impl Engine {
             answer,
             limits.window_ms,
             self.clock.now_ms(),
-        );
+        )
+        .with_refusal(&class.stated, limits.window_ms);
         self.learn(route, &stated).await?;
         if class.day {
             if limits.per_day.is_none() {

@@ -10,12 +10,13 @@
 //! or more than two days away, is ignored with a debug log. Nothing read here can lower a limit to
 //! zero.
 
+pub use crate::classify::MAX_STATED;
+use crate::classify::RefusalLimits;
 use crate::dialect::Dialect;
 use crate::headers::Headers;
 
-/// The largest limit or count believed: no provider states more than a billion requests or
-/// tokens per window; a larger number is a broken header, not a limit.
-pub const MAX_STATED: u64 = 1_000_000_000;
+/// A minute: the window a limit stated "per minute" is a limit of.
+const MINUTE_MS: u64 = 60_000;
 
 /// The furthest a stated reset may be: a day and a margin for zones and clocks.
 const MAX_RESET_MS: u64 = 48 * 3_600_000;
@@ -104,6 +105,18 @@ impl Stated {
             stated.window_remaining = None;
         }
         stated
+    }
+
+    /// Add what a refusal's body states (docs/design.md §4.4, limits stated in a refusal): its
+    /// minute's limits for a pool whose window is a minute, its day's for any pool; where the
+    /// headers stated a dimension too, they win.
+    pub fn with_refusal(mut self, body: &RefusalLimits, window_ms: u64) -> Stated {
+        if window_ms == MINUTE_MS {
+            self.per_window = self.per_window.or(body.requests_per_minute);
+            self.tokens_per_window = self.tokens_per_window.or(body.tokens_per_minute);
+        }
+        self.per_day = self.per_day.or(body.requests_per_day);
+        self
     }
 
     /// Whether the answer stated nothing the limiter can use.

@@ -1235,6 +1235,95 @@ fn day_refusals_rest_by_the_routes_day_clock() {
     assert_eq!(c.rest_ms(NOW_A), 578_000, "{c:?}");
 }
 
+/// A rolling day's hint wins, but no rest is longer than a day (docs/design.md §3.2): a hint
+/// of 114 h rests 24 h.
+#[test]
+fn a_rolling_days_hint_rests_a_day_at_most() {
+    let catalog = groq_and_gemini();
+    let groq = Route::parse("groq:llama-3.3-70b-versatile", &catalog).expect("route");
+    let tpd = r#"{"error":{"message":"Rate limit reached for model `llama-3.3-70b-versatile` on tokens per day (TPD): Limit 100000, Used 99800, Requested 950.","type":"tokens","code":"rate_limit_exceeded"}}"#;
+    for (hint_s, rest_ms) in [
+        ("410400", freeway::classify::ROLLING_DAY_CAP_MS),
+        ("86400", 86_400_000),
+        ("3600", 3_600_000),
+    ] {
+        let hs = headers(&[("retry-after", hint_s)]);
+        let c = classify_response(429, &hs, tpd.as_bytes(), &groq, NOW_A);
+        assert!(c.day, "{c:?}");
+        assert_eq!(c.rest_ms(NOW_A), rest_ms, "a hint of {hint_s} s: {c:?}");
+    }
+}
+
+/// A model dead whatever the status says it in: its name between "model" and "not found",
+/// "is no longer available", or HTTP's 410 Gone. A "not found" that is not the model's is no
+/// dead route.
+#[test]
+fn a_dead_model_in_any_wording_is_gone() {
+    let openai =
+        |msg: &str| format!(r#"{{"error":{{"message":{msg:?},"type":"invalid_request_error"}}}}"#);
+    for (status, body) in [
+        (
+            404,
+            openai(r#"model "llama3" not found, try pulling it first"#),
+        ),
+        (400, openai("The model `gpt-x-2026` was not found.")),
+        (
+            404,
+            openai("models/gemma-4-31b is not found for API version v1beta"),
+        ),
+        (
+            400,
+            openai("The model 'x/y' has reached its end of life and is no longer available."),
+        ),
+        (
+            410,
+            r#"{"type":"about:blank","title":"Gone","status":410}"#.to_string(),
+        ),
+        (410, String::new()),
+    ] {
+        let c = run(status, &[], &body, PAID, NOW_A);
+        assert_eq!(c.verdict, Verdict::Gone, "{status} {body}: {c:?}");
+    }
+    for (status, body) in [
+        (
+            404,
+            openai("Tool `search` not found. Check the model's tools."),
+        ),
+        (400, openai("The model answered. The file was not found.")),
+    ] {
+        let c = run(status, &[], &body, PAID, NOW_A);
+        assert_ne!(c.verdict, Verdict::Gone, "{status} {body}: {c:?}");
+    }
+}
+
+/// A spend limit the account set, in the wording of usage limits with the moment access comes
+/// back: billing on the connection, resting until that moment, a circuit's length at most.
+#[test]
+fn a_usage_limit_with_a_regain_date_rests_the_connection_until_then() {
+    let body = |date: &str| {
+        format!(
+            r#"{{"type":"error","error":{{"type":"invalid_request_error","message":"You have reached your specified API usage limits. You will regain access on {date}."}}}}"#
+        )
+    };
+    // NOW_A is 2026-07-26T09:04:30Z.
+    let soon = run(400, &[], &body("2026-07-26 at 09:30 UTC"), PAID, NOW_A);
+    assert_eq!(soon.verdict, Verdict::Billing, "{soon:?}");
+    assert!(matches!(soon.scope, RestScope::Connection(_)), "{soon:?}");
+    assert_eq!(soon.rest_ms(NOW_A), 25 * 60_000 + 30_000);
+    let later = run(400, &[], &body("2026-08-01 at 00:00 UTC"), PAID, NOW_A);
+    assert_eq!(later.verdict, Verdict::Billing);
+    assert_eq!(later.rest_ms(NOW_A), CIRCUIT_MS, "capped at a circuit");
+    assert!(
+        matches!(later.length, Some(RestLength::Guess(_))),
+        "then one probe"
+    );
+    // Without the date it is a client's 400 as before; a date it cannot read is no moment.
+    let plain = r#"{"type":"error","error":{"type":"invalid_request_error","message":"You have reached your specified API usage limits."}}"#;
+    assert_eq!(run(400, &[], plain, PAID, NOW_A).verdict, Verdict::Client);
+    let garbled = run(400, &[], &body("2026-13-45 at 99:99 UTC"), PAID, NOW_A);
+    assert_eq!(garbled.verdict, Verdict::Client, "{garbled:?}");
+}
+
 /// `Retry-After` may be an HTTP-date (RFC 9110 §10.2.3): it is the wait until that moment.
 #[test]
 fn an_http_date_retry_after_is_the_time_until_that_moment() {

@@ -23,13 +23,23 @@ use std::time::Duration;
 const OR_FREE: &str = "meta-llama/llama-3.3-70b-instruct:free";
 const GROQ_POOL: &str = "groq-llama-70b";
 
-/// The configuration that points freeway at this simulator's providers.
-fn catalog(sim: &sim::SimHandle) -> Catalog {
+/// The configuration that points freeway at this simulator's providers, with the limits it
+/// plays declared, or (`declared: false`) only the providers and their pools' shapes.
+fn catalog(sim: &sim::SimHandle, declared: bool) -> Catalog {
     let openrouter = format!(
         "[providers.openrouter]\nbase_url = \"{}\"\n",
         sim.base_url()
     );
-    Catalog::from_toml(&(openrouter + &sim.freeway_config())).expect("a valid configuration")
+    let config = sim.freeway_config();
+    let config: String = match declared {
+        true => config,
+        false => config
+            .lines()
+            .filter(|l| !l.starts_with("rpm =") && !l.starts_with("rpd ="))
+            .map(|l| format!("{l}\n"))
+            .collect(),
+    };
+    Catalog::from_toml(&(openrouter + &config)).expect("a valid configuration")
 }
 
 /// The platform key of each provider: the call log shows which one every call spent.
@@ -52,10 +62,15 @@ struct Setup {
 }
 
 async fn setup(config: sim::SimConfig) -> Setup {
+    setup_on(config, true).await
+}
+
+/// [`setup`], with the pools' limits declared or not.
+async fn setup_on(config: sim::SimConfig, declared: bool) -> Setup {
     let sim = sim::start(config, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let catalog = Arc::new(catalog(&sim));
+    let catalog = Arc::new(catalog(&sim, declared));
     let timeouts = Timeouts {
         connect: Duration::from_secs(2),
         first_byte: Duration::from_secs(2),
@@ -155,6 +170,65 @@ async fn a_chain_of_free_tiers_overflows_by_shape_into_groq_then_into_paid() {
         listed,
         [("pool".to_string(), OPENROUTER_FREE_POOL.to_string(), false)]
     );
+}
+
+/// docs/design.md §4.4 (v4), limits stated in a refusal: Groq states its minute's requests
+/// only in a refusal's message ("RPM: Limit 2"), Gemini in its `QuotaFailure`'s `quotaValue`.
+/// A pool that declares no limit learns it from the first refusal, and no call goes into the
+/// window that refusal closed.
+#[tokio::test]
+async fn a_limit_stated_only_in_a_refusal_is_learned_from_the_first_one() {
+    let s = setup_on(
+        sim::SimConfig {
+            groq_rpm: 2,
+            gemini_rpm: 3,
+            ..sim::SimConfig::default()
+        },
+        false,
+    )
+    .await;
+    for (route, provider, pool, rpm) in [
+        ("groq:llama-3.3-70b-versatile", Provider::Groq, GROQ_POOL, 2),
+        (
+            "gemini:gemini-2.5-flash",
+            Provider::Gemini,
+            "gemini-flash",
+            3,
+        ),
+    ] {
+        for n in 0..rpm + 3 {
+            let user = format!("u{n}");
+            assert_eq!(
+                s.run(&user, &[route, "paid:gpt-4o-mini"]).await,
+                succeeded()
+            );
+        }
+        let statuses: Vec<u16> = s
+            .calls()
+            .into_iter()
+            .filter(|(p, _, _)| *p == provider)
+            .map(|(_, _, status)| status)
+            .collect();
+        let expected = [vec![200; rpm as usize], vec![429]].concat();
+        assert_eq!(
+            statuses, expected,
+            "{route}: one refusal, then no call into its window"
+        );
+        let limits = s
+            .catalog
+            .pools()
+            .find(|p| p.name == pool)
+            .map(|p| p.limits())
+            .expect("the pool");
+        assert_eq!(limits.per_window, None, "nothing declared");
+        let instance = format!("{pool}@platform");
+        let usage = s.h.pace.usage(&instance, &limits, u64::MAX).await.unwrap();
+        assert_eq!(usage.learned.per_window, Some(rpm), "{route}: {usage:?}");
+        assert_eq!(
+            usage.learned.working_per_window, None,
+            "a refusal that states its limit lowers nothing below it"
+        );
+    }
 }
 
 #[tokio::test]

@@ -39,22 +39,26 @@ connection = "each"
 [providers.openai]
 base_url = "https://api.openai.com/v1"
 dialect = "openai"
+[providers.anthropic]
+base_url = "https://api.anthropic.com/v1"
+dialect = "openai"
 "#;
 
 /// The route each corpus folder's answers came back on.
-const CORPUS_ROUTES: [(&str, &str); 5] = [
+const CORPUS_ROUTES: [(&str, &str); 6] = [
     ("openrouter-free", "meta-llama/llama-3.3-70b-instruct:free"),
     ("openrouter-paid", "openai/gpt-4o-mini"),
     ("groq", "groq:llama-3.3-70b-versatile"),
     ("gemini", "gemini:gemini-2.5-flash"),
     ("openai", "openai:gpt-4o-mini"),
+    ("anthropic", "anthropic:claude-sonnet-4-5"),
 ];
 
 /// The rows of docs/design.md §3, each as the verdict and the rules `worker classify` names for
 /// it. Every row must be met by at least two answers of the corpus.
 #[rustfmt::skip]
 const SPEC_ROWS: [(&str, &str, &[&str]); 21] = [
-    ("3.1 the key cannot pay", "billing", &["3.1:billing"]),
+    ("3.1 the key cannot pay", "billing", &["3.1:billing", "3.1:usage_limit"]),
     ("3.1 OpenRouter's 402 on a platform route, no hint", "billing", &["3.1:402"]),
     ("3.1 a transient spend window", "billing_wait", &["3.1:billing_wait"]),
     ("3.2 row 0, the account's limit_source", "account", &["0:limit_source"]),
