@@ -130,7 +130,6 @@ impl Engine {
         let owner = format!("{}:{}", run.rec.run_id, run.rec.state.counters.calls + 1);
         let probe = match run.job.is_continuation() {
             true => None,
-            false if !run.probe_may_be_due(index, self.clock.now_ms()) => None,
             false => match self.fleet.rests.claim_probes(route, &owner).await? {
                 Probe::Held(probing) => return Ok(Err(Miss::Closed(probing))),
                 Probe::Claimed => Some(owner),

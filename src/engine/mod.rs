@@ -34,7 +34,7 @@ use crate::lease::{LEASE_RENEWAL, LEASE_TTL, Lease};
 use crate::metrics;
 use crate::preflight::{self, Preflight, Waiting};
 use crate::provider::{ChatProvider, TargetError, Targets};
-use crate::rest::{Closure, UNGUESSED_MS};
+use crate::rest::Closure;
 use crate::route::Route;
 use crate::run::{Code, RunRecord, RunStatus};
 use crate::store::{Attached, Store, StoreError};
@@ -227,22 +227,6 @@ pub(crate) struct Run<'a> {
     /// When Redis last confirmed that `owner` holds the lease (engine clock, ms): taking it,
     /// or renewing it before a call.
     pub lease_confirmed_ms: u64,
-    /// When the chain's rests were last read (engine clock, ms), and which of its routes had a
-    /// guessed rest remembered: a route without one claims no probe within [`UNGUESSED_MS`].
-    pub guessed: Option<(u64, Vec<bool>)>,
-}
-
-impl Run<'_> {
-    /// Whether a probe may be due on route `index` (docs/design.md §3.3): yes, unless the
-    /// chain's read of at most [`UNGUESSED_MS`] ago found no guessed rest on it.
-    pub(crate) fn probe_may_be_due(&self, index: usize, now_ms: u64) -> bool {
-        match &self.guessed {
-            Some((read_ms, guessed)) if now_ms.saturating_sub(*read_ms) < UNGUESSED_MS => {
-                guessed.get(index).copied().unwrap_or(true)
-            }
-            _ => true,
-        }
-    }
 }
 
 /// How a step ended when it did not produce a completion.
@@ -378,7 +362,6 @@ impl Engine {
             tokens: job.first_call_tokens(),
             owner,
             lease_confirmed_ms: acquired_ms,
-            guessed: None,
         };
         let outcome = self.proceed(&mut run, when_resting).await?;
         // Only a snoozed run takes its held slot along; any other gives it back.
@@ -483,12 +466,9 @@ impl Engine {
     /// pools with no slot now.
     pub(crate) async fn closures(
         &self,
-        run: &mut Run<'_>,
+        run: &Run<'_>,
     ) -> Result<Vec<Option<Closure>>, EngineError> {
-        let read_ms = self.clock.now_ms();
-        let read = self.fleet.rests.read_chain(run.routes).await?;
-        run.guessed = Some((read_ms, read.guessed));
-        let mut closures = read.closures;
+        let mut closures = self.fleet.rests.closures(run.routes).await?;
         if run.rec.state.ambiguous_stop {
             for (c, route) in closures.iter_mut().zip(run.routes) {
                 if route.is_shared() && c.is_none() {

@@ -6,7 +6,7 @@
 //! suite on it and on [`super::RedisRests`] so the two cannot drift apart.
 
 use super::{
-    ActiveRest, ChainRead, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
+    ActiveRest, Closure, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
     Probe, RestKind, Rests, UNNAMED_RESTS, UNNAMED_RESTS_PER_USER, evidence_member, listed,
     longest, probing, scopes_closing, sort_listing,
 };
@@ -276,18 +276,10 @@ impl Rests for MemoryRests {
         Ok(Some(remaining))
     }
 
-    async fn read_chain(&self, routes: &[Route]) -> Result<ChainRead, FleetError> {
+    async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError> {
         let now = self.clock.now_ms();
         let state = self.lock();
-        let guessed = routes
-            .iter()
-            .map(|route| {
-                scopes_closing(route)
-                    .iter()
-                    .any(|(_, scope)| state.guesses.get(scope).is_some_and(|&until| until > now))
-            })
-            .collect();
-        let closures = routes
+        Ok(routes
             .iter()
             .map(|route| {
                 let held: Vec<_> = scopes_closing(route)
@@ -308,8 +300,7 @@ impl Rests for MemoryRests {
                     .collect();
                 longest(held.iter().map(|(kind, h)| (*kind, h.as_ref())))
             })
-            .collect();
-        Ok(ChainRead { closures, guessed })
+            .collect())
     }
 
     async fn remaining(&self, scope: &RestScope) -> Result<Option<u64>, FleetError> {

@@ -20,7 +20,7 @@ mod redis;
 pub use self::redis::RedisRests;
 pub use memory::MemoryRests;
 
-use crate::classify::{MIN_REST_MS, POOL_REST_CAP_MS, RestLength, RestScope};
+use crate::classify::{POOL_REST_CAP_MS, RestLength, RestScope};
 use crate::error::FleetError;
 use crate::route::Route;
 use async_trait::async_trait;
@@ -42,22 +42,6 @@ const GUESS_MEMORY_MS: u64 = 600_000;
 /// Runs that find a scope being probed look again this soon, not when the probe would lapse.
 const PROBING_CLOSURE_MS: u64 = 2_000;
 const PROBING_REASON: &str = "probing: one call checks whether it reopened";
-
-/// How long after a [`Rests::read_chain`] its `guessed: false` still holds: a guess written
-/// since comes with a rest of at least [`MIN_REST_MS`], and its probe is due only when that
-/// rest ends.
-pub const UNGUESSED_MS: u64 = MIN_REST_MS / 2;
-
-/// A chain's rests as one read found them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChainRead {
-    /// Each route's closure, as [`Rests::closures`].
-    pub closures: Vec<Option<Closure>>,
-    /// Each route: whether one of its scopes remembers a guessed rest, so that a probe may be
-    /// due on it. A route read `false` needs no [`Rests::claim_probes`] for [`UNGUESSED_MS`]:
-    /// most calls make none of its round trips.
-    pub guessed: Vec<bool>,
-}
 
 /// Whether a call on a route may go ahead as far as probes are concerned (docs/design.md §3.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,12 +194,7 @@ pub trait Rests: Send + Sync {
 
     /// For each route, `None` when open or the longest closure that applies: its route rest, its
     /// pool's rest (shared routes) and its connection's circuit. One round trip for the chain.
-    async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError> {
-        Ok(self.read_chain(routes).await?.closures)
-    }
-
-    /// [`Rests::closures`], and which routes a probe may come due on, in the same round trip.
-    async fn read_chain(&self, routes: &[Route]) -> Result<ChainRead, FleetError>;
+    async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError>;
 
     /// The remaining ms of `scope`'s own rest, if it rests.
     async fn remaining(&self, scope: &RestScope) -> Result<Option<u64>, FleetError>;

@@ -36,7 +36,7 @@
 //! `route:`, `conn:` or `platform:`: the hash tags and the parsing of listed keys rely on it.
 
 use super::{
-    ActiveRest, ChainRead, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
+    ActiveRest, Closure, EVIDENCE_REASON, FleetError, GUESS_MEMORY_MS, PROBE_MS, PROBING_REASON,
     Probe, RestKind, Rests, UNNAMED_RESTS, UNNAMED_RESTS_PER_USER, evidence_member, longest,
     probing, scopes_closing, sort_listing,
 };
@@ -181,32 +181,16 @@ impl RedisRests {
     /// TTLs of only the keys that hold a value. A key without a TTL (gone meanwhile, or not a
     /// rest this module wrote) is ignored.
     async fn read_rests(&self, keys: &[String]) -> Result<Vec<Option<(u64, String)>>, FleetError> {
-        Ok(self.read_rests_and(keys, keys.len()).await?.0)
-    }
-
-    /// [`RedisRests::read_rests`] of the first `rests` of `keys`, and whether each key after them
-    /// (a mark, whose value only says something is remembered) is set: in the same MGETs.
-    async fn read_rests_and(
-        &self,
-        keys: &[String],
-        rests: usize,
-    ) -> Result<(Vec<Option<(u64, String)>>, Vec<bool>), FleetError> {
-        let mut states = vec![None; rests];
+        let mut states = vec![None; keys.len()];
         if keys.is_empty() {
-            return Ok((states, Vec::new()));
+            return Ok(states);
         }
-        let mut values = self.conn.values_by_slot(keys).await?;
-        let set = values
-            .split_off(rests)
-            .into_iter()
-            .map(|v| v != Value::Nil)
-            .collect();
-        let keys = &keys[..rests];
+        let values = self.conn.values_by_slot(keys).await?;
         let held: Vec<usize> = (0..keys.len())
             .filter(|&i| !matches!(values[i], Value::Nil))
             .collect();
         if held.is_empty() {
-            return Ok((states, set));
+            return Ok(states);
         }
         let pttls = held.iter().map(|&i| keyed("PTTL", &keys[i])).collect();
         let ttls: Vec<Value> = self.conn.each(pttls).await?;
@@ -220,7 +204,7 @@ impl RedisRests {
                 _ => return Err(unexpected("PTTL to answer an integer")),
             }
         }
-        Ok((states, set))
+        Ok(states)
     }
 }
 
@@ -391,7 +375,7 @@ impl Rests for RedisRests {
         Ok(Some(remaining))
     }
 
-    async fn read_chain(&self, routes: &[Route]) -> Result<ChainRead, FleetError> {
+    async fn closures(&self, routes: &[Route]) -> Result<Vec<Option<Closure>>, FleetError> {
         let mut keys: Vec<String> = Vec::new();
         let mut slots: HashMap<String, usize> = HashMap::new();
         let mut slot = |key: String| -> usize {
@@ -414,26 +398,8 @@ impl Rests for RedisRests {
                     .collect()
             })
             .collect();
-        // Each route's guesses, after the rests and probes: its scopes' rest keys with `:guess`,
-        // in their slots.
-        let rests = keys.len();
-        let guessed_of: Vec<std::ops::Range<usize>> = candidates
-            .iter()
-            .map(|mine| {
-                let first = keys.len() - rests;
-                for &(_, _, rest) in mine {
-                    let guess = guess_key(&keys[rest]);
-                    keys.push(guess);
-                }
-                first..keys.len() - rests
-            })
-            .collect();
-        let (states, set) = self.read_rests_and(&keys, rests).await?;
-        let guessed = guessed_of
-            .into_iter()
-            .map(|range| set[range].iter().any(|&g| g))
-            .collect();
-        let closures = candidates
+        let states = self.read_rests(&keys).await?;
+        Ok(candidates
             .into_iter()
             .map(|mine| {
                 let held: Vec<_> = mine
@@ -447,8 +413,7 @@ impl Rests for RedisRests {
                     .collect();
                 longest(held.iter().map(|(kind, state)| (*kind, state.as_ref())))
             })
-            .collect();
-        Ok(ChainRead { closures, guessed })
+            .collect())
     }
 
     async fn remaining(&self, scope: &RestScope) -> Result<Option<u64>, FleetError> {

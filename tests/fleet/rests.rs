@@ -285,59 +285,9 @@ async fn a_rest_the_provider_timed_needs_no_probe(f: Fixture) {
     }
 }
 
-async fn a_chain_read_says_which_routes_a_probe_may_come_due_on(f: Fixture) {
-    let chain = [route(LLAMA_FREE), route("openai/gpt-4o-mini")];
-    let guessed = |f: &Fixture| {
-        let rests = f.rests.clone();
-        let chain = chain.clone();
-        async move { rests.read_chain(&chain).await.expect("read").guessed }
-    };
-    assert_eq!(guessed(&f).await, [false, false], "nothing remembered");
-    let now = f.now_ms().await;
-    f.rests
-        .write(
-            &route_scope("openai/gpt-4o-mini"),
-            RestLength::Until(now + 30_000),
-            "X-RateLimit-Reset",
-        )
-        .await
-        .expect("write");
-    assert_eq!(
-        guessed(&f).await,
-        [false, false],
-        "a rest the provider timed calls for no probe"
-    );
-    f.rests
-        .write(&pool(), RestLength::Guess(60_000), "ambiguous")
-        .await
-        .expect("write");
-    let read = f.rests.read_chain(&chain).await.expect("read");
-    assert_eq!(read.guessed, [true, false], "while the guessed rest holds");
-    let reasons = |closures: Vec<Option<freeway::rest::Closure>>| -> Vec<Option<String>> {
-        closures.into_iter().map(|c| c.map(|c| c.reason)).collect()
-    };
-    assert_eq!(
-        reasons(read.closures),
-        reasons(f.rests.closures(&chain).await.expect("closures")),
-        "the same closures as `closures`"
-    );
-    f.end_rest(&pool()).await;
-    assert_eq!(guessed(&f).await, [true, false], "and once it has ended");
-    assert_eq!(
-        f.rests.claim_probes(&chain[0], "a").await.expect("claim"),
-        Probe::Claimed
-    );
-    f.rests
-        .probes_answered(&chain[0], "a", true)
-        .await
-        .expect("answer");
-    assert_eq!(guessed(&f).await, [false, false], "the probe reopened it");
-}
-
 // Each named test (an `async fn(Fixture)`) runs once per implementation: `in_memory::name` and
 // `in_redis::name`.
 on_both!(
-    a_chain_read_says_which_routes_a_probe_may_come_due_on,
     a_guessed_rest_that_ends_is_probed_by_one_call_before_the_others,
     a_failed_probe_hands_the_next_probe_to_another_call,
     a_rest_the_provider_timed_needs_no_probe,
