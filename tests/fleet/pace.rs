@@ -1085,3 +1085,107 @@ async fn in_redis_a_window_end_call_back_in_time_gives_its_slot_back() {
         "the next window has its slot back: {next:?}"
     );
 }
+
+/// docs/design.md §4.4, limits stated in a refusal: whatever a refusal's body says its limit is —
+/// a negative number, 10^12, 20 digits, a word, nothing — and in whichever shape (Groq's message,
+/// Gemini's `QuotaFailure`), nothing panics, a pool that declares nothing learns no limit of 0
+/// (which would close it for good), and a pinned pool keeps its own limit.
+mod refusal_numbers {
+    use super::*;
+    use freeway::catalog::Catalog;
+    use freeway::classify::{MAX_STATED, classify_response};
+    use freeway::headers::Headers;
+    use freeway::route::Route;
+    use proptest::prelude::*;
+
+    fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            Just("1000000000000".to_string()),
+            Just("0".to_string()),
+            "[0-9]{0,24}",
+            "[^,\"\\\\]{0,10}",
+        ]
+    }
+
+    /// A refusal stating `limit`, in Gemini's shape or Groq's.
+    fn refusal(gemini: bool, limit: &str) -> String {
+        match gemini {
+            true => serde_json::json!([{"error": {
+                "code": 429,
+                "message": format!("Quota exceeded for metric: x, limit: {limit}"),
+                "status": "RESOURCE_EXHAUSTED",
+                "details": [{
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [{
+                        "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+                        "quotaValue": limit,
+                    }],
+                }],
+            }}])
+            .to_string(),
+            false => serde_json::json!({"error": {
+                "message": format!("Rate limit reached for model `m` in organization `o` service tier `on_demand` on requests per minute (RPM): Limit {limit}, Used {limit}, Requested 1. Please try again in 2s."),
+                "type": "requests",
+                "code": "rate_limit_exceeded",
+            }})
+            .to_string(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn no_number_in_a_refusal_closes_a_pool_or_moves_a_pinned_limit(
+            limit in number(),
+            gemini in any::<bool>(),
+            pinned in 1u32..50,
+        ) {
+            let route = match gemini {
+                true => "gemini:gemini-2.5-flash",
+                false => "groq:llama-3.3-70b-versatile",
+            };
+            let route = Route::parse(route, &Catalog::builtin()).expect("a builtin route");
+            let now = freeway::clock::epoch_ms();
+            let body = refusal(gemini, &limit);
+            let class = classify_response(429, &Headers::new(), body.as_bytes(), &route, now);
+            let stated = Stated::default().with_refusal(&class.stated, 60_000);
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            runtime.block_on(async {
+                let pace = MemoryPacer::new(Arc::new(InstantClock::frozen()));
+                let end = day_end();
+                let open = Limits::unstated(60_000, false);
+                pace.learn("open", &open, end, &stated).await.unwrap();
+                let learned = pace.usage("open", &open, end).await.unwrap().learned;
+                for l in [learned.per_window, learned.per_day, learned.tokens_per_window].into_iter().flatten() {
+                    prop_assert!((1..=MAX_STATED).contains(&u64::from(l)), "{limit:?} taught {learned:?}");
+                }
+                prop_assert_eq!(pace.admit("open", &open, end, 0).await.unwrap(), Slot::Now);
+                let pin = Limits { pin: true, ..minute(pinned) };
+                pace.learn("pinned", &pin, end, &stated).await.unwrap();
+                for n in 0..pinned {
+                    prop_assert_eq!(pace.admit("pinned", &pin, end, 0).await.unwrap(), Slot::Now, "call {}", n);
+                }
+                prop_assert_ne!(pace.admit("pinned", &pin, end, 0).await.unwrap(), Slot::Now);
+                Ok(())
+            })?;
+        }
+    }
+
+    /// The same test's shapes do teach a believable number: the property is not vacuous.
+    #[test]
+    fn a_believable_number_is_learned_in_both_shapes() {
+        for (gemini, route) in [
+            (true, "gemini:gemini-2.5-flash"),
+            (false, "groq:llama-3.3-70b-versatile"),
+        ] {
+            let route = Route::parse(route, &Catalog::builtin()).expect("a builtin route");
+            let body = refusal(gemini, "30");
+            let class = classify_response(429, &Headers::new(), body.as_bytes(), &route, 0);
+            let stated = Stated::default().with_refusal(&class.stated, 60_000);
+            assert_eq!(stated.per_window, Some(30), "{route:?}");
+        }
+    }
+}
