@@ -160,7 +160,8 @@ pub struct Learned {
     /// The tokens per window it stated.
     pub tokens_per_window: Option<u32>,
     /// The requests per window in force while pacing misses keep it below the stated (or
-    /// configured) limit; `None` when no miss lowers it.
+    /// configured) limit, or as a refusal counted it when nobody states the limit; `None`
+    /// otherwise.
     pub working_per_window: Option<u32>,
     /// When the provider last stated something (epoch ms).
     pub at_ms: Option<u64>,

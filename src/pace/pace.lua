@@ -18,6 +18,8 @@
 --   ph      where its fixed windows start, ms past the epoch's (0: the epoch's own)
 --   wk/wkw  the working requests-per-window limit a pacing miss lowered, and the window from
 --           which it holds (it recovers by one each window after that without a miss)
+--   cl      requests per window learned by counting: the calls counted in the window a refusal
+--           closed, when no limit was stated or configured (the limit then, below any stated)
 --   lt      when the provider last stated something (epoch ms)
 --   fx      1: the provider said where its window ends (a moment), though declared rolling
 --   sx      1: the provider's window slides: its stated reset moved on by less than a window
@@ -67,7 +69,7 @@ local day_tokens = num('dt')
 
 -- The limits in force: a stated one replaces the configured one unless the pool pins it (or
 -- declares none); a working limit lowered by misses caps the window's.
-local w, ph, windowed, day_full
+local w, ph, windowed, counting, counted_limit, day_full
 local sliding, logs = false, false
 local function settle()
   -- The provider's kind of window wins over the declared one: a window that slides is paced
@@ -86,6 +88,12 @@ local function settle()
     return declared
   end
   limit = stated('sl', configured[1])
+  -- Nobody stated a limit: what a refusal showed by counting is the limit.
+  counted_limit = false
+  if limit == 0 then
+    limit = num('cl')
+    counted_limit = limit > 0
+  end
   tlimit = stated('stl', configured[2])
   dlimit = stated('dlim', configured[3])
   ph = 0
@@ -103,6 +111,9 @@ local function settle()
     end
   end
   windowed = (not rolling) and (limit > 0 or tlimit > 0)
+  -- A fixed window that limits nothing yet still counts its calls, so that a refusal can
+  -- show how many it took.
+  counting = windowed or (not rolling and limit == 0)
   day_full = (dlimit > 0 and day_used >= dlimit)
     or (tdlimit > 0 and cost > 0 and day_tokens > 0 and day_tokens + cost > tdlimit)
 end
@@ -113,7 +124,7 @@ local function start(x)
   return x * win + ph
 end
 
-if windowed then
+if counting then
   local lo = tonumber(redis.call('HGET', key, 'lo') or w)
   if lo < w then
     if w - lo > 1000 then
@@ -272,7 +283,7 @@ local function count(x, wait)
       redis.call('HSET', key, 'ttat', ttat)
     end
     keep(math.max(tat, ttat))
-  elseif windowed then
+  elseif counting then
     redis.call('HINCRBY', key, 'c:' .. x, 1)
     if tlimit > 0 and cost > 0 then redis.call('HINCRBY', key, 'k:' .. x, cost) end
     keep(start(x + 1))
@@ -499,7 +510,7 @@ if op == 'usage' then
     end
   end
   local working = 0
-  if num('wk') > 0 then working = limit end
+  if num('wk') > 0 or counted_limit then working = limit end
   local phased = 0
   if num('ph') > 0 then phased = 1 end
   return {used, resets, day_used, reserved, num('miss'), tokens, day_tokens,
@@ -578,6 +589,14 @@ if op == 'missed' then
     redis.call('HSET', key, 'tat', tat)
   elseif limit > 0 and used_in(w) < limit and current(hint) then
     redis.call('HSET', key, 'c:' .. w, limit)
+  elseif limit == 0 and counting and ARGV[13] == '1' then
+    -- Nobody states the limit: the calls this window counted, but the refused one, are it
+    -- (docs/design.md §4.4, limits nobody states); the window is full.
+    local served = used_in(w) - 1
+    if served >= 1 then redis.call('HSET', key, 'cl', served) end
+    local misses = redis.call('HINCRBY', key, 'miss', 1)
+    keep(now + win)
+    return {misses}
   end
   if ARGV[13] == '1' and limit > 0 then
     -- It holds for the next window; each one after that passed without a miss raises it.

@@ -606,8 +606,70 @@ async fn a_window_whose_stated_reset_moves_on_with_its_calls_is_paced_as_sliding
     assert!(!usage.learned.sliding_by_provider, "{usage:?}");
 }
 
+/// docs/design.md §4.4, limits nobody states: a fixed window's refusal on a pool that has no
+/// limit stated, configured or counted teaches the calls it counted in that window but the
+/// refused one as the working limit; the window is full; a limit stated later wins. Without
+/// learning (`lower` false) nothing is taught.
+async fn a_refusal_with_no_limit_known_teaches_the_calls_counted(f: Fixture) {
+    let open = Limits::unstated(HOUR, false);
+    let end = day_end();
+    for pool in ["taught", "not-taught"] {
+        for n in 0..5 {
+            let slot = f.pace.admit(pool, &open, end, 0).await.unwrap();
+            assert_eq!(slot, Slot::Now, "{pool}: call {n}, nothing limits it yet");
+        }
+    }
+    f.pace.missed("taught", &open, None, true).await.unwrap();
+    f.pace
+        .missed("not-taught", &open, None, false)
+        .await
+        .unwrap();
+    let learned = f.pace.usage("taught", &open, end).await.unwrap().learned;
+    assert_eq!(
+        (learned.per_window, learned.working_per_window),
+        (None, Some(4)),
+        "four served before the refusal"
+    );
+    assert_ne!(
+        f.pace.admit("taught", &open, end, 0).await.unwrap(),
+        Slot::Now,
+        "the window is full"
+    );
+    let learned = f
+        .pace
+        .usage("not-taught", &open, end)
+        .await
+        .unwrap()
+        .learned;
+    assert_eq!(learned.working_per_window, None);
+    assert_eq!(
+        f.pace.admit("not-taught", &open, end, 0).await.unwrap(),
+        Slot::Now
+    );
+    let stated = Stated {
+        per_window: Some(9),
+        ..Stated::default()
+    };
+    f.pace.learn("taught", &open, end, &stated).await.unwrap();
+    let learned = f.pace.usage("taught", &open, end).await.unwrap().learned;
+    assert_eq!(
+        (learned.per_window, learned.working_per_window),
+        (Some(9), None),
+        "a stated limit replaces the counted one"
+    );
+    for n in 5..9 {
+        let slot = f.pace.admit("taught", &open, end, 0).await.unwrap();
+        assert_eq!(slot, Slot::Now, "call {n} of the stated 9");
+    }
+    assert_ne!(
+        f.pace.admit("taught", &open, end, 0).await.unwrap(),
+        Slot::Now
+    );
+}
+
 on_both!(
     a_fixed_window_admits_its_limit_then_closes_until_the_next_one,
+    a_refusal_with_no_limit_known_teaches_the_calls_counted,
     reservations_fill_later_windows_in_order,
     a_rolling_window_spaces_calls_by_window_over_limit,
     a_day_limit_closes_until_the_day_ends_and_a_new_day_counts_again,

@@ -341,7 +341,16 @@ impl Pacer for MemoryPacer {
                     let count = v.st.counts.entry(w).or_default();
                     count.0 = count.0.max(limit);
                 }
-                _ => {}
+                Some(_) => {}
+                None if lower && v.counting() => {
+                    // Nobody states the limit: the calls this window counted, but the refused
+                    // one, are it (docs/design.md §4.4, limits nobody states); the window is full.
+                    let served = v.used_in(w).0.saturating_sub(1);
+                    if served >= 1 {
+                        v.st.counted_window = Some(served);
+                    }
+                }
+                None => {}
             }
             if let (true, Some(limit)) = (lower, v.limits.per_window) {
                 let lowered = (f64::from(limit) * 0.9).floor() as u32;
@@ -488,7 +497,11 @@ impl Pacer for MemoryPacer {
                     per_window: v.st.stated_window,
                     per_day: v.st.learned_day_limit,
                     tokens_per_window: v.st.stated_tokens,
-                    working_per_window: v.st.working.map(|(w, _)| w),
+                    working_per_window: v.st.working.map(|(w, _)| w).or(v
+                        .st
+                        .counted_in_force
+                        .then_some(v.limits.per_window)
+                        .flatten()),
                     at_ms: v.st.learned_at,
                     phase_from_provider: v.st.phase > 0,
                     fixed_by_provider: v.st.learned_fixed,

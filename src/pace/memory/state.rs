@@ -29,6 +29,12 @@ pub(super) struct State {
     pub(super) phase: u64,
     /// The working per-window limit a miss lowered, and the window from which it holds.
     pub(super) working: Option<(u32, u64)>,
+    /// Requests per window learned by counting: the calls counted in the window a refusal
+    /// closed, when no limit was stated or configured.
+    pub(super) counted_window: Option<u32>,
+    /// Whether the window's limit in force is [`State::counted_window`] (set by
+    /// [`State::in_force`]).
+    pub(super) counted_in_force: bool,
     pub(super) learned_at: Option<u64>,
     /// A pool declared rolling whose provider said where its window ends.
     pub(super) learned_fixed: bool,
@@ -57,6 +63,11 @@ impl State {
             per_day: stated(self.learned_day_limit, configured.per_day),
             ..*configured
         };
+        // Nobody stated a limit: what a refusal showed by counting is the limit.
+        self.counted_in_force = limits.per_window.is_none() && self.counted_window.is_some();
+        if self.counted_in_force {
+            limits.per_window = self.counted_window;
+        }
         if !configured.pin {
             if self.learned_sliding {
                 limits.rolling = true;

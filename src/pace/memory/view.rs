@@ -36,6 +36,12 @@ impl View<'_> {
             && (self.limits.per_window.is_some() || self.limits.tokens_per_window.is_some())
     }
 
+    /// Whether fixed windows count their calls: those that limit something, and those that
+    /// limit nothing yet, so that a refusal can show how many calls it took.
+    pub(super) fn counting(&self) -> bool {
+        self.windowed() || (!self.limits.rolling && self.limits.per_window.is_none())
+    }
+
     pub(super) fn used_in(&self, w: u64) -> (u32, u64) {
         self.st.counts.get(&w).copied().unwrap_or((0, 0))
     }
@@ -382,7 +388,7 @@ impl View<'_> {
                 self.st.token_tat =
                     (self.token_tat() + self.cost as f64 * self.emission(limit)).ceil();
             }
-        } else if self.windowed() {
+        } else if self.counting() {
             let counted_tokens = if self.limits.tokens_per_window.is_some() {
                 self.cost
             } else {
