@@ -34,7 +34,7 @@ mod stated;
 pub use self::redis::RedisPacer;
 pub use fair::{Joined, Lane, Waiter};
 pub use memory::MemoryPacer;
-pub use stated::{Answer, MAX_STATED, Stated};
+pub use stated::{Answer, InBody, LimitSource, MAX_STATED, Stated};
 
 use crate::error::FleetError;
 use async_trait::async_trait;
@@ -159,6 +159,13 @@ pub struct Learned {
     pub per_day: Option<u32>,
     /// The tokens per window it stated.
     pub tokens_per_window: Option<u32>,
+    /// Where the window's learned limit came from: `per_window`'s, or `counted` for the
+    /// `working_per_window` a refusal counted when nobody states the limit.
+    pub per_window_from: Option<LimitSource>,
+    /// Where `per_day` came from.
+    pub per_day_from: Option<LimitSource>,
+    /// Where `tokens_per_window` came from.
+    pub tokens_per_window_from: Option<LimitSource>,
     /// The requests per window in force while pacing misses keep it below the stated (or
     /// configured) limit, or as a refusal counted it when nobody states the limit; `None`
     /// otherwise.

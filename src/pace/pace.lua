@@ -18,6 +18,8 @@
 --   ph      where its fixed windows start, ms past the epoch's (0: the epoch's own)
 --   wk/wkw  the working requests-per-window limit a pacing miss lowered, and the window from
 --           which it holds (it recovers by one each window after that without a miss)
+--   slf/stlf/dlf  where sl, stl and dlim came from: 1 headers, 2 a refusal's body, 3 the quota
+--           endpoint, 4 counted (src/pace/stated.rs, LimitSource)
 --   cl      requests per window learned by counting: the calls counted in the window a refusal
 --           closed, when no limit was stated or configured (the limit then, below any stated)
 --   lt      when the provider last stated something (epoch ms)
@@ -34,7 +36,9 @@
 -- the refusal's hint (ms, 0: none) and whether to lower the working limit (1/0); learn, the
 -- stated requests per window, per day, tokens per window (0: not stated), requests left in the
 -- window, the day, tokens left in the window (-1: not stated), ms until the window ends (0: not
--- stated), whether the day is spent (1/0) and whether the window is fixed (1/0); release, ms from now to the held slot's moment.
+-- stated), whether the day is spent (1/0), whether the window is fixed (1/0) and where each of
+-- the three limits came from (LimitSource codes; 0: not stated); release, ms from now to the
+-- held slot's moment.
 --
 -- A call needs room for its tokens as for itself; a window (or day) with no tokens counted yet
 -- admits one call of any size, so a call larger than the limit is not refused for ever.
@@ -511,11 +515,13 @@ if op == 'usage' then
   end
   local working = 0
   if num('wk') > 0 or counted_limit then working = limit end
+  local window_from = num('slf')
+  if counted_limit then window_from = 4 end
   local phased = 0
   if num('ph') > 0 then phased = 1 end
   return {used, resets, day_used, reserved, num('miss'), tokens, day_tokens,
     num('sl'), num('dlim'), num('stl'), working, num('lt'), phased, num('fx'), num('sx'),
-    waiting(), fnum('tn')}
+    waiting(), fnum('tn'), window_from, num('dlf'), num('stlf')}
 end
 
 -- The quota endpoint's count of the day (ARGV[11], refusals included, lagging a little: it
@@ -529,7 +535,7 @@ if op == 'sync' then
     redis.call('HSET', key, 'dn', used)
     day_used = used
   end
-  if learned > 0 then redis.call('HSET', key, 'dlim', learned) end
+  if learned > 0 then redis.call('HSET', key, 'dlim', learned, 'dlf', 3) end
   settle()
   keep(now)
   local is = 0
@@ -613,9 +619,9 @@ if op == 'learn' then
   local r_win, r_day, r_tok = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
   local ends = tonumber(ARGV[18])
   local day_spent = ARGV[19] == '1'
-  if s_win > 0 then redis.call('HSET', key, 'sl', s_win) end
-  if s_tok > 0 then redis.call('HSET', key, 'stl', s_tok) end
-  if s_day > 0 then redis.call('HSET', key, 'dlim', s_day) end
+  if s_win > 0 then redis.call('HSET', key, 'sl', s_win, 'slf', ARGV[21]) end
+  if s_tok > 0 then redis.call('HSET', key, 'stl', s_tok, 'stlf', ARGV[22]) end
+  if s_day > 0 then redis.call('HSET', key, 'dlim', s_day, 'dlf', ARGV[23]) end
   -- A moment the window ends: a fixed window's steps by a whole window (or more), a sliding
   -- one's by the gap between its oldest calls as each ages out.
   if ARGV[20] == '1' and not pin then
@@ -700,7 +706,7 @@ if op == 'learn' then
   if day_spent then
     if dlimit == 0 then
       dlimit = math.max(day_used, 1)
-      redis.call('HSET', key, 'dlim', dlimit)
+      redis.call('HSET', key, 'dlim', dlimit, 'dlf', 4)
     end
     if day_used < dlimit then redis.call('HSET', key, 'dn', dlimit) end
   end

@@ -7,8 +7,8 @@
 //! the script hands slots to waiting runs in the same step that counts them.
 
 use super::{
-    DaySync, Dispatched, Headroom, Joined, Learned, Limits, Pacer, PoolSeen, PoolUse, Refusal,
-    Reservation, SEEN_TTL_MS, Seen, Share, Slot, Stated, WINDOW_GUARD_MS, Waiter,
+    DaySync, Dispatched, Headroom, Joined, Learned, LimitSource, Limits, Pacer, PoolSeen, PoolUse,
+    Refusal, Reservation, SEEN_TTL_MS, Seen, Share, Slot, Stated, WINDOW_GUARD_MS, Waiter,
 };
 use crate::connect::RedisConnection;
 use crate::error::FleetError;
@@ -373,6 +373,10 @@ impl Pacer for RedisPacer {
     ) -> Result<(), FleetError> {
         let limit = |v: Option<u32>| v.map_or(0, i64::from);
         let left = |v: Option<u32>| v.map_or(-1, i64::from);
+        let source = |in_body: bool| match in_body {
+            true => LimitSource::Refusal.code() as i64,
+            false => LimitSource::Headers.code() as i64,
+        };
         let extra = [
             limit(stated.per_window),
             limit(stated.per_day),
@@ -383,6 +387,9 @@ impl Pacer for RedisPacer {
             to_i64(stated.window_ends_in_ms.unwrap_or(0)),
             i64::from(stated.day_spent),
             i64::from(stated.ends_at_moment),
+            source(stated.in_body.per_window),
+            source(stated.in_body.tokens_per_window),
+            source(stated.in_body.per_day),
         ];
         self.call_with("learn", pool, limits, day_end_ms, 0, &extra)
             .await?;
@@ -456,6 +463,9 @@ impl Pacer for RedisPacer {
                 per_window: stated(at(7)),
                 per_day: stated(at(8)),
                 tokens_per_window: stated(at(9)),
+                per_window_from: LimitSource::from_code(at(17)),
+                per_day_from: LimitSource::from_code(at(18)),
+                tokens_per_window_from: LimitSource::from_code(at(19)),
                 working_per_window: stated(at(10)),
                 at_ms: (at(11) > 0).then_some(at(11)),
                 phase_from_provider: at(12) == 1,

@@ -36,6 +36,52 @@ pub enum Answer {
     DayRefusal,
 }
 
+/// Where a limit a pool learned came from (docs/design.md §4.4), as `GET /v1/pools` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum LimitSource {
+    /// The provider's rate-limit headers.
+    Headers,
+    /// A refusal's body ("Limit 30", a `quotaValue`).
+    Refusal,
+    /// The provider's quota endpoint.
+    QuotaEndpoint,
+    /// Counted: the calls made before a refusal that stated no limit.
+    Counted,
+}
+
+impl LimitSource {
+    /// The number the limiter's hash keeps it as.
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            LimitSource::Headers => 1,
+            LimitSource::Refusal => 2,
+            LimitSource::QuotaEndpoint => 3,
+            LimitSource::Counted => 4,
+        }
+    }
+
+    /// The source kept as `code`; `None` for 0 or an unknown number.
+    pub(crate) fn from_code(code: u64) -> Option<LimitSource> {
+        Some(match code {
+            1 => LimitSource::Headers,
+            2 => LimitSource::Refusal,
+            3 => LimitSource::QuotaEndpoint,
+            4 => LimitSource::Counted,
+            _ => return None,
+        })
+    }
+}
+
+/// Which limits of a [`Stated`] a refusal's body stated rather than a header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InBody {
+    pub per_window: bool,
+    pub per_day: bool,
+    pub tokens_per_window: bool,
+}
+
 /// What one answer stated about the pool its route spends. `None`: not stated (or not
 /// believable).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -57,6 +103,8 @@ pub struct Stated {
     /// sliding windows do; how those moments move tells which (docs/design.md §4.4, *Kind*). A
     /// duration or a retry hint says no such thing (a rolling bucket has them too).
     pub ends_at_moment: bool,
+    /// Which of the limits the refusal's body stated ([`Stated::with_refusal`]).
+    pub in_body: InBody,
 }
 
 impl Stated {
@@ -111,11 +159,19 @@ impl Stated {
     /// minute's limits for a pool whose window is a minute, its day's for any pool; where the
     /// headers stated a dimension too, they win.
     pub fn with_refusal(mut self, body: &RefusalLimits, window_ms: u64) -> Stated {
+        let fill = |header: &mut Option<u32>, body: Option<u32>| match header {
+            Some(_) => false,
+            None => {
+                *header = body;
+                body.is_some()
+            }
+        };
         if window_ms == MINUTE_MS {
-            self.per_window = self.per_window.or(body.requests_per_minute);
-            self.tokens_per_window = self.tokens_per_window.or(body.tokens_per_minute);
+            self.in_body.per_window = fill(&mut self.per_window, body.requests_per_minute);
+            self.in_body.tokens_per_window =
+                fill(&mut self.tokens_per_window, body.tokens_per_minute);
         }
-        self.per_day = self.per_day.or(body.requests_per_day);
+        self.in_body.per_day = fill(&mut self.per_day, body.requests_per_day);
         self
     }
 

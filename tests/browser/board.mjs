@@ -462,9 +462,10 @@ try {
   await page.fill('#user-filter', '');
   await page.click('#filters button[type="submit"]');
 
-  step('the pools panel shows the limit the 429 stated beside the configured one, and the miss');
+  step('the pools panel shows the limit the 429 stated, where it stated it, beside the configured one, and the miss');
   const poolCard = page.locator('#pools [data-pool="openrouter-free"]');
   await until('the learned limit', async () => /provider says 1/.test(await poolCard.locator('.limit-origin').first().textContent()));
+  assert.match(await poolCard.locator('.limit-origin').first().textContent(), /provider says 1 in its headers/);
   assert.match(await poolCard.textContent(), /configured 20/);
   assert.match(await poolCard.textContent(), /pacing misses: 1/);
   assert.match(await poolCard.textContent(), /ends in \d+ (s|min)/, 'the window\'s end');

@@ -225,6 +225,11 @@ async fn a_limit_stated_only_in_a_refusal_is_learned_from_the_first_one() {
         let usage = s.h.pace.usage(&instance, &limits, u64::MAX).await.unwrap();
         assert_eq!(usage.learned.per_window, Some(rpm), "{route}: {usage:?}");
         assert_eq!(
+            usage.learned.per_window_from,
+            Some(freeway::pace::LimitSource::Refusal),
+            "{route}: from the refusal's body"
+        );
+        assert_eq!(
             usage.learned.working_per_window, None,
             "a refusal that states its limit lowers nothing below it"
         );

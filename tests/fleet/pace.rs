@@ -6,8 +6,8 @@ use crate::support;
 
 use freeway::clock::{Clock, InstantClock};
 use freeway::pace::{
-    Headroom, Limits, MemoryPacer, Pacer, PoolSeen, RedisPacer, Refusal, Reservation, Seen, Slot,
-    Stated, WINDOW_GUARD_MS,
+    Headroom, InBody, LimitSource, Limits, MemoryPacer, Pacer, PoolSeen, RedisPacer, Refusal,
+    Reservation, Seen, Slot, Stated, WINDOW_GUARD_MS,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -630,6 +630,7 @@ async fn a_refusal_with_no_limit_known_teaches_the_calls_counted(f: Fixture) {
         (None, Some(4)),
         "four served before the refusal"
     );
+    assert_eq!(learned.per_window_from, Some(LimitSource::Counted));
     assert_ne!(
         f.pace.admit("taught", &open, end, 0).await.unwrap(),
         Slot::Now,
@@ -657,6 +658,7 @@ async fn a_refusal_with_no_limit_known_teaches_the_calls_counted(f: Fixture) {
         (Some(9), None),
         "a stated limit replaces the counted one"
     );
+    assert_eq!(learned.per_window_from, Some(LimitSource::Headers));
     for n in 5..9 {
         let slot = f.pace.admit("taught", &open, end, 0).await.unwrap();
         assert_eq!(slot, Slot::Now, "call {n} of the stated 9");
@@ -667,8 +669,65 @@ async fn a_refusal_with_no_limit_known_teaches_the_calls_counted(f: Fixture) {
     );
 }
 
+/// `GET /v1/pools` says where each learned limit came from (docs/design.md §4.4): a header, a
+/// refusal's body, the quota endpoint, or the calls counted before a day refusal.
+async fn each_learned_limit_keeps_where_it_came_from(f: Fixture) {
+    let open = Limits::unstated(HOUR, false);
+    let end = day_end();
+    let stated = Stated {
+        per_window: Some(10),
+        tokens_per_window: Some(6_000),
+        per_day: Some(1_000),
+        in_body: InBody {
+            per_window: true,
+            per_day: true,
+            tokens_per_window: false,
+        },
+        ..Stated::default()
+    };
+    f.pace.learn(POOL, &open, end, &stated).await.unwrap();
+    let learned = f.pace.usage(POOL, &open, end).await.unwrap().learned;
+    assert_eq!(
+        (
+            learned.per_window_from,
+            learned.tokens_per_window_from,
+            learned.per_day_from
+        ),
+        (
+            Some(LimitSource::Refusal),
+            Some(LimitSource::Headers),
+            Some(LimitSource::Refusal)
+        )
+    );
+    f.pace.sync(POOL, &open, end, 3, 50).await.unwrap();
+    let learned = f.pace.usage(POOL, &open, end).await.unwrap().learned;
+    assert_eq!(
+        (learned.per_day, learned.per_day_from),
+        (Some(50), Some(LimitSource::QuotaEndpoint))
+    );
+    let other = "counted-day";
+    for _ in 0..3 {
+        f.pace.admit(other, &open, end, 0).await.unwrap();
+    }
+    let day_refusal = Stated {
+        day_spent: true,
+        ..Stated::default()
+    };
+    f.pace.learn(other, &open, end, &day_refusal).await.unwrap();
+    let learned = f.pace.usage(other, &open, end).await.unwrap().learned;
+    assert_eq!(
+        (
+            learned.per_day,
+            learned.per_day_from,
+            learned.per_window_from
+        ),
+        (Some(3), Some(LimitSource::Counted), None)
+    );
+}
+
 on_both!(
     a_fixed_window_admits_its_limit_then_closes_until_the_next_one,
+    each_learned_limit_keeps_where_it_came_from,
     a_refusal_with_no_limit_known_teaches_the_calls_counted,
     reservations_fill_later_windows_in_order,
     a_rolling_window_spaces_calls_by_window_over_limit,

@@ -9,8 +9,8 @@ use state::{State, span, window_of};
 use view::View;
 
 use super::{
-    DaySync, Dispatched, Joined, Learned, Limits, Pacer, PoolSeen, PoolUse, Reservation, Seen,
-    Share, Slot, Stated, WINDOW_GUARD_MS, Waiter,
+    DaySync, Dispatched, Joined, Learned, LimitSource, Limits, Pacer, PoolSeen, PoolUse,
+    Reservation, Seen, Share, Slot, Stated, WINDOW_GUARD_MS, Waiter,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::error::FleetError;
@@ -372,14 +372,21 @@ impl Pacer for MemoryPacer {
         {
             let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
             let st = pools.entry(pool.to_string()).or_default();
+            let from = |in_body: bool| match in_body {
+                true => Some(LimitSource::Refusal),
+                false => Some(LimitSource::Headers),
+            };
             if let Some(l) = stated.per_window {
                 st.stated_window = Some(l);
+                st.window_from = from(stated.in_body.per_window);
             }
             if let Some(l) = stated.tokens_per_window {
                 st.stated_tokens = Some(l);
+                st.tokens_from = from(stated.in_body.tokens_per_window);
             }
             if let Some(l) = stated.per_day {
                 st.learned_day_limit = Some(l);
+                st.day_from = from(stated.in_body.per_day);
             }
             if stated.ends_at_moment && !limits.pin {
                 st.learn_kind(stated.window_ends_in_ms, limits, now);
@@ -460,6 +467,7 @@ impl Pacer for MemoryPacer {
             if limit > 0 {
                 let limit = limit.min(u64::from(u32::MAX)) as u32;
                 v.st.learned_day_limit = Some(limit);
+                v.st.day_from = Some(LimitSource::QuotaEndpoint);
                 if !v.limits.pin || v.limits.per_day.is_none() {
                     v.limits.per_day = Some(limit);
                 }
@@ -497,6 +505,12 @@ impl Pacer for MemoryPacer {
                     per_window: v.st.stated_window,
                     per_day: v.st.learned_day_limit,
                     tokens_per_window: v.st.stated_tokens,
+                    per_window_from: match v.st.counted_in_force {
+                        true => Some(LimitSource::Counted),
+                        false => v.st.window_from,
+                    },
+                    per_day_from: v.st.day_from,
+                    tokens_per_window_from: v.st.tokens_from,
                     working_per_window: v.st.working.map(|(w, _)| w).or(v
                         .st
                         .counted_in_force

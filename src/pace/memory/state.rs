@@ -3,7 +3,7 @@
 //! stated reset says of the provider's kind of window, as `pace.lua`'s `settle` and `learn`.
 
 use crate::pace::fair::FairQueue;
-use crate::pace::{Limits, WINDOW_GUARD_MS};
+use crate::pace::{LimitSource, Limits, WINDOW_GUARD_MS};
 use std::collections::BTreeMap;
 
 /// One pool's limiter state.
@@ -25,6 +25,10 @@ pub(super) struct State {
     pub(super) stated_window: Option<u32>,
     pub(super) stated_tokens: Option<u32>,
     pub(super) learned_day_limit: Option<u32>,
+    /// Where each of those three came from.
+    pub(super) window_from: Option<LimitSource>,
+    pub(super) tokens_from: Option<LimitSource>,
+    pub(super) day_from: Option<LimitSource>,
     /// Where fixed windows start, ms past the epoch's.
     pub(super) phase: u64,
     /// The working per-window limit a miss lowered, and the window from which it holds.

@@ -3,7 +3,9 @@
 //! pacer takes the lock and the time, then asks a view.
 
 use super::state::{State, span, window_of};
-use crate::pace::{Limits, Slot, Stated, WINDOW_GUARD_MS, Waiter, rolling_emission_ms};
+use crate::pace::{
+    LimitSource, Limits, Slot, Stated, WINDOW_GUARD_MS, Waiter, rolling_emission_ms,
+};
 use std::collections::BTreeMap;
 
 /// One call's view of a pool: its state, the time, the limits it is asked with and the call's
@@ -343,6 +345,7 @@ impl View<'_> {
                 None => {
                     let learned = self.st.day_used.max(1);
                     self.st.learned_day_limit = Some(learned);
+                    self.st.day_from = Some(LimitSource::Counted);
                     learned
                 }
             };
