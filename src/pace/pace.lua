@@ -115,9 +115,9 @@ local function settle()
     end
   end
   windowed = (not rolling) and (limit > 0 or tlimit > 0)
-  -- A fixed window that limits nothing yet still counts its calls, so that a refusal can
-  -- show how many it took.
-  counting = windowed or (not rolling and limit == 0)
+  -- A pool that limits its calls by nothing yet still counts them by window (rolling ones on
+  -- the epoch's), so that a refusal can show how many it took.
+  counting = windowed or limit == 0
   day_full = (dlimit > 0 and day_used >= dlimit)
     or (tdlimit > 0 and cost > 0 and day_tokens > 0 and day_tokens + cost > tdlimit)
 end
@@ -129,18 +129,22 @@ local function start(x)
 end
 
 if counting then
-  local lo = tonumber(redis.call('HGET', key, 'lo') or w)
-  if lo < w then
-    if w - lo > 1000 then
+  -- Windows before the current one are dropped; a pool that only counts keeps the one before,
+  -- whose end a provider's window may overlap.
+  local from = w
+  if not windowed then from = w - 1 end
+  local lo = tonumber(redis.call('HGET', key, 'lo') or from)
+  if lo < from then
+    if from - lo > 1000 then
       for _, f in ipairs(redis.call('HKEYS', key)) do
         local x = string.match(f, '^[ckt]:(%d+)$')
-        if x and tonumber(x) < w then redis.call('HDEL', key, f) end
+        if x and tonumber(x) < from then redis.call('HDEL', key, f) end
       end
     else
-      for x = lo, w - 1 do redis.call('HDEL', key, 'c:' .. x, 'k:' .. x, 't:' .. x) end
+      for x = lo, from - 1 do redis.call('HDEL', key, 'c:' .. x, 'k:' .. x, 't:' .. x) end
     end
   end
-  redis.call('HSET', key, 'lo', w)
+  redis.call('HSET', key, 'lo', from)
 end
 
 local function used_in(x)
@@ -286,7 +290,8 @@ local function count(x, wait)
       ttat = math.ceil(ttat + cost * temission)
       redis.call('HSET', key, 'ttat', ttat)
     end
-    keep(math.max(tat, ttat))
+    if counting then redis.call('HINCRBY', key, 'c:' .. x, 1) end
+    keep(math.max(tat, ttat, start(x + 1)))
   elseif counting then
     redis.call('HINCRBY', key, 'c:' .. x, 1)
     if tlimit > 0 and cost > 0 then redis.call('HINCRBY', key, 'k:' .. x, cost) end
@@ -584,6 +589,22 @@ if op == 'missed' then
     local last = redis.call('ZREVRANGEBYSCORE', log, now, '-inf', 'LIMIT', 0, 1)
     if #last > 0 then redis.call('ZREM', log, last[1]) end
   end
+  local lower = ARGV[13] == '1'
+  if limit == 0 and counting and lower then
+    -- Nobody states the limit: the calls counted in the provider's window the refusal closed
+    -- (the one its hint ends; the window before ours in proportion to its overlap), but the
+    -- refused one, are it (docs/design.md §4.4, limits nobody states), and that window is
+    -- full as below; no miss lowers it further.
+    local theirs = now + math.max(hint, 0) - win
+    local overlap = math.min(math.max((start(w) - theirs) / win, 0), 1)
+    local served = used_in(w) + math.floor(used_in(w - 1) * overlap) - 1
+    if served >= 1 then
+      redis.call('HSET', key, 'cl', served)
+      settle()
+      spacing()
+    end
+    lower = false
+  end
   if limit > 0 and sliding then
     -- It is full until the hint.
     if hint <= 0 then hint = math.ceil(win / limit) end
@@ -595,16 +616,8 @@ if op == 'missed' then
     redis.call('HSET', key, 'tat', tat)
   elseif limit > 0 and used_in(w) < limit and current(hint) then
     redis.call('HSET', key, 'c:' .. w, limit)
-  elseif limit == 0 and counting and ARGV[13] == '1' then
-    -- Nobody states the limit: the calls this window counted, but the refused one, are it
-    -- (docs/design.md §4.4, limits nobody states); the window is full.
-    local served = used_in(w) - 1
-    if served >= 1 then redis.call('HSET', key, 'cl', served) end
-    local misses = redis.call('HINCRBY', key, 'miss', 1)
-    keep(now + win)
-    return {misses}
   end
-  if ARGV[13] == '1' and limit > 0 then
+  if lower and limit > 0 then
     -- It holds for the next window; each one after that passed without a miss raises it.
     redis.call('HSET', key, 'wk', math.max(1, math.floor(limit * 0.9)), 'wkw', w + 1)
   end

@@ -667,6 +667,57 @@ async fn a_refusal_with_no_limit_known_teaches_the_calls_counted(f: Fixture) {
         f.pace.admit("taught", &open, end, 0).await.unwrap(),
         Slot::Now
     );
+    // A pool declared rolling counts its calls by the epoch's windows until it has a limit.
+    let rolling = Limits::unstated(HOUR, true);
+    for _ in 0..5 {
+        f.pace.admit("rolling", &rolling, end, 0).await.unwrap();
+    }
+    f.pace
+        .missed("rolling", &rolling, None, true)
+        .await
+        .unwrap();
+    let learned = f
+        .pace
+        .usage("rolling", &rolling, end)
+        .await
+        .unwrap()
+        .learned;
+    assert_eq!(
+        (learned.working_per_window, learned.per_window_from),
+        (Some(4), Some(LimitSource::Counted)),
+        "rolling: {learned:?}"
+    );
+    assert_ne!(
+        f.pace.admit("rolling", &rolling, end, 0).await.unwrap(),
+        Slot::Now,
+        "rolling: no slot until the refusal's window has moved on"
+    );
+}
+
+/// A refusal's window reaches back into the window before ours: its calls there count in
+/// proportion (a minute refused half-way through ours takes half of the one before).
+#[tokio::test]
+async fn a_refusal_counts_the_window_before_in_proportion_to_its_overlap() {
+    let f = Fixture::memory();
+    let clock = f.clock.clone().unwrap();
+    let open = Limits::unstated(60_000, false);
+    let end = day_end();
+    let to_mid = || 60_000 - clock.now_ms() % 60_000 + 30_000;
+    clock.advance(Duration::from_millis(to_mid()));
+    for _ in 0..4 {
+        f.pace.admit(POOL, &open, end, 0).await.unwrap();
+    }
+    clock.advance(Duration::from_millis(60_000));
+    for _ in 0..3 {
+        f.pace.admit(POOL, &open, end, 0).await.unwrap();
+    }
+    f.pace.missed(POOL, &open, None, true).await.unwrap();
+    let learned = f.pace.usage(POOL, &open, end).await.unwrap().learned;
+    assert_eq!(
+        learned.working_per_window,
+        Some(4),
+        "3 in ours and half of the 4 before, but the refused one: {learned:?}"
+    );
 }
 
 /// `GET /v1/pools` says where each learned limit came from (docs/design.md §4.4): a header, a

@@ -60,7 +60,15 @@ impl MemoryPacer {
         let window = window_of(now, limits.window_ms.max(1), st.phase);
         let span = span(limits.window_ms.max(1));
         st.log.retain(|&m| m + span > now);
-        st.counts = st.counts.split_off(&window);
+        // Windows before the current one are dropped; a pool that only counts keeps the one
+        // before, whose end a provider's window may overlap.
+        let windowed =
+            !limits.rolling && (limits.per_window.is_some() || limits.tokens_per_window.is_some());
+        let kept_from = match windowed {
+            true => window,
+            false => window.saturating_sub(1),
+        };
+        st.counts = st.counts.split_off(&kept_from);
         st.tails = st.tails.split_off(&window);
         let cost = if limits.counts_tokens() {
             u64::from(tokens)
@@ -328,26 +336,32 @@ impl Pacer for MemoryPacer {
                         .unwrap_or(v.win().div_ceil(u64::from(limit.max(1))));
                     v.slide_fill(v.now + hint, 0, limit);
                 }
-                Some(limit) if v.limits.rolling => {
-                    let emission = v.call_emission(limit);
-                    let next_at = match hint_ms.filter(|&ms| ms > 0) {
-                        Some(ms) => (v.now + ms) as f64,
-                        None => v.now as f64 + emission,
-                    };
-                    let tat = (next_at + f64::from(limit - 1) * emission).ceil();
-                    v.st.tat = v.tat().max(tat);
-                }
+                Some(limit) if v.limits.rolling => v.refused_rolling(limit, hint_ms),
                 Some(limit) if v.current(hint_ms.filter(|&ms| ms > 0)) => {
                     let count = v.st.counts.entry(w).or_default();
                     count.0 = count.0.max(limit);
                 }
                 Some(_) => {}
                 None if lower && v.counting() => {
-                    // Nobody states the limit: the calls this window counted, but the refused
-                    // one, are it (docs/design.md §4.4, limits nobody states); the window is full.
-                    let served = v.used_in(w).0.saturating_sub(1);
+                    // Nobody states the limit: the calls counted in the provider's window the
+                    // refusal closed (the one its hint ends; the window before ours in
+                    // proportion to its overlap), but the refused one, are it (docs/design.md
+                    // §4.4, limits nobody states), and that window is full as above; no miss
+                    // lowers it further.
+                    let hint = hint_ms.unwrap_or(0);
+                    let theirs = (v.now + hint) as f64 - v.win() as f64;
+                    let overlap = ((v.start(w) as f64 - theirs) / v.win() as f64).clamp(0.0, 1.0);
+                    let before = w.checked_sub(1).map_or(0, |b| v.used_in(b).0);
+                    let counted = v.used_in(w).0 + (f64::from(before) * overlap).floor() as u32;
+                    let served = counted.saturating_sub(1);
                     if served >= 1 {
                         v.st.counted_window = Some(served);
+                        if v.limits.rolling {
+                            v.refused_rolling(served, hint_ms);
+                        } else if v.current(hint_ms.filter(|&ms| ms > 0)) {
+                            let count = v.st.counts.entry(w).or_default();
+                            count.0 = count.0.max(served);
+                        }
                     }
                 }
                 None => {}

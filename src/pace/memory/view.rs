@@ -38,10 +38,11 @@ impl View<'_> {
             && (self.limits.per_window.is_some() || self.limits.tokens_per_window.is_some())
     }
 
-    /// Whether fixed windows count their calls: those that limit something, and those that
-    /// limit nothing yet, so that a refusal can show how many calls it took.
+    /// Whether calls are counted by window: fixed windows that limit something, and any pool
+    /// that limits its calls by nothing yet (rolling ones on the epoch's windows), so that a
+    /// refusal can show how many calls it took.
     pub(super) fn counting(&self) -> bool {
-        self.windowed() || (!self.limits.rolling && self.limits.per_window.is_none())
+        self.windowed() || self.limits.per_window.is_none()
     }
 
     pub(super) fn used_in(&self, w: u64) -> (u32, u64) {
@@ -99,6 +100,19 @@ impl View<'_> {
     /// The spacing of a rolling window's calls (see [`rolling_emission_ms`]).
     pub(super) fn call_emission(&self, limit: u32) -> f64 {
         rolling_emission_ms(self.win(), limit)
+    }
+
+    /// A rolling window of `limit` refused a call: no slot until the refusal's hint when it
+    /// gave one (the provider's bucket may be a fraction of a call short, not empty), else for
+    /// one spacing; then spaced.
+    pub(super) fn refused_rolling(&mut self, limit: u32, hint_ms: Option<u64>) {
+        let emission = self.call_emission(limit);
+        let next_at = match hint_ms.filter(|&ms| ms > 0) {
+            Some(ms) => (self.now + ms) as f64,
+            None => self.now as f64 + emission,
+        };
+        let tat = (next_at + f64::from(limit.saturating_sub(1)) * emission).ceil();
+        self.st.tat = self.tat().max(tat);
     }
 
     pub(super) fn tat(&self) -> f64 {
@@ -390,6 +404,9 @@ impl View<'_> {
             if let (Some(limit), true) = (self.limits.tokens_per_window, self.cost > 0) {
                 self.st.token_tat =
                     (self.token_tat() + self.cost as f64 * self.emission(limit)).ceil();
+            }
+            if self.counting() {
+                self.st.counts.entry(w).or_default().0 += 1;
             }
         } else if self.counting() {
             let counted_tokens = if self.limits.tokens_per_window.is_some() {
