@@ -10,6 +10,9 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) enum Chain {
     FreePaid,
     Free,
+    /// [free A, Groq, Gemini, paid] (on_rest refuse) over four free tiers of different shapes:
+    /// the account's R a window, Groq 30 a minute, Gemini 10 a minute and 25 a Pacific day.
+    Providers,
 }
 
 /// quota: what the pool configuration tells freeway of the account's limits.
@@ -119,7 +122,9 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 1.5)]
     pub offered: f64,
     /// quota: the runs' chain: `free-paid` ([free A, free B, paid], on_rest refuse: a full pool
-    /// sends runs to the paid model) or `free` ([free A, free B], on_rest queue: runs wait).
+    /// sends runs to the paid model), `free` ([free A, free B], on_rest queue: runs wait) or
+    /// `providers` ([free A, Groq, Gemini, paid] over four differently shaped free tiers;
+    /// `--declare none` declares none of their limits).
     #[arg(long, value_enum, default_value_t = Chain::FreePaid)]
     pub chain: Chain,
     /// quota: the pool's declared limits against the account's real ones: `exact`, `double`

@@ -30,6 +30,20 @@ use std::time::{Duration, Instant};
 const FREE_A: &str = "meta-llama/llama-3.3-70b-instruct:free";
 const FREE_B: &str = "qwen/qwen3-coder:free";
 const PAID: &str = "openai/gpt-4o-mini";
+/// `--chain providers`: the simulator's Groq and Gemini free tiers, between OpenRouter's and paid.
+const GROQ: &str = "groq:llama-3.3-70b-versatile";
+const GEMINI: &str = "gemini:gemini-2.5-flash";
+/// Their limits, as the simulator plays them: Groq's minute (its day of 1,000 is not reached
+/// here), Gemini's minute and its Pacific day.
+const GROQ_RPM: u32 = 30;
+const GEMINI_RPM: u32 = 10;
+const GEMINI_RPD: u32 = 25;
+/// The keys the workers spend them with.
+const PROVIDER_KEYS: [(&str, &str); 3] = [
+    ("GROQ_API_KEY", "gsk_load"),
+    ("GEMINI_API_KEY", "AIza-load"),
+    ("PAID_API_KEY", "sk-paid-load"),
+];
 /// The built-in pool of OpenRouter's free models, and the one `--declare none` puts in its place.
 const POOL: &str = "openrouter-free";
 const UNDECLARED: &str = "openrouter-free-undeclared";
@@ -51,6 +65,9 @@ pub(crate) async fn run(args: &Args, worker: &Path) -> Result<(), BoxError> {
         },
         state_limits: args.state_limits,
         latency_ms: 0,
+        groq_rpm: GROQ_RPM,
+        gemini_rpm: GEMINI_RPM,
+        gemini_rpd: GEMINI_RPD,
         ..Default::default()
     })?;
     with_cluster(sim, args, "quota", async |sim, cluster| {
@@ -70,8 +87,13 @@ async fn scenario(
     let chain = match args.chain {
         Chain::FreePaid => format!("[{FREE_A}, {FREE_B}, {PAID}] (on_rest: refuse)"),
         Chain::Free => format!("[{FREE_A}, {FREE_B}] (on_rest: queue)"),
+        Chain::Providers => format!(
+            "[{FREE_A}, {GROQ} ({GROQ_RPM} a minute), {GEMINI} ({GEMINI_RPM} a minute, \
+             {GEMINI_RPD} a Pacific day), {PAID}] (on_rest: refuse)"
+        ),
     };
-    let (declared, told) = declaration(args);
+    let (declared, told) = declaration(args, sim);
+    let catalog = Catalog::from_toml(&declared)?;
     let real = match args.sim_window {
         SimWindow::Epoch => "fixed, epoch-aligned",
         SimWindow::FirstCall => "fixed, from each window's first call",
@@ -103,17 +125,14 @@ async fn scenario(
     let config = config.to_string_lossy().into_owned();
     let mut conn = cluster.conn.clone();
     let before = Snapshot::take(&mut conn, &[], sim.tid).await?;
-    cluster.spawn_fleet(
-        worker,
-        args,
-        sim,
-        &[
-            ("FREEWAY_CONFIG", &config),
-            ("FREEWAY_LEARN_LIMITS", learning),
-        ],
-    )?;
+    let mut env = vec![
+        ("FREEWAY_CONFIG", config.as_str()),
+        ("FREEWAY_LEARN_LIMITS", learning),
+    ];
+    env.extend(PROVIDER_KEYS);
+    cluster.spawn_fleet(worker, args, sim, &env)?;
     let started = Instant::now();
-    let jobs = offer(args, rate, &cluster.queue).await?;
+    let jobs = offer(args, rate, &cluster.queue, &catalog).await?;
     let enqueued_s = started.elapsed().as_secs_f64();
 
     let records = settle(args, cluster, &jobs).await?;
@@ -143,8 +162,31 @@ async fn scenario(
     Ok(())
 }
 
-/// The pool configuration `--declare` asks for, and how it reads.
-fn declaration(args: &Args) -> (String, String) {
+/// The pool configuration `--declare` asks for, and how it reads; with `--chain providers`,
+/// the simulator's Groq and Gemini too (their pools' limits only when declared).
+fn declaration(args: &Args, sim: &Sim) -> (String, String) {
+    let (openrouter, told) = openrouter_declaration(args);
+    if args.chain != Chain::Providers {
+        return (openrouter, told);
+    }
+    let others: String = sim
+        .handle()
+        .freeway_config()
+        .lines()
+        .filter(|l| {
+            args.declare != Declare::None || !(l.starts_with("rpm =") || l.starts_with("rpd ="))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let told = match args.declare {
+        Declare::None => format!("{told}; Groq's and Gemini's pools declare no limits"),
+        _ => format!("{told}; Groq's and Gemini's pools their limits"),
+    };
+    (format!("{openrouter}\n{others}"), told)
+}
+
+/// OpenRouter's free pool as `--declare` asks for it.
+fn openrouter_declaration(args: &Args) -> (String, String) {
     let (r, window_s) = (args.rpm, args.window_s);
     let (kind, other) = match args.sim_window {
         SimWindow::Sliding => ("rolling", "fixed"),
@@ -171,7 +213,12 @@ fn declaration(args: &Args) -> (String, String) {
 }
 
 /// Each user enqueues at `rate / users` runs/s, users staggered so that the total is steady.
-async fn offer(args: &Args, rate: f64, queue: &queue::Queue) -> Result<Vec<RunJob>, BoxError> {
+async fn offer(
+    args: &Args,
+    rate: f64,
+    queue: &queue::Queue,
+    catalog: &Catalog,
+) -> Result<Vec<RunJob>, BoxError> {
     let users = u64::from(args.users);
     let period = Duration::from_secs_f64(users as f64 / rate);
     let start = tokio::time::Instant::now();
@@ -182,13 +229,16 @@ async fn offer(args: &Args, rate: f64, queue: &queue::Queue) -> Result<Vec<RunJo
     let tasks: Vec<_> = (0..users)
         .map(|u| {
             let queue = queue.clone();
+            let catalog = catalog.clone();
             tokio::spawn(async move {
                 let mut jobs = vec![];
                 let mut at = start + Duration::from_secs_f64(u as f64 / rate);
                 while at < end {
                     tokio::time::sleep_until(at).await;
-                    let job =
-                        RunJob::new(request(u, deadline_s, chain), freeway::clock::epoch_ms());
+                    let job = RunJob::new(
+                        request(u, deadline_s, chain, &catalog),
+                        freeway::clock::epoch_ms(),
+                    );
                     queue.push(std::slice::from_ref(&job)).await?;
                     jobs.push(job);
                     at += period;
@@ -309,6 +359,10 @@ fn report_calls(
 ) {
     let runs = arrivals.len() as u64;
     println!("  quota endpoint   read {key_reads} times (GET /key, one replica a minute)");
+    if args.chain == Chain::Providers {
+        report_providers(args, calls, arrivals);
+        return;
+    }
     let counted: u64 = records
         .values()
         .map(|r| u64::from(r.state.counters.calls))
@@ -364,6 +418,7 @@ fn report_calls(
             );
             (oracle_free as f64, "the oracle's free calls")
         }
+        Chain::Providers => unreachable!("reported by report_providers"),
         Chain::Free => {
             // Runs wait in arrival order for the next slot.
             let (mut last, mut oracle_last) = (0, 0);
@@ -414,10 +469,78 @@ fn report_calls(
     );
 }
 
-fn request(user: u64, deadline_s: u64, chain: Chain) -> RunRequest {
+/// `--chain providers`: each tier's answers and refusals by kind, the paid calls and the free
+/// calls against an oracle that knew the four tiers' real limits and took, for each run as it
+/// arrived, the first route of its chain with room.
+fn report_providers(args: &Args, calls: &[sim::CallRecord], arrivals: &[u64]) {
+    let mut tiers: BTreeMap<String, (u64, BTreeMap<&str, u64>)> = BTreeMap::new();
+    for c in calls {
+        let tier = match c.model == PAID {
+            true => "paid".to_string(),
+            false => format!("{:?}", c.provider).to_lowercase(),
+        };
+        let tier = tiers.entry(tier).or_default();
+        match c.status {
+            200 => tier.0 += 1,
+            _ => *tier.1.entry(c.variant.as_str()).or_default() += 1,
+        }
+    }
+    let mut refused = 0;
+    for (tier, (ok, refusals)) in &tiers {
+        refused += refusals.values().sum::<u64>();
+        let refusals: Vec<String> = refusals.iter().map(|(v, n)| format!("{v} {n}")).collect();
+        println!(
+            "  {tier:<16} {ok} answered; refused: {}",
+            match refusals.is_empty() {
+                true => "none".to_string(),
+                false => refusals.join(", "),
+            }
+        );
+    }
+    let mut sorted = arrivals.to_vec();
+    sorted.sort_unstable();
+    let window_ms = args.window_s * 1000;
+    let mut openrouter = Oracle::new(args.sim_window, args.rpm, window_ms);
+    let mut groq = Oracle::new(SimWindow::Epoch, GROQ_RPM, window_ms);
+    let mut gemini = Oracle::new(SimWindow::Epoch, GEMINI_RPM, 60_000);
+    let (mut openrouter_day, mut gemini_day, mut oracle_free) = (0, 0, 0u64);
+    for &at in &sorted {
+        let free = if openrouter_day < args.rpd && openrouter.try_call(at) {
+            openrouter_day += 1;
+            true
+        } else if groq.try_call(at) {
+            true
+        } else if gemini_day < GEMINI_RPD && gemini.try_call(at) {
+            gemini_day += 1;
+            true
+        } else {
+            false
+        };
+        oracle_free += u64::from(free);
+    }
+    let runs = arrivals.len() as u64;
+    let free: u64 = tiers
+        .iter()
+        .filter(|(tier, _)| *tier != "paid")
+        .map(|(_, (ok, _))| ok)
+        .sum();
+    let paid = tiers.get("paid").map_or(0, |(ok, _)| *ok);
+    println!(
+        "  paid             {paid} paid calls; the oracle's {} ({oracle_free} runs free)",
+        runs - oracle_free
+    );
+    println!(
+        "  goodput          {:.2} ({free} successful free calls / the oracle's {oracle_free}); \
+         {refused} refusals in all",
+        free as f64 / oracle_free.max(1) as f64
+    );
+}
+
+fn request(user: u64, deadline_s: u64, chain: Chain, catalog: &Catalog) -> RunRequest {
     let (models, on_rest) = match chain {
         Chain::FreePaid => (&[FREE_A, FREE_B, PAID][..], OnRest::Refuse),
         Chain::Free => (&[FREE_A, FREE_B][..], OnRest::Queue),
+        Chain::Providers => (&[FREE_A, GROQ, GEMINI, PAID][..], OnRest::Refuse),
     };
     RunRequest {
         deadline_s: Some(deadline_s),
@@ -427,7 +550,7 @@ fn request(user: u64, deadline_s: u64, chain: Chain) -> RunRequest {
             "Say something about shared quotas, please.",
             models
                 .iter()
-                .map(|m| RouteSpec::parse_cli(m, &Catalog::builtin()))
+                .map(|m| RouteSpec::parse_cli(m, catalog))
                 .collect(),
         )
     }
