@@ -235,9 +235,11 @@ fn limit(headers: &Headers, name: &str) -> Option<u32> {
 fn epoch(headers: &Headers, name: &str, now_ms: u64) -> Option<u64> {
     let text = headers.get(name)?;
     let at = text.trim().parse::<u64>().ok();
+    // A moment the answer's own trip has just passed (a sliding window's reset is often the
+    // moment of the refusal itself) is now, not nothing: within the guard it reads as 1 ms.
     let ahead = at
-        .filter(|&at| at >= MIN_EPOCH_MS && at > now_ms)
-        .map(|at| at - now_ms)
+        .filter(|&at| at >= MIN_EPOCH_MS && at + super::WINDOW_GUARD_MS > now_ms)
+        .map(|at| at.saturating_sub(now_ms).max(1))
         .filter(|&ms| ms <= MAX_RESET_MS);
     if ahead.is_none() {
         tracing::debug!(header = name, value = %text.escape_debug(), "ignoring a reset that is no moment ahead");
@@ -310,6 +312,19 @@ mod tests {
             Some(0),
             "a refusal leaves nothing"
         );
+        // A reset the answer's trip has just passed is the window ending now: the refusal is
+        // of the window before, not of the one just begun. One past the guard is no moment.
+        for (past_ms, ends) in [
+            (0, Some(1)),
+            (3, Some(1)),
+            (crate::pace::WINDOW_GUARD_MS + 1, None),
+        ] {
+            let reset = (NOW - past_ms).to_string();
+            let h = headers(&[("X-RateLimit-Limit", "20"), ("X-RateLimit-Reset", &reset)]);
+            let answer = Answer::WindowRefusal { hint_ms: None };
+            let s = Stated::read(Dialect::Openrouter, &h, answer, MINUTE, NOW);
+            assert_eq!(s.window_ends_in_ms, ends, "{past_ms} ms past");
+        }
     }
 
     #[test]
